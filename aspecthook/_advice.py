@@ -1,0 +1,425 @@
+"""Advice: one hook function of one kind, its options, and how it is compiled for dispatch.
+
+An ``Advice`` is also its own handle: ``.remove()`` unregisters it, and it is a context
+manager. Options are checked here, at registration, so mistakes surface where they are
+made; ``compile`` turns the function plus its filters into one plain callable so that the
+dispatch loop only ever calls ``fn(ctx)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+import sys
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._pointcut import Pointcut
+from ._priority import resolve_priority
+from .errors import AdviceSignatureError, InvalidOptionError
+
+if TYPE_CHECKING:
+    from ._handle import Handle
+
+__all__ = ["KINDS", "Advice", "AdviceKind", "current_rank"]
+
+AdviceKind = Literal["before", "after", "on_error", "around", "on"]
+KINDS: tuple[AdviceKind, ...] = ("before", "after", "on_error", "around", "on")
+_EXPECTED = {
+    "before": "(ctx)",
+    "after": "(ctx)",
+    "on_error": "(ctx)",
+    "around": "(ctx, proceed)",
+    "on": "(event)",
+}
+_ERRORS = ("raise", "log")
+
+
+def current_rank() -> int:
+    """This process's distributed rank: torch.distributed's when initialised, else ``$RANK``.
+
+    torch is only consulted when the program already imported ``torch.distributed``.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return int(os.environ.get("RANK", "0"))
+
+
+class Advice:
+    """One hook function attached to the join points a pointcut selects.
+
+    Calling an ``Advice`` calls its function. ``remove()`` unregisters it (a no-op when it is
+    not registered), and ``with advice:`` removes it at the end of the block.
+    """
+
+    def __init__(
+        self,
+        kind: AdviceKind,
+        fn: Callable[..., Any],
+        pointcut: Pointcut | None,
+        *,
+        priority: object = 50,
+        every: int | None = None,
+        once: bool = False,
+        when: Callable[[Any], bool] | None = None,
+        rank: int | None = None,
+        errors: str = "raise",
+        name: str | None = None,
+        order_after: Iterable[str] = (),
+        order_before: Iterable[str] = (),
+        aspect: object | None = None,
+        aspect_name: str | None = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise InvalidOptionError(
+                f"unknown advice kind {kind!r}: use one of {', '.join(KINDS)}",
+                option="kind",
+                value=kind,
+            )
+        self.kind: AdviceKind = kind
+        self.fn = fn
+        self.pointcut = pointcut
+        self.priority = resolve_priority(priority)
+        self.every = _check_every(every)
+        self.once = bool(once)
+        self.when = _check_callable("when", when)
+        self.rank = _check_rank(rank)
+        self.errors = _check_errors(errors)
+        self.name: str = name or str(getattr(fn, "__name__", type(fn).__name__))
+        self.order_after = _names("order_after", order_after)
+        self.order_before = _names("order_before", order_before)
+        self.aspect = aspect
+        self.aspect_name: str | None = aspect_name
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.seq = -1
+        self.failures = 0
+        self.calls = 0
+        self.time_ns = 0
+        self._handle: Handle | None = None
+        self.points: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Compiled callables per join point (weakly keyed: advice never keeps a join point,
+        # and so its target, alive) and per event name.
+        self._compiled: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._compiled_events: dict[str, Callable[..., Any]] = {}
+        check_signature(fn, kind, self.describe_target())
+
+    # -- being its own handle ---------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def remove(self) -> None:
+        """Unregister this advice; removing twice, or an unregistered advice, does nothing."""
+        handle = self._handle
+        if handle is not None:
+            handle.remove()
+
+    @property
+    def active(self) -> bool:
+        """Whether the advice is registered now."""
+        return self._handle is not None and self._handle.active
+
+    def __enter__(self) -> Advice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # -- introspection ----------------------------------------------------------------
+
+    @property
+    def labels(self) -> frozenset[str]:
+        """Names that ``order_after`` / ``order_before`` of other advice may refer to."""
+        if self.aspect_name:
+            return frozenset((self.name, self.aspect_name))
+        return frozenset((self.name,))
+
+    @property
+    def location(self) -> str:
+        """``file:line`` where the advice function is defined."""
+        return location_of(self.fn)
+
+    @property
+    def filters(self) -> str:
+        """The call filters as text, e.g. ``'every=10, rank=0'``."""
+        parts = []
+        if self.every:
+            parts.append(f"every={self.every}")
+        if self.once:
+            parts.append("once")
+        if self.when is not None:
+            parts.append(f"when={getattr(self.when, '__name__', 'fn')}")
+        if self.rank is not None:
+            parts.append(f"rank={self.rank}")
+        if self.errors != "raise":
+            parts.append(f"errors={self.errors}")
+        return ", ".join(parts)
+
+    def describe_target(self) -> str:
+        return repr(self.pointcut) if self.pointcut is not None else "its weave target"
+
+    def __repr__(self) -> str:
+        owner = f" of {self.aspect_name}" if self.aspect_name else ""
+        return f"<Advice {self.kind} {self.name}{owner} -> {self.describe_target()}>"
+
+    # -- compilation ------------------------------------------------------------------
+
+    def compiled(self, key: object) -> Callable[..., Any]:
+        """The callable that dispatch runs for this advice at ``key`` (a join point/event).
+
+        Filters keep their counters per key, so ``every=10`` counts the calls of each join
+        point separately; the compiled callable is cached so a chain rebuild keeps them.
+        """
+        cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache[key] = self._compile()
+        return fn  # type: ignore[no-any-return]
+
+    def forget(self, key: object) -> None:
+        cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
+        cache.pop(key, None)
+
+    def _compile(self) -> Callable[..., Any]:
+        fn = self.fn
+        if self.errors == "log":
+            fn = _guard_around(self, fn) if self.kind == "around" else _guard(self, fn)
+        if self.every or self.once or self.when is not None or self.rank is not None:
+            fn = _filter(self, fn)
+        return fn
+
+
+# -- option checks ---------------------------------------------------------------------
+
+
+def _check_every(every: object) -> int | None:
+    if every is None:
+        return None
+    if isinstance(every, int) and not isinstance(every, bool) and every >= 1:
+        return every
+    raise InvalidOptionError(
+        f"every={every!r} is not a positive int: give every=n to run on every n-th call",
+        option="every",
+        value=every,
+    )
+
+
+def _check_rank(rank: object) -> int | None:
+    if rank is None:
+        return None
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+        return rank
+    raise InvalidOptionError(
+        f"rank={rank!r} is not a process rank: give an int >= 0 (rank=0 for the main process)",
+        option="rank",
+        value=rank,
+    )
+
+
+def _check_errors(errors: object) -> str:
+    if errors in _ERRORS:
+        return str(errors)
+    raise InvalidOptionError(
+        f"errors={errors!r} is not a policy: use errors='raise' to propagate failures of the "
+        "advice, or errors='log' to log them and let the call continue",
+        option="errors",
+        value=errors,
+    )
+
+
+def _check_callable(option: str, value: object) -> Any:
+    if value is None or callable(value):
+        return value
+    raise InvalidOptionError(
+        f"{option}={value!r} is not callable: give a function taking ctx and returning a bool",
+        option=option,
+        value=value,
+    )
+
+
+def _names(option: str, names: object) -> tuple[str, ...]:
+    if isinstance(names, str):
+        return (names,)
+    result: tuple[object, ...] | None = None
+    if isinstance(names, (tuple, list, set, frozenset)):
+        result = tuple(names)
+    if result is None or not all(isinstance(n, str) for n in result):
+        raise InvalidOptionError(
+            f"{option}={names!r} must be a name or a tuple of aspect/advice names",
+            option=option,
+            value=names,
+        )
+    return tuple(str(n) for n in result)
+
+
+def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> None:
+    """Refuse, at registration, a function that cannot be called as its kind calls it."""
+    if not callable(fn):
+        raise AdviceSignatureError(
+            f"{kind} advice for {target} must be callable, got {fn!r}",
+            advice=repr(fn),
+            signature="",
+            expected=_EXPECTED[kind],
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no signature; let them through
+        return
+    arity = 2 if kind == "around" else 1
+    try:
+        signature.bind(*range(arity))
+    except TypeError:
+        name = getattr(fn, "__qualname__", repr(fn))
+        expected = _EXPECTED[kind]
+        raise AdviceSignatureError(
+            f"{kind} advice {name}{signature} for {target} cannot be called as "
+            f"{name}{expected}: define it as def {getattr(fn, '__name__', 'fn')}{expected}",
+            advice=name,
+            signature=str(signature),
+            expected=expected,
+        ) from None
+
+
+def location_of(fn: object) -> str:
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))  # type: ignore[arg-type]
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "?"
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+# -- compiled wrappers: filters and the errors='log' policy ------------------------------
+
+
+def _filter(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
+    counter = itertools.count()  # next() on itertools.count is atomic under the GIL
+    around = advice.kind == "around"
+
+    def passes(ctx: Any) -> bool:
+        if rank is not None and current_rank() != rank:
+            return False
+        if when is not None and not when(ctx):
+            return False
+        n = next(counter)
+        if once and n:
+            return False
+        return not (every and (n + 1) % every)
+
+    if around:
+
+        def filtered_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            return fn(ctx, proceed) if passes(ctx) else proceed()
+
+        return filtered_around
+
+    def filtered(ctx: Any) -> Any:
+        return fn(ctx) if passes(ctx) else None
+
+    return filtered
+
+
+def _log_failure(advice: Advice, point: object) -> None:
+    advice.failures += 1
+    from ._log import get_logger
+
+    name = getattr(getattr(point, "joinpoint", point), "name", point)
+    get_logger().error(
+        "advice.failed",
+        advice=advice.name,
+        aspect=advice.aspect_name,
+        kind=advice.kind,
+        joinpoint=name,
+        failures=advice.failures,
+        exc_info=True,
+    )
+
+
+def _guard(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if advice.is_async:
+
+        async def guarded_async(ctx: Any) -> Any:
+            try:
+                return await fn(ctx)
+            except Exception:
+                _log_failure(advice, ctx)
+                return None
+
+        return guarded_async
+
+    def guarded(ctx: Any) -> Any:
+        try:
+            return fn(ctx)
+        except Exception:
+            _log_failure(advice, ctx)
+            return None
+
+    return guarded
+
+
+def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """errors='log' for around advice: the target still runs exactly once.
+
+    If the advice fails before calling ``proceed`` we proceed for it; if it fails after,
+    the result ``proceed`` produced stands; an exception of the target itself propagates.
+    """
+
+    def guarded(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        outcome: list[Any] = []
+
+        def tracked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = proceed(*args, **kwargs)
+            except BaseException as exc:
+                outcome.append((False, exc))
+                raise
+            outcome.append((True, result))
+            return result
+
+        try:
+            return fn(ctx, tracked)
+        except Exception as exc:
+            if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
+                raise
+            _log_failure(advice, ctx)
+            if not outcome:
+                return proceed()
+            ok, value = outcome[-1]
+            if ok:
+                return value
+            raise value from None
+
+    if advice.is_async:
+
+        async def guarded_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            outcome: list[Any] = []
+
+            async def tracked(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    result = await proceed(*args, **kwargs)
+                except BaseException as exc:
+                    outcome.append((False, exc))
+                    raise
+                outcome.append((True, result))
+                return result
+
+            try:
+                return await fn(ctx, tracked)
+            except Exception as exc:
+                if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
+                    raise
+                _log_failure(advice, ctx)
+                if not outcome:
+                    return await proceed()
+                ok, value = outcome[-1]
+                if ok:
+                    return value
+                raise value from None
+
+        return guarded_async
+    return guarded

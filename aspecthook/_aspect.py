@@ -1,0 +1,157 @@
+"""Aspects: classes that bundle the advice of one concern.
+
+Advice inside an ``Aspect`` is either a method marked with a decorator (``@before(...)``
+in the class body only marks it) or a method named ``<kind>_<join point>``
+(``before_train_iter``, ``after_run``, ``on_error_train_iter``, ``around_val_epoch``).
+Advice objects are made per aspect instance, bound to it, when the instance is registered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._advice import Advice, AdviceKind
+from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
+from ._priority import Priority, PriorityLike, resolve_priority
+from .errors import AspectDefinitionError
+
+__all__ = ["MARK", "Aspect", "snake_case"]
+
+MARK = "__aspecthook_advice__"
+_PREFIXES: tuple[tuple[str, AdviceKind], ...] = (
+    ("on_error_", "on_error"),
+    ("before_", "before"),
+    ("after_", "after"),
+    ("around_", "around"),
+)
+
+
+def snake_case(name: str) -> str:
+    """``'EarlyStoppingHook'`` -> ``'early_stopping_hook'``."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+class Aspect:
+    """Base class for a bundle of advice about one concern.
+
+    Class attributes apply to all its advice unless a method's decorator says otherwise:
+    ``name`` (default: the class name in snake case), ``priority`` (default ``NORMAL``),
+    ``order_after`` / ``order_before`` (names of other aspects), ``errors``
+    (``'raise'`` or ``'log'``) and ``pointcut`` (for advice declared without one). Any of
+    them can also be given per instance to ``__init__``.
+    """
+
+    name: str = "aspect"
+    priority: PriorityLike = Priority.NORMAL
+    order_after: tuple[str, ...] = ()
+    order_before: tuple[str, ...] = ()
+    errors: str = "raise"
+    pointcut: PointcutLike | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = snake_case(cls.__name__)
+
+    def __init__(
+        self,
+        *,
+        pointcut: PointcutLike | None = None,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        errors: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        if pointcut is not None:
+            self.pointcut = pointcut
+        if priority is not None:
+            resolve_priority(priority)
+            self.priority = priority
+        if name is not None:
+            self.name = name
+        if errors is not None:
+            self.errors = errors
+        if order_after is not None:
+            self.order_after = order_after
+        if order_before is not None:
+            self.order_before = order_before
+
+    def make_advice(self, target: Pointcut | None = None) -> list[Advice]:
+        """Bound ``Advice`` objects for every advice method of this instance.
+
+        Advice declared without a pointcut uses ``target`` (a weave target) when given,
+        else this aspect's ``pointcut``; with neither it is an ``AspectDefinitionError``.
+        """
+        own = as_pointcut(self.pointcut) if self.pointcut is not None else None
+        result: list[Advice] = []
+        for attr, func in _advice_methods(type(self)):
+            bound = getattr(self, attr)
+            marks = getattr(func, MARK, None)
+            if marks:
+                for kind, pointcut, opts in marks:
+                    pc = pointcut if pointcut is not None else (target or own)
+                    if pc is None:
+                        raise AspectDefinitionError(
+                            f"{type(self).__name__}.{attr} is {kind} advice without a "
+                            f"pointcut: give {type(self).__name__}(pointcut='name or glob') "
+                            "before register(), or weave it into a target with "
+                            f"weave(target, {type(self).__name__}())"
+                        )
+                    result.append(self._advice(kind, bound, pc, attr, opts))
+            else:
+                kind_name = _convention(attr)
+                if kind_name is not None:
+                    kind, point = kind_name
+                    result.append(self._advice(kind, bound, NormalizedName(point), attr, {}))
+        return result
+
+    def _advice(
+        self,
+        kind: AdviceKind,
+        bound: Any,
+        pointcut: Pointcut,
+        attr: str,
+        opts: dict[str, Any],
+    ) -> Advice:
+        options: dict[str, Any] = {
+            "priority": self.priority,
+            "errors": self.errors,
+            "order_after": self.order_after,
+            "order_before": self.order_before,
+            "name": f"{self.name}.{attr}",
+        }
+        options.update(opts)
+        return Advice(kind, bound, pointcut, aspect=self, aspect_name=self.name, **options)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _convention(attr: str) -> tuple[AdviceKind, str] | None:
+    for prefix, kind in _PREFIXES:
+        if attr.startswith(prefix) and len(attr) > len(prefix):
+            return kind, attr[len(prefix) :]
+    return None
+
+
+def _advice_methods(cls: type) -> list[tuple[str, Any]]:
+    """(name, function) of advice methods, base classes first, definition order within."""
+    seen: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or klass is Aspect:
+            continue
+        for attr, value in vars(klass).items():
+            if attr.startswith("_"):
+                continue
+            func = getattr(value, "__func__", value)
+            if not callable(func):
+                continue
+            if getattr(func, MARK, None) or _convention(attr) is not None:
+                seen.pop(attr, None)
+                seen[attr] = func
+            else:
+                seen.pop(attr, None)
+    return list(seen.items())

@@ -1,0 +1,129 @@
+"""Ordering of advice within a stage, and the precompiled chain a join point dispatches.
+
+A ``Chain`` is immutable: registrations build a new one and swap it in with one attribute
+store, so a call that already read the old chain finishes with it and no call ever sees a
+half-built chain.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._advice import Advice
+from .errors import OrderingCycleError
+
+__all__ = ["EMPTY_CHAIN", "STAGES", "Chain", "order_stage"]
+
+STAGES = ("before", "around", "after", "on_error")
+
+
+class Chain:
+    """The compiled advice of one join point: a tuple of callables per stage."""
+
+    __slots__ = ("after", "around", "before", "entries", "on_error", "skipped")
+
+    def __init__(
+        self,
+        entries: dict[str, tuple[Advice, ...]],
+        compiled: dict[str, tuple[Callable[..., Any], ...]],
+        skipped: dict[Advice, str] | None = None,
+    ) -> None:
+        self.entries = entries
+        self.before = compiled.get("before", ())
+        self.around = compiled.get("around", ())
+        self.after = compiled.get("after", ())
+        self.on_error = compiled.get("on_error", ())
+        self.skipped = skipped or {}
+
+    def __bool__(self) -> bool:
+        return bool(self.before or self.around or self.after or self.on_error)
+
+
+EMPTY_CHAIN = Chain({}, {})
+
+
+def _key(advice: Advice) -> tuple[int, int]:
+    return (advice.priority, advice.seq)
+
+
+def order_stage(advices: Sequence[Advice]) -> list[Advice]:
+    """Order one stage: ascending priority, ties by registration, then the order constraints.
+
+    Constraints are edges (``a.order_after`` names ``b`` => ``b`` runs before ``a``); a
+    topological sort that always takes the smallest (priority, seq) among the ready advice
+    keeps priorities wherever the constraints allow. A cycle raises ``OrderingCycleError``.
+    """
+    ordered = sorted(advices, key=_key)
+    if not any(a.order_after or a.order_before for a in ordered):
+        return ordered
+    successors: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    indegree = [0] * len(ordered)
+    for i, a in enumerate(ordered):
+        for j, b in enumerate(ordered):
+            if i != j and (b.labels & set(a.order_after) or a.labels & set(b.order_before)):
+                successors[j].append(i)  # b before a
+                indegree[i] += 1
+    ready = [(_key(ordered[i]), i) for i in range(len(ordered)) if indegree[i] == 0]
+    heapq.heapify(ready)
+    result: list[Advice] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        result.append(ordered[i])
+        for k in successors[i]:
+            indegree[k] -= 1
+            if indegree[k] == 0:
+                heapq.heappush(ready, (_key(ordered[k]), k))
+    if len(result) < len(ordered):
+        cycle = _find_cycle(successors, [i for i in range(len(ordered)) if indegree[i] > 0])
+        names = tuple(_label(ordered[i]) for i in cycle)
+        raise OrderingCycleError(
+            "order_after/order_before constraints form a cycle: "
+            + " -> ".join(names)
+            + "; remove one of these constraints or use priorities instead",
+            cycle=names,
+        )
+    return result
+
+
+def _label(advice: Advice) -> str:
+    return advice.aspect_name or advice.name
+
+
+def _find_cycle(successors: dict[int, list[int]], remaining: list[int]) -> list[int]:
+    left = set(remaining)
+    start = remaining[0]
+    path = [start]
+    seen = {start: 0}
+    node = start
+    while True:
+        node = next(k for k in successors[node] if k in left)
+        if node in seen:
+            return [*path[seen[node] :], node]
+        seen[node] = len(path)
+        path.append(node)
+
+
+def build_chain(key: object, advices: Sequence[Advice], *, is_async: bool) -> Chain:
+    """Order and compile ``advices`` for the join point ``key``.
+
+    Async advice cannot run inside a synchronous call; it is left out and reported.
+    """
+    entries: dict[str, tuple[Advice, ...]] = {}
+    compiled: dict[str, tuple[Callable[..., Any], ...]] = {}
+    skipped: dict[Advice, str] = {}
+    for stage in STAGES:
+        stage_advice = [a for a in advices if a.kind == stage]
+        if not stage_advice:
+            continue
+        ordered = order_stage(stage_advice)
+        usable = []
+        for advice in ordered:
+            if advice.is_async and not is_async:
+                skipped[advice] = "async advice on a synchronous join point"
+            else:
+                usable.append(advice)
+        entries[stage] = tuple(ordered)
+        compiled[stage] = tuple(a.compiled(key) for a in usable)
+    return Chain(entries, compiled, skipped)

@@ -1,0 +1,205 @@
+"""``describe()``: what will run where, as data a program can read and a table to print."""
+
+from __future__ import annotations
+
+import difflib
+import io
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._chain import STAGES
+from ._pointcut import PointcutLike, as_pointcut
+from ._registry import LOCK, REGISTRY
+
+if TYPE_CHECKING:
+    from ._weaver import Weaver
+
+__all__ = ["Description", "Row", "describe"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``describe()``.
+
+    A join point with no advice has one row with ``stage`` empty. Advice that matches no
+    join point has ``joinpoint`` empty and a ``note`` (with a did-you-mean suggestion).
+    A weave that is pending, skipped or failed has ``status`` saying so.
+    """
+
+    joinpoint: str
+    stage: str
+    order: int
+    advice: str
+    priority: int | None
+    aspect: str
+    filters: str
+    location: str
+    status: str
+    calls: int | None = None
+    failures: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Description(list[Row]):
+    """The rows of ``describe()``; printing renders a table (with rich when installed)."""
+
+    def __str__(self) -> str:
+        try:
+            from rich.console import Console
+        except ImportError:
+            return self._plain()
+        console = Console(width=160, record=True, file=io.StringIO())
+        console.print(self.__rich__())
+        return console.export_text().rstrip()
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title="aspecthook: join points and advice", show_lines=False)
+        for column in (
+            "join point",
+            "stage",
+            "#",
+            "advice",
+            "priority",
+            "aspect",
+            "filters",
+            "status",
+            "where",
+            "note",
+        ):
+            table.add_column(column)
+        for r in self:
+            table.add_row(
+                r.joinpoint,
+                r.stage,
+                str(r.order) if r.stage else "",
+                r.advice,
+                "" if r.priority is None else str(r.priority),
+                r.aspect,
+                r.filters,
+                r.status,
+                _short(r.location),
+                r.note,
+            )
+        return table
+
+    def _plain(self) -> str:
+        lines = []
+        for r in self:
+            lines.append(
+                f"{r.joinpoint:30} {r.stage:9} {r.order:>2} {r.advice:30} "
+                f"{'' if r.priority is None else r.priority:>4} {r.status} {r.note}"
+            )
+        return "\n".join(lines)
+
+    def for_joinpoint(self, name: str) -> list[Row]:
+        """Rows of one join point, in run order within each stage."""
+        return [r for r in self if r.joinpoint == name]
+
+    def advice_names(self, joinpoint: str, stage: str) -> list[str]:
+        """Advice names at one join point and stage, in the order they run."""
+        return [r.advice for r in self if r.joinpoint == joinpoint and r.stage == stage]
+
+
+def _short(location: str) -> str:
+    path, _, line = location.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else location
+
+
+def describe(pointcut: PointcutLike | None = None, *, weaver: Weaver | None = None) -> Description:
+    """Every join point (selected by ``pointcut``) with its advice per stage, in run order."""
+    from ._weave import WEAVES
+
+    selected = as_pointcut(pointcut) if pointcut is not None else None
+    rows = Description()
+    with LOCK:
+        points = sorted(
+            REGISTRY.points_of(weaver) if weaver is not None else REGISTRY.joinpoints,
+            key=lambda jp: jp.name,
+        )
+        all_points = list(REGISTRY.joinpoints)
+        weavers = [weaver] if weaver is not None else list(REGISTRY.weavers)
+        for jp in points:
+            if selected is not None and not selected.matches(jp):
+                continue
+            rows.extend(_joinpoint_rows(jp))
+        rows.extend(_weave_rows(WEAVES, weaver))
+        rows.extend(_unmatched_rows(weavers, all_points, selected))
+    return rows
+
+
+def _joinpoint_rows(jp: Any) -> list[Row]:
+    chain = jp.chain
+    aliases = f"aliases: {', '.join(jp.aliases)}" if jp.aliases else ""
+    rows = []
+    for stage in STAGES:
+        for i, advice in enumerate(chain.entries.get(stage, ()), 1):
+            problem = chain.skipped.get(advice)
+            rows.append(
+                Row(
+                    joinpoint=jp.name,
+                    stage=stage,
+                    order=i,
+                    advice=advice.name,
+                    priority=advice.priority,
+                    aspect=advice.aspect_name or "",
+                    filters=advice.filters,
+                    location=advice.location,
+                    status="failed" if problem else jp.status,
+                    failures=advice.failures,
+                    note=problem or aliases,
+                )
+            )
+    if not rows:
+        rows.append(Row(jp.name, "", 0, "", None, "", "", jp.location, jp.status, note=aliases))
+    return rows
+
+
+def _weave_rows(records: list[Any], weaver: Weaver | None) -> list[Row]:
+    return [
+        Row(r.target, "", 0, "", None, "", "", "", r.status, note=r.reason)
+        for r in records
+        if r.status != "active" and (weaver is None or r.weaver is weaver)
+    ]
+
+
+def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> list[Row]:
+    known = sorted({n for jp in points for n in jp.names if not n.startswith("@")})
+    rows = []
+    for w in weavers:
+        for advice in w.registered:
+            if advice.kind == "on" or advice.points or advice.pointcut is None:
+                continue
+            literal = list(advice.pointcut.literal_names())
+            if not literal or any(n.startswith("@") for n in literal):
+                continue
+            if selected is not None and not any(selected.matches(_Named(n)) for n in literal):
+                continue
+            hints = [m for n in literal for m in difflib.get_close_matches(n, known, n=1)]
+            note = f"no join point named {' or '.join(map(repr, literal))}"
+            if hints:
+                note += f"; did you mean {hints[0]!r}?"
+            rows.append(
+                Row(
+                    "",
+                    advice.kind,
+                    0,
+                    advice.name,
+                    advice.priority,
+                    advice.aspect_name or "",
+                    advice.filters,
+                    advice.location,
+                    "unmatched",
+                    note=note,
+                )
+            )
+    return rows
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.names = frozenset((name,))

@@ -1,0 +1,330 @@
+"""Join points, the one wrapt proxy per intercepted callable, and the dispatch loop.
+
+Construction notes (measured in bench/calls.py):
+
+* ``wrapt.FunctionWrapper.__call__`` on a wrapped plain function with no bound instance
+  looks up ``wrapped.__self__`` on every call to detect a pre-bound method. For a plain
+  function that lookup raises and clears an AttributeError, which is most of the cost of
+  a pass-through wrapper. We initialise the unbound proxy with a sentinel instance
+  (``_UNBOUND``) instead of ``None``: the C ``__call__`` then skips the lookup. Binding is
+  untouched, because ``__get__`` of an unbound wrapper never reads its own instance (it
+  builds a fresh bound wrapper from the descriptor protocol), so methods, classmethods and
+  staticmethods behave as before. The dispatcher maps the sentinel back to ``None``.
+* ``enabled=`` is the bound ``__len__`` of a list that holds one item while the join
+  point has advice. wrapt calls it from C; when it returns 0 the wrapper is skipped and
+  the target is called directly, so an idle join point costs one C call.
+* The dispatcher reads the join point's ``Chain`` once per call. Registrations replace
+  the chain object whole, so concurrent weaving never exposes a half-built chain.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from ._chain import EMPTY_CHAIN, Chain
+from ._context import CallContext
+
+if TYPE_CHECKING:
+    from ._advice import Advice
+    from ._weaver import Weaver
+
+__all__ = ["JoinPoint", "JoinPointProxy", "is_proxy", "make_proxy"]
+
+_FunctionWrapperBase = wrapt.FunctionWrapper.__mro__[1]
+
+
+class _Unbound:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unbound>"
+
+
+_UNBOUND = _Unbound()
+
+
+class JoinPoint:
+    """A named place where calls are intercepted.
+
+    ``names`` holds its name and every alias (``weave(..., name=)``); pointcuts match
+    against it. ``advice`` is what currently matches, ``chain`` what dispatch runs.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_active",
+        "_chain",
+        "_name_counts",
+        "advice",
+        "declared",
+        "is_async",
+        "local_weavers",
+        "location",
+        "name",
+        "names",
+        "proxy_ref",
+        "site",
+        "status",
+        "target",
+        "weave_refs",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        target: Any,
+        *,
+        declared: bool,
+        local_weaver: Weaver | None = None,
+    ) -> None:
+        self.name = name
+        self._name_counts: Counter[str] = Counter({name: 1})
+        self.names: frozenset[str] = frozenset((name,))
+        self.target = target
+        func = getattr(target, "__func__", target)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.declared = declared
+        # Local weavers whose advice reaches this join point, counted per weave.
+        self.local_weavers: Counter[Weaver] = Counter()
+        if local_weaver is not None:
+            self.local_weavers[local_weaver] += 1
+        self.advice: list[Advice] = []
+        self._chain: Chain = EMPTY_CHAIN
+        self._active: list[bool] = []
+        self.location = _location(func)
+        self.status = "active"
+        self.site: tuple[Any, str] | None = None
+        self.weave_refs = 0
+        self.proxy_ref: Callable[[], Any] | None = None
+
+    @property
+    def chain(self) -> Chain:
+        return self._chain
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Names besides ``name`` that users gave this join point (internal tokens hidden)."""
+        return tuple(sorted(n for n in self.names if n != self.name and not n.startswith("@")))
+
+    def set_chain(self, chain: Chain) -> None:
+        # Order matters for concurrent callers: publish the chain before enabling dispatch,
+        # and disable dispatch before dropping the chain.
+        if chain:
+            self._chain = chain
+            if not self._active:
+                self._active.append(True)
+        else:
+            self._active.clear()
+            self._chain = chain
+
+    def add_names(self, names: tuple[str, ...]) -> None:
+        self._name_counts.update(names)
+        self.names = frozenset(self._name_counts)
+
+    def remove_names(self, names: tuple[str, ...]) -> None:
+        self._name_counts.subtract(names)
+        self._name_counts[self.name] = max(self._name_counts[self.name], 1)
+        self._name_counts = +self._name_counts
+        self.names = frozenset(self._name_counts)
+
+    def __repr__(self) -> str:
+        return f"<JoinPoint {self.name}>"
+
+
+def _location(func: Any) -> str:
+    code = getattr(inspect.unwrap(func), "__code__", None) if callable(func) else None
+    if code is None:
+        return "?"
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+# -- dispatch ----------------------------------------------------------------------------
+
+
+def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
+    """The wrapt wrapper function of ``jp``: runs the chain around one call.
+
+    This is the hot loop; it is written out flat on purpose (no helper calls on the
+    common path, one chain read, locals for everything used twice).
+    """
+
+    def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        chain = jp._chain  # one read: a concurrent rebuild swaps the whole object
+        ctx = CallContext(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
+        for fn in chain.before:
+            fn(ctx)
+        if not ctx._skipped:
+            try:
+                if chain.around:
+                    ctx.result = _run_around(chain.around, 0, ctx, wrapped)
+                else:
+                    ctx.result = wrapped(*ctx._args, **ctx.kwargs)
+            except Exception as exc:
+                if not chain.on_error or not _handle_error(chain.on_error, ctx, exc):
+                    raise  # the original exception, unchanged
+        for fn in chain.after:
+            fn(ctx)
+        return ctx.result
+
+    return dispatch
+
+
+def _run_around(
+    arounds: tuple[Callable[..., Any], ...], index: int, ctx: CallContext, wrapped: Any
+) -> Any:
+    nxt = index + 1
+
+    def proceed(*args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            ctx._args = list(args)
+            ctx.kwargs = kwargs
+        if nxt < len(arounds):
+            return _run_around(arounds, nxt, ctx, wrapped)
+        return wrapped(*ctx._args, **ctx.kwargs)
+
+    return arounds[index](ctx, proceed)
+
+
+def _handle_error(
+    handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
+) -> bool:
+    """Run error advice; True when one recovered. A raising handler replaces ``exc``."""
+    ctx.exception = exc
+    for fn in handlers:
+        try:
+            fn(ctx)
+        except Exception as new:
+            if new is not exc and new.__cause__ is None:
+                new.__cause__ = exc
+            raise
+        if ctx._recovered:
+            return True
+    return False
+
+
+def _make_async_dispatch(jp: JoinPoint) -> Callable[..., Any]:
+    """Dispatch for ``async def`` targets: returns a coroutine that awaits async advice."""
+
+    def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return _dispatch_async(
+            jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs
+        )
+
+    return dispatch
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def _dispatch_async(
+    jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    chain = jp._chain
+    ctx = CallContext(jp, wrapped, instance, args, kwargs)
+    for fn in chain.before:
+        await _maybe_await(fn(ctx))
+    if not ctx._skipped:
+        try:
+            if chain.around:
+                ctx.result = await _run_around_async(chain.around, 0, ctx, wrapped)
+            else:
+                ctx.result = await wrapped(*ctx._args, **ctx.kwargs)
+        except Exception as exc:
+            if not chain.on_error or not await _handle_error_async(chain.on_error, ctx, exc):
+                raise
+    for fn in chain.after:
+        await _maybe_await(fn(ctx))
+    return ctx.result
+
+
+async def _run_around_async(
+    arounds: tuple[Callable[..., Any], ...], index: int, ctx: CallContext, wrapped: Any
+) -> Any:
+    nxt = index + 1
+
+    async def proceed(*args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            ctx._args = list(args)
+            ctx.kwargs = kwargs
+        if nxt < len(arounds):
+            return await _run_around_async(arounds, nxt, ctx, wrapped)
+        return await wrapped(*ctx._args, **ctx.kwargs)
+
+    return await _maybe_await(arounds[index](ctx, proceed))
+
+
+async def _handle_error_async(
+    handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
+) -> bool:
+    ctx.exception = exc
+    for fn in handlers:
+        try:
+            await _maybe_await(fn(ctx))
+        except Exception as new:
+            if new is not exc and new.__cause__ is None:
+                new.__cause__ = exc
+            raise
+        if ctx._recovered:
+            return True
+    return False
+
+
+# -- the proxy ---------------------------------------------------------------------------
+
+
+class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
+    """The wrapt proxy that stands in for an intercepted callable.
+
+    It behaves as the original for signature, docstring, ``__wrapped__``, ``inspect``,
+    descriptor binding and pickling (by reference, like the function it replaces).
+    """
+
+    def __init__(self, wrapped: Any, jp: JoinPoint) -> None:
+        dispatch = _make_async_dispatch(jp) if jp.is_async else _make_dispatch(jp)
+        enabled: Any = jp._active.__len__  # truthy while the join point has advice
+        super().__init__(wrapped, dispatch, enabled)
+        if self._self_binding == "function":
+            # See the module docstring: a sentinel instance skips wrapt's per-call
+            # ``__self__`` probe on plain functions without changing how binding works.
+            init: Any = getattr(_FunctionWrapperBase, "__init__")  # noqa: B009
+            init(self, wrapped, _UNBOUND, dispatch, enabled, "function")
+        self._self_joinpoint = jp
+
+    def __reduce_ex__(self, protocol: object) -> str:
+        return str(self.__qualname__)
+
+    def __reduce__(self) -> str:
+        return str(self.__qualname__)
+
+    def __copy__(self) -> JoinPointProxy:
+        return self
+
+    def __deepcopy__(self, memo: object) -> JoinPointProxy:
+        return self
+
+
+def is_proxy(obj: object) -> bool:
+    """Whether ``obj`` itself is one of our join point proxies (not a foreign wrapper)."""
+    return type(obj) is JoinPointProxy
+
+
+def find_proxy(obj: object) -> JoinPointProxy | None:
+    """Our proxy in ``obj``'s wrapper chain (under foreign wrappers too), or ``None``."""
+    if type(obj) is JoinPointProxy:
+        return obj
+    found: JoinPointProxy | None = wrapt.find_wrapper(
+        obj, predicate=lambda e: type(e) is JoinPointProxy
+    )
+    return found
+
+
+def make_proxy(wrapped: Any, jp: JoinPoint) -> JoinPointProxy:
+    return JoinPointProxy(wrapped, jp)

@@ -1,0 +1,224 @@
+"""Pointcuts: small immutable values that select join points (or event names).
+
+A join point answers to one or more names (its declared name, its dotted path, aliases
+given with ``weave(..., name=)``). A pointcut is an exact name, a glob, a predicate, or
+``&`` / ``|`` / ``~`` of those. Strings become ``Name`` or ``Glob`` through ``as_pointcut``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from fnmatch import fnmatchcase
+from typing import Protocol, TypeAlias
+
+from .errors import InvalidPointcutError
+
+__all__ = [
+    "Glob",
+    "Name",
+    "NormalizedName",
+    "Pointcut",
+    "PointcutLike",
+    "Predicate",
+    "as_pointcut",
+]
+
+_GLOB_CHARS = frozenset("*?[")
+_NOT_IDENTIFIER = re.compile(r"\W")
+
+
+class Point(Protocol):
+    """What a pointcut looks at: a join point or an event, through its names."""
+
+    @property
+    def names(self) -> frozenset[str]: ...
+
+
+class Pointcut:
+    """Base of all pointcuts; combine with ``&``, ``|`` and ``~``."""
+
+    __slots__ = ()
+
+    def matches(self, point: Point) -> bool:
+        """Whether this pointcut selects ``point``."""
+        raise NotImplementedError
+
+    def literal_names(self) -> Iterable[str]:
+        """Exact names this pointcut can only match (for did-you-mean hints)."""
+        return ()
+
+    def __and__(self, other: PointcutLike) -> Pointcut:
+        return _And(self, as_pointcut(other))
+
+    def __or__(self, other: PointcutLike) -> Pointcut:
+        return _Or(self, as_pointcut(other))
+
+    def __rand__(self, other: PointcutLike) -> Pointcut:
+        return _And(as_pointcut(other), self)
+
+    def __ror__(self, other: PointcutLike) -> Pointcut:
+        return _Or(as_pointcut(other), self)
+
+    def __invert__(self) -> Pointcut:
+        return _Not(self)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _init(self, **fields: object) -> None:
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+
+
+class Name(Pointcut):
+    """Selects join points that answer to exactly ``name``."""
+
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self._init(name=name)
+
+    def matches(self, point: Point) -> bool:
+        return self.name in point.names
+
+    def literal_names(self) -> Iterable[str]:
+        return (self.name,)
+
+    def __repr__(self) -> str:
+        return f"Name({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Name and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((Name, self.name))
+
+
+class NormalizedName(Pointcut):
+    """Selects names equal to ``name`` once every non-identifier character becomes ``_``.
+
+    This is how a method ``before_train_iter`` of an ``Aspect`` names its join point, so a
+    method ``after_torch_optim_Optimizer_step`` reaches ``'torch.optim.Optimizer.step'``.
+    """
+
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self._init(name=name)
+
+    def matches(self, point: Point) -> bool:
+        target = self.name
+        return any(_NOT_IDENTIFIER.sub("_", n) == target for n in point.names)
+
+    def literal_names(self) -> Iterable[str]:
+        return (self.name,)
+
+    def __repr__(self) -> str:
+        return f"NormalizedName({self.name!r})"
+
+
+class Glob(Pointcut):
+    """Selects names matching a shell-style pattern (``'train_*'``, ``'*.forward'``)."""
+
+    __slots__ = ("pattern",)
+    pattern: str
+
+    def __init__(self, pattern: str) -> None:
+        self._init(pattern=pattern)
+
+    def matches(self, point: Point) -> bool:
+        pattern = self.pattern
+        return any(fnmatchcase(n, pattern) for n in point.names)
+
+    def __repr__(self) -> str:
+        return f"Glob({self.pattern!r})"
+
+
+class Predicate(Pointcut):
+    """Selects the points for which ``fn(point)`` is true."""
+
+    __slots__ = ("fn",)
+    fn: Callable[[Point], bool]
+
+    def __init__(self, fn: Callable[[Point], bool]) -> None:
+        self._init(fn=fn)
+
+    def matches(self, point: Point) -> bool:
+        return bool(self.fn(point))
+
+    def __repr__(self) -> str:
+        return f"Predicate({getattr(self.fn, '__qualname__', self.fn)!r})"
+
+
+class _And(Pointcut):
+    __slots__ = ("left", "right")
+    left: Pointcut
+    right: Pointcut
+
+    def __init__(self, left: Pointcut, right: Pointcut) -> None:
+        self._init(left=left, right=right)
+
+    def matches(self, point: Point) -> bool:
+        return self.left.matches(point) and self.right.matches(point)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} & {self.right!r})"
+
+
+class _Or(Pointcut):
+    __slots__ = ("left", "right")
+    left: Pointcut
+    right: Pointcut
+
+    def __init__(self, left: Pointcut, right: Pointcut) -> None:
+        self._init(left=left, right=right)
+
+    def matches(self, point: Point) -> bool:
+        return self.left.matches(point) or self.right.matches(point)
+
+    def literal_names(self) -> Iterable[str]:
+        return (*self.left.literal_names(), *self.right.literal_names())
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} | {self.right!r})"
+
+
+class _Not(Pointcut):
+    __slots__ = ("inner",)
+    inner: Pointcut
+
+    def __init__(self, inner: Pointcut) -> None:
+        self._init(inner=inner)
+
+    def matches(self, point: Point) -> bool:
+        return not self.inner.matches(point)
+
+    def __repr__(self) -> str:
+        return f"~{self.inner!r}"
+
+
+PointcutLike: TypeAlias = "Pointcut | str | Callable[[Point], bool]"
+
+
+def as_pointcut(value: object) -> Pointcut:
+    """Turn a name, glob, pointcut or predicate into a ``Pointcut``."""
+    if isinstance(value, Pointcut):
+        return value
+    if isinstance(value, str):
+        if not value or value != value.strip():
+            raise InvalidPointcutError(
+                f"pointcut {value!r} is empty or has surrounding spaces: "
+                "give a join point name such as 'train_iter' or a glob such as 'train_*'"
+            )
+        if _GLOB_CHARS.intersection(value):
+            return Glob(value)
+        return Name(value)
+    if callable(value):
+        return Predicate(value)
+    raise InvalidPointcutError(
+        f"{value!r} ({type(value).__name__}) is not a pointcut: give a join point name, "
+        "a glob ('train_*'), a Pointcut, or a predicate taking the join point"
+    )

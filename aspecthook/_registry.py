@@ -1,0 +1,152 @@
+"""Process-wide state: join points, weavers, and the matching between advice and points.
+
+Every change goes through here under one lock. A change computes the new chains of all
+join points it touches first (which is where an ordering cycle is found) and only then
+commits them, so a refused registration leaves nothing half-applied.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ._chain import build_chain
+
+if TYPE_CHECKING:
+    from ._advice import Advice
+    from ._joinpoint import JoinPoint
+    from ._weaver import Weaver
+
+__all__ = ["LOCK", "REGISTRY", "Registry"]
+
+LOCK = threading.RLock()
+
+
+class Registry:
+    """All join points and global weavers of the process (held weakly)."""
+
+    def __init__(self) -> None:
+        self.joinpoints: weakref.WeakSet[JoinPoint] = weakref.WeakSet()
+        self.weavers: weakref.WeakSet[Weaver] = weakref.WeakSet()
+        self.seq = itertools.count()
+        self.event_version = 0
+
+    # -- scope ----------------------------------------------------------------------------
+
+    def weavers_of(self, jp: JoinPoint) -> list[Weaver]:
+        """The weavers whose advice may apply to ``jp``: the global ones and its own."""
+        found = list(self.weavers)
+        found.extend(w for w in jp.local_weavers if w not in found)
+        return found
+
+    def points_of(self, weaver: Weaver) -> list[JoinPoint]:
+        """The join points advice of ``weaver`` may apply to."""
+        if weaver.is_global:
+            return list(self.joinpoints)
+        return [jp for jp in self.joinpoints if weaver in jp.local_weavers]
+
+    # -- changes --------------------------------------------------------------------------
+
+    def _commit(self, changes: dict[JoinPoint, list[Advice]]) -> None:
+        chains = {
+            jp: build_chain(jp, advices, is_async=jp.is_async) for jp, advices in changes.items()
+        }
+        for jp, advices in changes.items():
+            old = set(map(id, jp.advice))
+            new = set(map(id, advices))
+            for advice in jp.advice:
+                if id(advice) not in new:
+                    advice.forget(jp)
+                    advice.points.discard(jp)
+            for advice in advices:
+                if id(advice) not in old:
+                    advice.points.add(jp)
+            jp.advice = advices
+            jp.set_chain(chains[jp])
+
+    def add_joinpoint(self, jp: JoinPoint) -> None:
+        """Make ``jp`` known; advice registered earlier that matches it applies now."""
+        with LOCK:
+            matched = [
+                advice
+                for weaver in self.weavers_of(jp)
+                for advice in weaver.registered
+                if advice.kind != "on"
+                and advice.pointcut is not None
+                and advice.pointcut.matches(jp)
+            ]
+            self._commit({jp: matched})
+            self.joinpoints.add(jp)
+
+    def drop_joinpoint(self, jp: JoinPoint) -> None:
+        with LOCK:
+            self.joinpoints.discard(jp)
+            self._commit({jp: []})
+
+    def rename(
+        self, jp: JoinPoint, add: tuple[str, ...] = (), remove: tuple[str, ...] = ()
+    ) -> None:
+        """Change the names ``jp`` answers to and re-match advice against them."""
+        with LOCK:
+            old_counts = jp._name_counts.copy()
+            jp.add_names(add)
+            jp.remove_names(remove)
+            try:
+                self._rematch([jp])
+            except Exception:
+                jp._name_counts = old_counts
+                jp.names = frozenset(old_counts)
+                raise
+
+    def _rematch(self, points: Iterable[JoinPoint]) -> None:
+        changes = {}
+        for jp in points:
+            if jp not in self.joinpoints:
+                continue
+            changes[jp] = [
+                advice
+                for weaver in self.weavers_of(jp)
+                for advice in weaver.registered
+                if advice.kind != "on"
+                and advice.pointcut is not None
+                and advice.pointcut.matches(jp)
+            ]
+        self._commit(changes)
+
+    def add_advice(self, weaver: Weaver, advices: list[Advice]) -> None:
+        """Register ``advices`` on ``weaver`` and apply them to every matching join point."""
+        with LOCK:
+            for advice in advices:
+                advice.seq = next(self.seq)
+            changes: dict[JoinPoint, list[Advice]] = {}
+            for jp in self.points_of(weaver):
+                hits = [
+                    a
+                    for a in advices
+                    if a.kind != "on" and a.pointcut is not None and a.pointcut.matches(jp)
+                ]
+                if hits:
+                    changes[jp] = [*jp.advice, *hits]
+            self._commit(changes)  # raises OrderingCycleError before anything changed
+            weaver.registered.extend(advices)
+            if any(a.kind == "on" for a in advices):
+                self.event_version += 1
+
+    def remove_advice(self, weaver: Weaver, advices: list[Advice]) -> None:
+        with LOCK:
+            gone = set(map(id, advices))
+            weaver.registered[:] = [a for a in weaver.registered if id(a) not in gone]
+            changes: dict[JoinPoint, list[Advice]] = {}
+            for advice in advices:
+                for jp in list(advice.points):
+                    base = changes.get(jp, jp.advice)
+                    changes[jp] = [a for a in base if id(a) not in gone]
+            self._commit(changes)
+            if any(a.kind == "on" for a in advices):
+                self.event_version += 1
+
+
+REGISTRY = Registry()

@@ -1,0 +1,587 @@
+"""Weaving advice into existing code: functions, methods, classes, modules, instances and
+dotted paths (globs allowed in the last parts), now or when the module is imported.
+
+Each woven callable gets exactly one ``JoinPointProxy``; weaving it again finds that
+proxy with ``wrapt.find_wrapper`` (even under a foreign wrapper) and adds to its join
+point. When the last weave of a callable is removed, ``wrapt.unwrap_object`` puts the
+original back, splicing our proxy out from under any wrapper another library added.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import sys
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+import wrapt
+
+from ._advice import KINDS, Advice
+from ._aspect import Aspect
+from ._handle import Handle
+from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy, make_proxy
+from ._log import get_logger
+from ._pointcut import Name
+from ._registry import LOCK, REGISTRY
+from ._weaver import Weaver, default_weaver
+from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
+
+__all__ = ["WEAVES", "WeaveRecord", "unweave", "weave", "woven"]
+
+_tokens = itertools.count()
+_GLOB = frozenset("*?[")
+
+
+@dataclass(eq=False)
+class WeaveRecord:
+    """One ``weave()`` call as ``describe()`` shows it."""
+
+    target: str
+    status: str  # 'active' | 'pending import' | 'skipped' | 'failed'
+    reason: str = ""
+    weaver: Weaver | None = None
+    points: list[JoinPoint] = field(default_factory=list)
+    names: tuple[str, ...] = ()
+    cancelled: bool = False
+
+
+WEAVES: list[WeaveRecord] = []
+
+
+# -- the public functions ------------------------------------------------------------------
+
+
+def weave(
+    target: Any,
+    *aspects: Aspect | Advice,
+    before: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
+    after: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
+    on_error: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
+    around: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
+    name: str | None = None,
+    requires: str | None = None,
+    strict: bool = False,
+    weaver: Weaver | None = None,
+    **opts: Any,
+) -> Handle:
+    """Weave aspects and advice into ``target`` and return a ``Handle`` that undoes it.
+
+    ``target`` is a function, method, classmethod, staticmethod, class (its methods),
+    module (its functions), instance (its methods, for that instance only), a join point
+    proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
+    say where the module ends; globs allowed after the module). A path whose module is
+    not imported yet is woven when it is imported. ``name=`` makes the woven callables
+    answer to that join point name too. ``requires='pkg>=1.0'`` skips the weave (logged,
+    ``skipped`` in ``describe()``) when the installed version does not fit; a missing
+    target is skipped the same way. ``strict=True`` raises ``WeaveTargetError`` instead.
+    ``**opts`` (``priority=``, ``every=`` ...) apply to the ``before=``/``after=``/...
+    functions.
+    """
+    weaver = weaver or default_weaver
+    token = f"@weave:{next(_tokens)}"
+    names = (token,) if name is None else (token, name)
+    advices = _advice_for(Name(token), aspects, before, after, on_error, around, opts)
+    label = target if isinstance(target, str) else _label(target)
+    record = WeaveRecord(label, "active", weaver=weaver, names=names)
+
+    sites: list[Any] = []
+    deferred = False
+    reason = _version_problem(requires) if requires else None
+    if reason is None and isinstance(target, str):
+        if not _imported(target):
+            reason = _missing_module(target)
+            deferred = reason is None
+        else:
+            try:
+                sites = _resolve_path(target)
+            except WeaveTargetError as exc:
+                deferred = _submodule_pending(target)
+                if not deferred:
+                    reason = str(exc)
+    elif reason is None:
+        sites = _resolve_object(target)
+    if reason is not None:
+        return _skip(record, reason, strict)
+
+    handle = weaver.add(*advices) if advices else None
+    try:
+        if deferred:
+            _defer(record, target, names, weaver, strict)
+        else:
+            record.points.extend(_install_all(sites, names, weaver))
+    except BaseException:
+        _undo(record, handle, weaver)
+        raise
+    if not record.points and not deferred:
+        if strict:
+            _undo(record, handle, weaver)
+            raise WeaveTargetError(f"{label} matched nothing to weave", target=label)
+        record.status, record.reason = "skipped", "matched nothing"
+    with LOCK:
+        WEAVES.append(record)
+
+    def undo() -> None:
+        weaver.forget(result)
+        _undo(record, handle, weaver)
+
+    result = Handle(undo, f"weave {label}", advices)
+    if handle is not None:
+        weaver.forget(handle)
+        for advice in advices:
+            advice._handle = result
+    return weaver.track(result)
+
+
+def unweave(handle: Handle) -> None:
+    """Remove what ``handle`` added; the same as ``handle.remove()``."""
+    handle.remove()
+
+
+def woven(target: Any, *aspects: Aspect | Advice, **kwargs: Any) -> Handle:
+    """``with woven(target, ...):`` weaves for the block and removes it afterwards."""
+    return weave(target, *aspects, **kwargs)
+
+
+# -- advice ------------------------------------------------------------------------------
+
+
+def _advice_for(
+    token: Name,
+    aspects: tuple[Any, ...],
+    before: Any,
+    after: Any,
+    on_error: Any,
+    around: Any,
+    opts: dict[str, Any],
+) -> list[Advice]:
+    advices: list[Advice] = []
+    for item in aspects:
+        if isinstance(item, Aspect):
+            advices.extend(item.make_advice(target=token))
+        elif isinstance(item, Advice):
+            advices.append(_rebind(item, token))
+        else:
+            raise AspectDefinitionError(
+                f"weave() got {item!r} as an aspect: pass Aspect instances or Advice "
+                "positionally, and functions as before=/after=/on_error=/around="
+            )
+    by_kind = {"before": before, "after": after, "on_error": on_error, "around": around}
+    for kind in KINDS[:4]:
+        fns = by_kind[kind]
+        if fns is None:
+            continue
+        for fn in [fns] if callable(fns) else list(fns):
+            func = fn.fn if isinstance(fn, Advice) else fn
+            advices.append(Advice(kind, func, token, **opts))
+    if opts and not any(v is not None for v in by_kind.values()):
+        raise InvalidOptionError(
+            f"options {sorted(opts)} apply to before=/after=/on_error=/around= functions, "
+            "and none were given; set options on the aspect or advice instead",
+            option=sorted(opts)[0],
+            value=opts[sorted(opts)[0]],
+        )
+    return advices
+
+
+def _rebind(advice: Advice, token: Name) -> Advice:
+    """A copy of ``advice`` (same function and options) aimed at the weave target."""
+    return Advice(
+        advice.kind,
+        advice.fn,
+        token,
+        priority=advice.priority,
+        every=advice.every,
+        once=advice.once,
+        when=advice.when,
+        rank=advice.rank,
+        errors=advice.errors,
+        name=advice.name,
+        order_after=advice.order_after,
+        order_before=advice.order_before,
+        aspect=advice.aspect,
+        aspect_name=advice.aspect_name,
+    )
+
+
+# -- installing and removing proxies ----------------------------------------------------------
+
+
+def _install_all(
+    sites: list[tuple[Any, str]] | list[JoinPoint], names: tuple[str, ...], weaver: Weaver
+) -> list[JoinPoint]:
+    done: list[JoinPoint] = []
+    try:
+        for site in sites:
+            jp = _attach(site, names, weaver)
+            if jp not in done:
+                done.append(jp)
+            else:
+                _release(jp, names, weaver)
+    except BaseException:
+        for jp in done:
+            _release(jp, names, weaver)
+        raise
+    return done
+
+
+def _attach(site: tuple[Any, str] | JoinPoint, names: tuple[str, ...], weaver: Weaver) -> JoinPoint:
+    """Find or install the proxy at ``site`` and count one more weave on its join point."""
+    with LOCK:
+        if isinstance(site, JoinPoint):
+            jp = site
+        else:
+            parent, attr = site
+            _, _, current = wrapt.resolve_path(parent, attr)
+            proxy = find_proxy(current)
+            if proxy is not None:
+                jp = proxy._self_joinpoint
+            else:
+                jp = _new_proxy(parent, attr, current, weaver)
+        local = () if weaver.is_global else (weaver,)
+        jp.local_weavers.update(local)
+        try:
+            REGISTRY.rename(jp, add=names)
+        except BaseException:
+            jp.local_weavers.subtract(local)
+            jp.local_weavers = +jp.local_weavers
+            if jp.weave_refs == 0 and not jp.declared:
+                _remove_proxy(jp)
+            raise
+        jp.weave_refs += 1
+        return jp
+
+
+def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoint:
+    jp = JoinPoint(_dotted(parent, attr), current, declared=False)
+    factory: Any = make_proxy
+    proxy = wrapt.wrap_object(parent, attr, factory, (jp,))
+    jp.site = (_weak(parent), attr)
+    jp.proxy_ref = weakref.ref(proxy)
+    try:
+        REGISTRY.add_joinpoint(jp)
+    except BaseException:
+        wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
+        raise
+    return jp
+
+
+def _release(jp: JoinPoint, names: tuple[str, ...], weaver: Weaver) -> None:
+    with LOCK:
+        if not weaver.is_global:
+            jp.local_weavers.subtract((weaver,))
+            jp.local_weavers = +jp.local_weavers
+        jp.weave_refs -= 1
+        if jp.weave_refs == 0 and not jp.declared:
+            jp.remove_names(names)
+            _remove_proxy(jp)
+        else:
+            REGISTRY.rename(jp, remove=names)
+
+
+def _remove_proxy(jp: JoinPoint) -> None:
+    REGISTRY.drop_joinpoint(jp)
+    if jp.site is None or jp.proxy_ref is None:
+        return
+    parent_ref, attr = jp.site
+    parent = parent_ref()
+    proxy = jp.proxy_ref()
+    if parent is not None and proxy is not None:
+        wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
+
+
+def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
+    with LOCK:
+        record.cancelled = True
+        if record in WEAVES:
+            WEAVES.remove(record)
+        points, record.points = record.points, []
+    for jp in points:
+        _release(jp, record.names, weaver)
+    if handle is not None:
+        handle.remove()
+
+
+def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
+    if strict:
+        raise WeaveTargetError(
+            f"cannot weave {record.target}: {reason} (strict=True; drop strict to skip it)",
+            target=record.target,
+        )
+    record.status, record.reason = "skipped", reason
+    get_logger().warning("weave.skipped", target=record.target, reason=reason)
+    with LOCK:
+        WEAVES.append(record)
+
+    def undo() -> None:
+        with LOCK:
+            if record in WEAVES:
+                WEAVES.remove(record)
+
+    return Handle(undo, f"weave {record.target} (skipped)")
+
+
+# -- resolving targets -------------------------------------------------------------------
+
+
+def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
+    if type(target) is JoinPointProxy:
+        return [target._self_joinpoint]
+    if isinstance(target, types.ModuleType):
+        return [
+            (target, n)
+            for n, v in vars(target).items()
+            if not n.startswith("_")
+            and (inspect.isfunction(v) or find_proxy(v) is not None)
+            and getattr(v, "__module__", None) == target.__name__
+        ]
+    if inspect.isclass(target):
+        return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
+    if inspect.ismethod(target):
+        owner = target.__self__
+        return [(owner, target.__func__.__name__)]
+    if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
+        return [_locate(getattr(target, "__func__", target))]
+    if hasattr(target, "__dict__") and not callable(target):
+        cls = type(target)
+        return [
+            (target, n)
+            for n in dir(cls)
+            if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n))
+        ]
+    raise WeaveTargetError(
+        f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
+        "module, instance or a dotted path such as 'pkg.module.Class.method'",
+        target=repr(target),
+    )
+
+
+def _is_method(name: str, value: Any) -> bool:
+    if name.startswith("__") and name != "__call__":
+        return False
+    return (
+        inspect.isfunction(value)
+        or isinstance(value, (classmethod, staticmethod))
+        or type(value) is JoinPointProxy
+    )
+
+
+def _locate(func: Any) -> tuple[Any, str]:
+    """Where a function lives, from its ``__module__`` and ``__qualname__``."""
+    qualname = getattr(func, "__qualname__", "")
+    module = sys.modules.get(getattr(func, "__module__", "") or "")
+    if module is not None and "<locals>" not in qualname:
+        try:
+            parent, attr, found = wrapt.resolve_path(module, qualname)
+        except (AttributeError, wrapt.PathResolutionError):
+            found = None
+        if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is func:
+            return parent, attr
+        if found is not None and find_proxy(found) is not None:
+            return parent, attr
+    raise WeaveTargetError(
+        f"cannot find where {qualname or func!r} is defined, so it cannot be replaced there "
+        "(a local function or one removed from its module): weave the object that holds it "
+        "and its name, e.g. weave('pkg.module.function') or weave(holder_class)",
+        target=qualname,
+    )
+
+
+def _split(path: str) -> tuple[list[str], list[str]]:
+    """Split a dotted path into module parts and attribute parts, if it can tell now."""
+    if ":" in path:
+        module, _, rest = path.partition(":")
+        return module.split("."), rest.split(".") if rest else []
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in sys.modules:
+            return parts[:i], parts[i:]
+    return [], parts
+
+
+def _imported(path: str) -> bool:
+    """Whether the module part of ``path`` is imported already."""
+    module, _ = _split(path)
+    return bool(module) and ".".join(module) in sys.modules
+
+
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _missing_module(path: str) -> str | None:
+    """Why ``path`` can never be woven (its top package does not exist), or None."""
+    top = path.partition(":")[0].split(".")[0]
+    return None if _findable(top) else f"no module named {top!r}"
+
+
+def _submodule_pending(path: str) -> bool:
+    """'pkg.sub.func' with pkg imported and pkg.sub importable but not imported yet."""
+    module, attrs = _split(path)
+    for i in range(1, len(attrs)):
+        name = ".".join(module + attrs[:i])
+        if _GLOB.intersection(name):
+            return False
+        if name not in sys.modules and _findable(name):
+            return True
+    return False
+
+
+def _resolve_path(path: str) -> list[tuple[Any, str]]:
+    module_parts, attrs = _split(path)
+    module = sys.modules[".".join(module_parts)]
+    if not attrs:
+        return _resolve_object(module)  # type: ignore[return-value]
+    sites: list[tuple[Any, str]] = []
+    for parent, attr in _expand(module, attrs):
+        value = _raw(parent, attr)
+        if inspect.isclass(value) or isinstance(value, types.ModuleType):
+            sites.extend(_resolve_object(value))  # type: ignore[arg-type]
+        else:
+            sites.append((parent, attr))
+    if not sites and not _GLOB.intersection(path):
+        raise WeaveTargetError(
+            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}; "
+            "check the spelling, or import the module that defines it first",
+            target=path,
+        )
+    return sites
+
+
+def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:
+    head, rest = parts[0], parts[1:]
+    if _GLOB.intersection(head):
+        names = [n for n in _attribute_names(obj) if fnmatchcase(n, head)]
+    else:
+        names = [head] if _has(obj, head) else []
+    if not rest:
+        return [(obj, n) for n in names if _is_callable(_raw(obj, n))]
+    found: list[tuple[Any, str]] = []
+    for n in names:
+        child = getattr(obj, n)
+        if isinstance(child, types.ModuleType) and not child.__name__.startswith(
+            getattr(obj, "__name__", "")
+        ):
+            continue  # do not follow re-exported foreign modules through a glob
+        found.extend(_expand(child, rest))
+    return found
+
+
+def _is_callable(value: Any) -> bool:
+    return callable(value) or isinstance(value, (classmethod, staticmethod))
+
+
+def _attribute_names(obj: Any) -> list[str]:
+    if inspect.isclass(obj):
+        return [n for n in dir(obj) if not n.startswith("__")]
+    return [n for n in vars(obj) if not n.startswith("__")]
+
+
+def _has(obj: Any, name: str) -> bool:
+    try:
+        _raw(obj, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _raw(obj: Any, name: str) -> Any:
+    if inspect.isclass(obj):
+        for klass in obj.__mro__:
+            if name in vars(klass):
+                return vars(klass)[name]
+    return getattr(obj, name)
+
+
+def _defer(
+    record: WeaveRecord, path: str, names: tuple[str, ...], weaver: Weaver, strict: bool
+) -> None:
+    """Weave ``path`` when its module is imported (wrapt post-import hooks)."""
+    record.status = "pending import"
+    module_parts, attrs = _split(path)
+    parts = module_parts + attrs if ":" in path else path.split(".")
+    candidates = [
+        ".".join(parts[:i])
+        for i in range(1, len(parts) + 1)
+        if not _GLOB.intersection(".".join(parts[:i]))
+    ]
+    if ":" in path:
+        candidates = [".".join(module_parts)]
+
+    def on_import(module: types.ModuleType) -> None:
+        with LOCK:
+            if record.cancelled or record.status == "active":
+                return
+            try:
+                sites = _resolve_path(path)
+                record.points.extend(_install_all(sites, names, weaver))
+            except Exception as exc:
+                record.status, record.reason = "failed", str(exc)
+                get_logger().warning("weave.failed", target=path, reason=str(exc))
+                if strict:
+                    raise
+                return
+            if record.points:
+                record.status, record.reason = "active", ""
+            else:
+                record.status, record.reason = "failed", f"{path} matched nothing"
+
+    for name in candidates:
+        wrapt.register_post_import_hook(on_import, name)
+
+
+# -- names -----------------------------------------------------------------------------------
+
+
+def _dotted(parent: Any, attr: str) -> str:
+    if isinstance(parent, types.ModuleType):
+        return f"{parent.__name__}.{attr}"
+    cls = parent if inspect.isclass(parent) else type(parent)
+    return f"{cls.__module__}.{cls.__qualname__}.{attr}"
+
+
+def _label(target: Any) -> str:
+    if isinstance(target, types.ModuleType):
+        return target.__name__
+    qualname = getattr(target, "__qualname__", None)
+    if qualname is not None:
+        return f"{getattr(target, '__module__', '?')}.{qualname}"
+    return f"<{type(target).__name__} instance>"
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def _version_problem(requires: str) -> str | None:
+    """Why ``requires`` (a requirement such as ``'skorch>=1.0'``) is not met, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(requires)
+    except InvalidRequirement as exc:
+        raise InvalidOptionError(
+            f"requires={requires!r} is not a requirement ({exc}): write it like 'skorch>=1.0'",
+            option="requires",
+            value=requires,
+        ) from None
+    try:
+        installed = version(req.name)
+    except PackageNotFoundError:
+        return f"{req.name} is not installed"
+    if req.specifier and not req.specifier.contains(installed, prereleases=True):
+        return f"{req.name} {installed} does not satisfy {req.name}{req.specifier}"
+    return None

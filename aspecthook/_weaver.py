@@ -1,0 +1,287 @@
+"""The weaver: where advice is registered, events are emitted and join points declared.
+
+There is one process-wide ``default_weaver``; any number of private ones can be made.
+A global weaver's advice applies to every join point; a local weaver's advice applies
+only to join points declared or woven through it (a training runner owns one).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from ._advice import Advice, AdviceKind
+from ._aspect import MARK, Aspect
+from ._context import Event
+from ._handle import Handle
+from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
+from ._pointcut import PointcutLike, as_pointcut
+from ._registry import LOCK, REGISTRY
+from .errors import AspectDefinitionError, InvalidOptionError
+
+if TYPE_CHECKING:
+    from ._describe import Description
+
+__all__ = ["Weaver", "default_weaver"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_OPTIONS = frozenset(
+    ("priority", "every", "once", "when", "rank", "errors", "name", "order_after", "order_before")
+)
+
+
+def _in_class_body(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is being defined in a class body (its qualname says so)."""
+    qualname = getattr(fn, "__qualname__", "")
+    owner, _, _ = qualname.rpartition(".")
+    return bool(owner) and not owner.endswith("<locals>")
+
+
+class Weaver:
+    """A registry of advice that dispatches calls of the join points it reaches."""
+
+    def __init__(self, name: str = "weaver", *, local: bool = False) -> None:
+        self.name = name
+        self.is_global = not local
+        self.registered: list[Advice] = []
+        self._handles: list[Handle] = []
+        self._events: dict[str, tuple[int, tuple[Callable[..., Any], ...]]] = {}
+        if self.is_global:
+            with LOCK:
+                REGISTRY.weavers.add(self)
+
+    def __repr__(self) -> str:
+        scope = "global" if self.is_global else "local"
+        return f"<Weaver {self.name!r} {scope}, {len(self.registered)} advice>"
+
+    # -- advice decorators ----------------------------------------------------------------
+
+    def before(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+        """``fn(ctx)`` runs before the target; it may edit ``ctx.args`` or ``ctx.skip()``."""
+        return self._decorator("before", pointcut, opts)
+
+    def after(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+        """``fn(ctx)`` runs after the target returned, was skipped or recovered."""
+        return self._decorator("after", pointcut, opts)
+
+    def on_error(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+        """``fn(ctx)`` runs when the target raised; ``ctx.recover(value)`` suppresses it."""
+        return self._decorator("on_error", pointcut, opts)
+
+    def around(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+        """``fn(ctx, proceed)`` wraps the target and returns the result."""
+        return self._decorator("around", pointcut, opts)
+
+    def on(self, event: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+        """``fn(event)`` runs when an event whose name matches ``event`` is emitted."""
+        return self._decorator("on", event, opts)
+
+    def _decorator(
+        self, kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]
+    ) -> Callable[[F], Any]:
+        unknown = set(opts) - _OPTIONS
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown option(s) {sorted(unknown)} for @{kind}: valid options are "
+                f"{sorted(_OPTIONS)}",
+                option=sorted(unknown)[0],
+                value=opts[sorted(unknown)[0]],
+            )
+        pc = as_pointcut(pointcut) if pointcut is not None else None
+
+        def decorate(fn: F) -> Any:
+            func = fn.fn if isinstance(fn, Advice) else fn
+            if _in_class_body(func) and not isinstance(fn, Advice):
+                # In an Aspect body: only mark; advice is made when an instance registers.
+                Advice(kind, lambda *a: None, pc, **opts)  # validate options now
+                marks = func.__dict__.setdefault(MARK, [])
+                marks.insert(0, (kind, pc, dict(opts)))
+                return fn
+            if pc is None:
+                raise AspectDefinitionError(
+                    f"@{kind}() without a pointcut is only for methods of an Aspect subclass: "
+                    f"give a pointcut, e.g. @{kind}('train_iter')"
+                )
+            advice = Advice(kind, func, pc, **opts)
+            _copy_metadata(advice, func)
+            self.add(advice)
+            return advice
+
+        return decorate
+
+    # -- registration ---------------------------------------------------------------------
+
+    def add(self, *advices: Advice) -> Handle:
+        """Register prepared ``Advice`` objects; the handle removes exactly these."""
+        items = list(advices)
+        for advice in items:
+            if advice.active:
+                raise AspectDefinitionError(
+                    f"{advice!r} is registered already: remove() it first or make a new one"
+                )
+        REGISTRY.add_advice(self, items)
+        handle = Handle(lambda: self._remove(items, handle), f"{len(items)} advice", items)
+        for advice in items:
+            advice._handle = handle
+        self._handles.append(handle)
+        return handle
+
+    def register(self, aspect: Aspect | Advice | Iterable[Aspect | Advice]) -> Handle:
+        """Register an aspect instance (or advice); the handle removes all of it."""
+        advices: list[Advice] = []
+        for item in _items(aspect):
+            if isinstance(item, Aspect):
+                advices.extend(item.make_advice())
+            else:
+                advices.append(item)
+        return self.add(*advices)
+
+    def _remove(self, items: list[Advice], handle: Handle) -> None:
+        REGISTRY.remove_advice(self, items)
+        with LOCK:
+            if handle in self._handles:
+                self._handles.remove(handle)
+
+    def clear(self) -> None:
+        """Remove everything registered or woven through this weaver."""
+        for handle in list(reversed(self._handles)):
+            handle.remove()
+
+    def close(self) -> None:
+        """Clear this weaver and stop it reaching any join point."""
+        self.clear()
+        with LOCK:
+            REGISTRY.weavers.discard(self)
+
+    def track(self, handle: Handle) -> Handle:
+        """Let ``clear()`` remove ``handle`` too (used by weave())."""
+        with LOCK:
+            self._handles.append(handle)
+        return handle
+
+    def forget(self, handle: Handle) -> None:
+        with LOCK:
+            if handle in self._handles:
+                self._handles.remove(handle)
+
+    # -- join points ------------------------------------------------------------------------
+
+    @overload
+    def joinpoint(self, name_or_fn: F) -> F: ...
+
+    @overload
+    def joinpoint(self, name_or_fn: str | None = None) -> Callable[[F], F]: ...
+
+    def joinpoint(self, name_or_fn: Any = None) -> Any:
+        """Declare a function or method as a join point: ``@joinpoint`` or ``@joinpoint('x')``."""
+        if callable(name_or_fn) and not isinstance(name_or_fn, str):
+            return self._declare(name_or_fn, None)
+        if name_or_fn is not None and not isinstance(name_or_fn, str):
+            raise AspectDefinitionError(
+                f"@joinpoint takes a name string, got {name_or_fn!r}: use @joinpoint or "
+                "@joinpoint('train_iter')"
+            )
+        return lambda fn: self._declare(fn, name_or_fn)
+
+    def _declare(self, fn: Any, name: str | None) -> Any:
+        if isinstance(fn, (classmethod, staticmethod)) or callable(fn):
+            func = getattr(fn, "__func__", fn)
+        else:
+            raise AspectDefinitionError(f"@joinpoint needs a function or method, got {fn!r}")
+        existing = find_proxy(fn)
+        if existing is not None and type(fn) is JoinPointProxy:
+            jp = existing._self_joinpoint
+            if name is not None:
+                REGISTRY.rename(jp, add=(name,))
+            return fn
+        default = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
+        jp = JoinPoint(
+            name or default,
+            fn,
+            declared=True,
+            local_weaver=None if self.is_global else self,
+        )
+        if name:
+            jp.add_names((default,))
+        proxy = JoinPointProxy(fn, jp)
+        REGISTRY.add_joinpoint(jp)
+        return proxy
+
+    # -- events ---------------------------------------------------------------------------
+
+    def emit(self, event: str, /, source: Any = None, **payload: Any) -> Event:
+        """Send ``event`` to its subscribers in priority order; returns the ``Event``."""
+        evt = Event(event, payload, source)
+        for fn in self._subscribers(event):
+            fn(evt)
+        return evt
+
+    def _subscribers(self, event: str) -> tuple[Callable[..., Any], ...]:
+        cached = self._events.get(event)
+        if cached is not None and cached[0] == REGISTRY.event_version:
+            return cached[1]
+        from ._chain import order_stage
+
+        with LOCK:
+            version = REGISTRY.event_version
+            weavers = list(REGISTRY.weavers)
+            if self not in weavers:
+                weavers.append(self)
+            point = Event(event, {})
+            matched = [
+                a
+                for w in weavers
+                for a in w.registered
+                if a.kind == "on" and a.pointcut is not None and a.pointcut.matches(point)
+            ]
+            fns = tuple(a.compiled(event) for a in order_stage(matched))
+            self._events[event] = (version, fns)
+        return fns
+
+    # -- weaving and introspection ------------------------------------------------------------
+
+    def weave(self, target: Any, *aspects: Any, **kwargs: Any) -> Handle:
+        """``weave(target, ...)`` registering on this weaver; see ``aspecthook.weave``."""
+        from ._weave import weave
+
+        return weave(target, *aspects, weaver=self, **kwargs)
+
+    def describe(self, pointcut: PointcutLike | None = None) -> Description:
+        """Rows of every join point this weaver reaches and the advice at each, in order."""
+        from ._describe import describe
+
+        return describe(pointcut, weaver=self)
+
+
+def _items(value: Any) -> list[Aspect | Advice]:
+    if isinstance(value, (Aspect, Advice)):
+        return [value]
+    if isinstance(value, type) and issubclass(value, Aspect):
+        raise AspectDefinitionError(
+            f"register() got the class {value.__name__}, not an instance: "
+            f"use register({value.__name__}())"
+        )
+    try:
+        items = list(value)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(i, (Aspect, Advice)) for i in items):
+        raise AspectDefinitionError(
+            f"cannot register {value!r}: give an Aspect instance, an Advice, or a list of them"
+        )
+    return items
+
+
+def _copy_metadata(advice: Advice, fn: Any) -> None:
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(advice, attr, getattr(fn, attr))
+        except AttributeError:
+            pass
+    advice.__wrapped__ = fn  # type: ignore[attr-defined]
+    if inspect.isfunction(fn):
+        advice.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+
+
+default_weaver = Weaver("default")

@@ -1,0 +1,85 @@
+"""Exceptions raised by aspecthook.
+
+Every error derives from :class:`AspectHookError` and also from the builtin a caller would
+naturally catch (``TypeError`` for a wrong kind of value, ``ValueError`` for a bad value,
+``LookupError`` for something that cannot be found), so ``except TypeError`` keeps working
+for code that does not know about aspecthook. Messages end with what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdviceSignatureError",
+    "AspectDefinitionError",
+    "AspectHookError",
+    "InvalidOptionError",
+    "InvalidPointcutError",
+    "OrderingCycleError",
+    "UnknownPriorityError",
+    "WeaveTargetError",
+]
+
+
+class AspectHookError(Exception):
+    """Base class of every error aspecthook raises on purpose."""
+
+
+class AdviceSignatureError(AspectHookError, TypeError):
+    """An advice function cannot be called the way its kind calls it.
+
+    Raised at registration, never at the first call, so the mistake shows where it is made.
+    """
+
+    def __init__(self, message: str, *, advice: str, signature: str, expected: str) -> None:
+        super().__init__(message)
+        self.advice = advice
+        self.signature = signature
+        self.expected = expected
+
+
+class UnknownPriorityError(AspectHookError, ValueError):
+    """A priority is neither a ``Priority`` name nor an int in 0..100."""
+
+    def __init__(self, message: str, *, value: object) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+class InvalidOptionError(AspectHookError, ValueError):
+    """An advice option (``every=``, ``errors=``, ``when=`` ...) has a value it cannot take."""
+
+    def __init__(self, message: str, *, option: str, value: object) -> None:
+        super().__init__(message)
+        self.option = option
+        self.value = value
+
+
+class InvalidPointcutError(AspectHookError, TypeError):
+    """Something given as a pointcut is not a name, a glob, a pointcut or a predicate."""
+
+
+class OrderingCycleError(AspectHookError, ValueError):
+    """``order_after=`` / ``order_before=`` constraints contradict each other.
+
+    ``cycle`` lists the advice or aspect names around the cycle, first name repeated last.
+    """
+
+    def __init__(self, message: str, *, cycle: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.cycle = cycle
+
+
+class AspectDefinitionError(AspectHookError, TypeError):
+    """An ``Aspect`` subclass or instance is used in a way its advice does not allow."""
+
+
+class WeaveTargetError(AspectHookError, LookupError):
+    """A weave target cannot be found, located or woven.
+
+    Raised for a missing target only with ``strict=True``; otherwise the target is skipped,
+    logged and shown as ``skipped`` by ``describe()``.
+    """
+
+    def __init__(self, message: str, *, target: str) -> None:
+        super().__init__(message)
+        self.target = target
