@@ -1,0 +1,29 @@
+"""Shared fixtures: every test starts and ends with no advice on the default weaver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import aspecthook as ah
+from aspecthook._weave import WEAVES
+
+
+@pytest.fixture(autouse=True)
+def _clean_default_weaver() -> Iterator[None]:
+    """Remove whatever a test registered or wove on the default weaver."""
+    yield
+    ah.default_weaver.clear()
+    assert not ah.default_weaver.registered
+    leftover = [r for r in WEAVES if r.weaver is ah.default_weaver]
+    for record in leftover:
+        WEAVES.remove(record)
+
+
+@pytest.fixture
+def weaver() -> Iterator[ah.Weaver]:
+    """A private global weaver, cleared and closed after the test."""
+    w = ah.Weaver("test")
+    yield w
+    w.close()
