@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import errors
 from ._advice import Advice
 from ._aspect import Aspect
-from ._context import CallContext, Event
+from ._context import CallContext, Event, Proceed
 from ._describe import Description, Row, describe
 from ._handle import Handle
 from ._joinpoint import JoinPoint
@@ -48,6 +48,7 @@ __all__ = [
     "Pointcut",
     "Predicate",
     "Priority",
+    "Proceed",
     "Row",
     "Weaver",
     "__version__",

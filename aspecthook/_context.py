@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
 
-__all__ = ["CallContext", "Event"]
+__all__ = ["CallContext", "Event", "Proceed"]
+
+#: What around advice receives as ``proceed``: call it (optionally with new arguments)
+#: to run the rest of the chain and the target; it returns the result.
+Proceed = Callable[..., Any]
 
 
 class CallContext:
     """What advice sees of one call of a join point.
 
-    Built once per call, so it is kept cheap: ``__slots__``, no dict until ``data`` is first
-    read, and the positional arguments stay the caller's tuple until advice reads
-    ``args`` (then they become a list that advice may edit in place).
+    Built once per call, so it is kept cheap. The dispatcher fills the seven slots every
+    call needs without running ``__init__`` (see ``new_context`` in ``_joinpoint``);
+    ``exception``, ``data`` and the recovered flag are slots left unset until used, read
+    through properties with a default. Positional arguments stay the caller's tuple until
+    advice reads ``args`` (then they become a list that advice may edit in place).
     """
 
     __slots__ = (
         "_args",
         "_data",
+        "_exception",
         "_recovered",
         "_skipped",
-        "exception",
         "instance",
         "joinpoint",
         "kwargs",
@@ -36,7 +43,11 @@ class CallContext:
     instance: Any
     kwargs: dict[str, Any]
     result: Any
-    exception: BaseException | None
+    _args: tuple[Any, ...] | list[Any]
+    _skipped: bool
+    _data: dict[str, Any]
+    _exception: BaseException | None
+    _recovered: bool
 
     def __init__(
         self,
@@ -49,13 +60,10 @@ class CallContext:
         self.joinpoint = joinpoint
         self.target = target
         self.instance = instance
-        self._args: tuple[Any, ...] | list[Any] = args
+        self._args = args
         self.kwargs = kwargs
         self.result = None
-        self.exception = None
-        self._data: dict[str, Any] | None = None
         self._skipped = False
-        self._recovered = False
 
     @property
     def args(self) -> list[Any]:
@@ -72,10 +80,24 @@ class CallContext:
     @property
     def data(self) -> dict[str, Any]:
         """A dict shared by all advice of this one call (e.g. a timer's start time)."""
-        data = self._data
-        if data is None:
-            data = self._data = {}
-        return data
+        try:
+            return self._data
+        except AttributeError:
+            data: dict[str, Any] = {}
+            self._data = data
+            return data
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The exception the target raised (set for error advice and after a recovery)."""
+        try:
+            return self._exception
+        except AttributeError:
+            return None
+
+    @exception.setter
+    def exception(self, value: BaseException | None) -> None:
+        self._exception = value
 
     @property
     def runner(self) -> Any:
@@ -91,7 +113,7 @@ class CallContext:
     @property
     def recovered(self) -> bool:
         """Whether error advice called :meth:`recover`."""
-        return self._recovered
+        return getattr(self, "_recovered", False)
 
     def skip(self, value: Any = None) -> None:
         """From before advice: do not run the target; ``value`` becomes the result."""

@@ -153,9 +153,22 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
     common path, one chain read, locals for everything used twice).
     """
 
+    new = object.__new__
+    context = CallContext
+    unbound = _UNBOUND
+
     def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         chain = jp._chain  # one read: a concurrent rebuild swaps the whole object
-        ctx = CallContext(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
+        # CallContext.__init__ inlined: a Python-level __init__ call is the largest single
+        # cost of building the context, and these seven stores are all a call needs.
+        ctx = new(context)
+        ctx.joinpoint = jp
+        ctx.target = wrapped
+        ctx.instance = None if instance is unbound else instance
+        ctx._args = args
+        ctx.kwargs = kwargs
+        ctx.result = None
+        ctx._skipped = False
         for fn in chain.before:
             fn(ctx)
         if not ctx._skipped:
@@ -202,7 +215,7 @@ def _handle_error(
             if new is not exc and new.__cause__ is None:
                 new.__cause__ = exc
             raise
-        if ctx._recovered:
+        if ctx.recovered:
             return True
     return False
 
@@ -272,12 +285,31 @@ async def _handle_error_async(
             if new is not exc and new.__cause__ is None:
                 new.__cause__ = exc
             raise
-        if ctx._recovered:
+        if ctx.recovered:
             return True
     return False
 
 
 # -- the proxy ---------------------------------------------------------------------------
+
+
+class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
+    """A join point proxy bound by attribute access (``obj.method``, ``Class.method``).
+
+    wrapt's bound wrappers refuse to pickle; the bound method or function they stand for
+    pickles by reference, so this one does too: as ``getattr(instance_or_class, name)``.
+    """
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, tuple[Any, str]]:
+        owner = self._self_owner
+        if self._self_binding == "function" and self._self_instance is not None:
+            owner = self._self_instance
+        elif owner is None:
+            owner = type(self._self_instance)
+        return getattr, (owner, str(self.__name__))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, str]]:
+        return self.__reduce_ex__(2)
 
 
 class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
@@ -286,6 +318,8 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
     It behaves as the original for signature, docstring, ``__wrapped__``, ``inspect``,
     descriptor binding and pickling (by reference, like the function it replaces).
     """
+
+    __bound_function_wrapper__ = _BoundJoinPointProxy
 
     def __init__(self, wrapped: Any, jp: JoinPoint) -> None:
         dispatch = _make_async_dispatch(jp) if jp.is_async else _make_dispatch(jp)

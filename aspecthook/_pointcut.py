@@ -66,6 +66,9 @@ class Pointcut:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
     def _init(self, **fields: object) -> None:
         for key, value in fields.items():
             object.__setattr__(self, key, value)
@@ -78,7 +81,7 @@ class Name(Pointcut):
     name: str
 
     def __init__(self, name: str) -> None:
-        self._init(name=name)
+        self._init(name=_text("Name", name))
 
     def matches(self, point: Point) -> bool:
         return self.name in point.names
@@ -127,7 +130,7 @@ class Glob(Pointcut):
     pattern: str
 
     def __init__(self, pattern: str) -> None:
-        self._init(pattern=pattern)
+        self._init(pattern=_text("Glob", pattern))
 
     def matches(self, point: Point) -> bool:
         pattern = self.pattern
@@ -144,6 +147,10 @@ class Predicate(Pointcut):
     fn: Callable[[Point], bool]
 
     def __init__(self, fn: Callable[[Point], bool]) -> None:
+        if not callable(fn):
+            raise InvalidPointcutError(
+                f"Predicate({fn!r}) needs a callable taking the join point and returning a bool"
+            )
         self._init(fn=fn)
 
     def matches(self, point: Point) -> bool:
@@ -201,6 +208,15 @@ class _Not(Pointcut):
 
 
 PointcutLike: TypeAlias = "Pointcut | str | Callable[[Point], bool]"
+
+
+def _text(kind: str, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    raise InvalidPointcutError(
+        f"{kind}({value!r}) needs a string ({type(value).__name__} given): "
+        "e.g. Name('train_iter') or Glob('train_*')"
+    )
 
 
 def as_pointcut(value: object) -> Pointcut:

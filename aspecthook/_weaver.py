@@ -175,7 +175,10 @@ class Weaver:
 
     def joinpoint(self, name_or_fn: Any = None) -> Any:
         """Declare a function or method as a join point: ``@joinpoint`` or ``@joinpoint('x')``."""
-        if callable(name_or_fn) and not isinstance(name_or_fn, str):
+        # classmethod objects are not callable (staticmethod ones are since 3.10).
+        if isinstance(name_or_fn, (classmethod, staticmethod)) or (
+            callable(name_or_fn) and not isinstance(name_or_fn, str)
+        ):
             return self._declare(name_or_fn, None)
         if name_or_fn is not None and not isinstance(name_or_fn, str):
             raise AspectDefinitionError(

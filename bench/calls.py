@@ -1,0 +1,518 @@
+"""Per-call cost of aspecthook join points beside hand-written wrappers and peer libraries.
+
+Every variant calls the same trivial target, ``f(a, b=1) -> a + b``, as ``fn(1)``.
+All variants are measured in one process and interleaved: each round runs every variant
+once for ``--number`` calls (``timeit.Timer.timeit``, so ``time.perf_counter`` and the
+garbage collector off), the order of the variants is shuffled per round (seeded), and the
+reported figure is the minimum per-call time over ``--rounds`` rounds (the median is shown
+beside it as a noise indicator). "overhead" is a variant's time minus the raw call's,
+which also removes timeit's own loop cost.
+
+The callbacks are no-ops; every context-building variant (2, 4 and aspecthook) calls the
+very same two functions, so the table compares the machinery around them. Peers are used
+the way their documentation shows:
+
+* aspectlib: an ``aspectlib.Aspect`` generator (before step, ``yield``, after step)
+  applied with ``aspectlib.weave`` to a module-level function;
+* pluggy: a hookspec with one hookimpl; the instrumented function makes one
+  ``pm.hook.on_call(...)`` call and then calls the target;
+* blinker: a ``Signal`` with one receiver; one ``send`` and then the target.
+
+The "50 unrelated" variant times the before+after join point again, with 50 more join
+points, each with its own before advice, registered for that variant only (they are
+added before and removed after it, every round).
+
+It also times ``import aspecthook`` against ``import wrapt`` in fresh interpreters and
+checks that torch is not imported. Targets are printed as PASS/MISS and never asserted.
+
+    python bench/calls.py                      # full run, about a minute on 2 cores
+    python bench/calls.py --quick --json o.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aspectlib
+import blinker
+import pluggy
+import wrapt
+
+import aspecthook as ah
+
+# -- the target and the callbacks every context-building variant shares -------------------
+
+
+def f(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def before_cb(ctx: Any) -> None:
+    pass
+
+
+def after_cb(ctx: Any) -> None:
+    pass
+
+
+class Ctx:
+    """The small per-call context of the hand-written variants."""
+
+    __slots__ = ("args", "kwargs", "result", "target")
+
+    def __init__(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.result: Any = None
+
+
+# -- 2. hand-written closure decorator -----------------------------------------------------
+
+
+def closure_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = Ctx(fn, args, kwargs)
+        before_cb(ctx)
+        ctx.result = fn(*args, **kwargs)
+        after_cb(ctx)
+        return ctx.result
+
+    return wrapper
+
+
+# -- 3. and 4. wrapt ---------------------------------------------------------------------
+
+
+def passthrough(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return wrapped(*args, **kwargs)
+
+
+def naive_joinpoint(
+    wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    ctx = Ctx(wrapped, args, kwargs)
+    before_cb(ctx)
+    ctx.result = wrapped(*args, **kwargs)
+    after_cb(ctx)
+    return ctx.result
+
+
+# -- 5. aspectlib --------------------------------------------------------------------------
+
+
+def on_before(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    pass
+
+
+def on_after(result: Any) -> None:
+    pass
+
+
+@aspectlib.Aspect
+def aspectlib_aspect(*args: Any, **kwargs: Any) -> Any:
+    on_before(args, kwargs)
+    result = yield aspectlib.Proceed
+    on_after(result)
+
+
+def f_aspectlib(a: int, b: int = 1) -> int:
+    return a + b
+
+
+# -- 6. pluggy -----------------------------------------------------------------------------
+
+hookspec = pluggy.HookspecMarker("aspecthook_bench")
+hookimpl = pluggy.HookimplMarker("aspecthook_bench")
+
+
+class Spec:
+    @hookspec
+    def on_call(self, target: Any, args: Any, kwargs: Any) -> None:
+        """Called before the target."""
+
+
+class Plugin:
+    @hookimpl
+    def on_call(self, target: Any, args: Any, kwargs: Any) -> None:
+        pass
+
+
+def make_pluggy() -> Callable[..., Any]:
+    pm = pluggy.PluginManager("aspecthook_bench")
+    pm.add_hookspecs(Spec)
+    pm.register(Plugin())
+
+    def instrumented(*args: Any, **kwargs: Any) -> Any:
+        pm.hook.on_call(target=f, args=args, kwargs=kwargs)
+        return f(*args, **kwargs)
+
+    return instrumented
+
+
+# -- 7. blinker ------------------------------------------------------------------------------
+
+
+def receiver(sender: Any, **kwargs: Any) -> None:
+    pass
+
+
+def make_blinker() -> Callable[..., Any]:
+    signal = blinker.Signal("call")
+    signal.connect(receiver, weak=False)
+
+    def instrumented(*args: Any, **kwargs: Any) -> Any:
+        signal.send(f, args=args, kwargs=kwargs)
+        return f(*args, **kwargs)
+
+    return instrumented
+
+
+# -- 11. methods ----------------------------------------------------------------------------
+
+
+class Plain:
+    def m(self, a: int, b: int = 1) -> int:
+        return a + b
+
+
+# -- the variants --------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    key: str
+    label: str
+    stmt: str
+    env: dict[str, Any]
+    enter: Callable[[], None] | None = None  # run before this variant's timing, per round
+    leave: Callable[[], None] | None = None  # and after it
+    times: list[float] = field(default_factory=list)  # seconds per call, one per round
+
+    def timer(self) -> timeit.Timer:
+        return timeit.Timer(self.stmt, globals=self.env)
+
+
+def fresh_target(name: str) -> Callable[..., Any]:
+    """A new copy of ``f`` (its own code object name), to be made a join point."""
+
+    def target(a: int, b: int = 1) -> int:
+        return a + b
+
+    target.__name__ = target.__qualname__ = name
+    return target
+
+
+def chain_sizes(proxy: Any) -> tuple[int, int]:
+    chain = proxy._self_joinpoint.chain
+    return len(chain.before), len(chain.after)
+
+
+def require(condition: bool, message: str) -> None:
+    """A set-up check (not a timing check): the benchmark would measure the wrong thing."""
+    if not condition:
+        raise SystemExit(f"bench set-up is wrong: {message}")
+
+
+def build_variants(weaver: ah.Weaver, cleanups: list[Callable[[], object]]) -> list[Variant]:
+    fn = "fn(1)"
+    jp = weaver.joinpoint
+
+    idle = jp("bench.idle")(fresh_target("idle"))
+    ba = jp("bench.ba")(fresh_target("ba"))
+    weaver.before("bench.ba")(before_cb)
+    weaver.after("bench.ba")(after_cb)
+
+    class Woven:
+        @jp("bench.method")
+        def m(self, a: int, b: int = 1) -> int:
+            return a + b
+
+    weaver.before("bench.method")(before_cb)
+    weaver.after("bench.method")(after_cb)
+
+    many = {}
+    for n in (1, 10, 50):
+        many[n] = jp(f"bench.before{n}")(fresh_target(f"before{n}"))
+        for _ in range(n):
+            weaver.before(f"bench.before{n}")(before_cb)
+
+    # 50 unrelated join points, each with one before advice, present only while the
+    # "ba + 50 unrelated" variant runs.
+    others = [jp(f"bench.other{i}")(fresh_target(f"other{i}")) for i in range(50)]
+    unrelated: list[ah.Handle] = []
+
+    def add_unrelated() -> None:
+        advices = [ah.Advice("before", before_cb, ah.Name(f"bench.other{i}")) for i in range(50)]
+        unrelated.append(weaver.add(*advices))
+
+    def remove_unrelated() -> None:
+        while unrelated:
+            unrelated.pop().remove()
+
+    require(chain_sizes(idle) == (0, 0) and not idle._self_joinpoint.chain, "idle has advice")
+    require(chain_sizes(ba) == (1, 1), "bench.ba should have 1 before + 1 after")
+    require(chain_sizes(Woven.__dict__["m"]) == (1, 1), "bench.method: 1 before + 1 after")
+    for n, proxy in many.items():
+        require(chain_sizes(proxy) == (n, 0), f"bench.before{n} should have {n} before")
+    add_unrelated()
+    require(all(chain_sizes(o) == (1, 0) for o in others), "unrelated advice missing")
+    require(chain_sizes(ba) == (1, 1), "unrelated advice reached bench.ba")
+    remove_unrelated()
+    require(all(chain_sizes(o) == (0, 0) for o in others), "unrelated advice not removed")
+
+    # aspectlib.weave patches the module attribute; the woven function is read back from it.
+    original = globals()["f_aspectlib"]
+    cleanups.append(aspectlib.weave(original, aspectlib_aspect))
+    woven_aspectlib = globals()["f_aspectlib"]
+    require(woven_aspectlib is not original, "aspectlib.weave did not patch f_aspectlib")
+
+    return [
+        Variant("raw", "raw call", fn, {"fn": f}),
+        Variant("closure", "closure decorator + ctx + before/after", fn, {"fn": closure_decorator(f)}),
+        Variant("wrapt_passthrough", "wrapt.FunctionWrapper pass-through", fn, {"fn": wrapt.FunctionWrapper(f, passthrough)}),
+        Variant("wrapt_naive", "naive wrapt join point + ctx + before/after", fn, {"fn": wrapt.FunctionWrapper(f, naive_joinpoint)}),
+        Variant("aspectlib", "aspectlib Aspect (before, yield, after)", fn, {"fn": woven_aspectlib}),
+        Variant("pluggy", "pluggy: 1 hook call (1 impl) + call", fn, {"fn": make_pluggy()}),
+        Variant("blinker", "blinker: 1 send (1 receiver) + call", fn, {"fn": make_blinker()}),
+        Variant("ah_idle", "aspecthook idle join point", fn, {"fn": idle}),
+        Variant("ah_before_after", "aspecthook before + after", fn, {"fn": ba}),
+        Variant("ah_before_after_50_unrelated", "aspecthook before + after, 50 unrelated advices", fn, {"fn": ba}, add_unrelated, remove_unrelated),
+        Variant("raw_method", "raw method call", "obj.m(1)", {"obj": Plain()}),
+        Variant("ah_method", "aspecthook method before + after", "obj.m(1)", {"obj": Woven()}),
+        Variant("ah_before_1", "aspecthook 1 before", fn, {"fn": many[1]}),
+        Variant("ah_before_10", "aspecthook 10 before", fn, {"fn": many[10]}),
+        Variant("ah_before_50", "aspecthook 50 before", fn, {"fn": many[50]}),
+    ]
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def check_results(variants: list[Variant]) -> None:
+    for v in variants:
+        result = eval(v.stmt, dict(v.env))
+        if result != 2:
+            raise SystemExit(f"variant {v.key} returned {result!r}, expected 2")
+
+
+def measure(variants: list[Variant], rounds: int, number: int, seed: int) -> None:
+    timers = {v.key: v.timer() for v in variants}
+    order = list(variants)
+    rng = random.Random(seed)
+    for v in variants:  # warm-up round, not recorded
+        if v.enter:
+            v.enter()
+        timers[v.key].timeit(max(number // 10, 1))
+        if v.leave:
+            v.leave()
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for v in order:
+            if v.enter:
+                v.enter()
+            try:
+                v.times.append(timers[v.key].timeit(number) / number)
+            finally:
+                if v.leave:
+                    v.leave()
+
+
+IMPORT_SNIPPET = (
+    "import sys, time; t = time.perf_counter(); import {mod}; "
+    "t = time.perf_counter() - t; print(t, 'torch' in sys.modules)"
+)
+
+
+def measure_imports(repeats: int) -> dict[str, Any]:
+    """``import aspecthook`` and ``import wrapt`` in fresh interpreters, interleaved."""
+    env = dict(os.environ)
+    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    samples: dict[str, list[float]] = {"aspecthook": [], "wrapt": []}
+    torch_seen = False
+
+    def once(mod: str) -> tuple[float, bool]:
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_SNIPPET.format(mod=mod)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout.split()
+        return float(out[0]), out[1] == "True"
+
+    once("aspecthook")  # warm the bytecode cache
+    once("wrapt")
+    for _ in range(repeats):
+        for mod in samples:
+            seconds, torch = once(mod)
+            samples[mod].append(seconds)
+            torch_seen |= mod == "aspecthook" and torch
+    result: dict[str, Any] = {}
+    for mod, values in samples.items():
+        result[mod] = {"min_ms": min(values) * 1e3, "median_ms": statistics.median(values) * 1e3}
+    result["ratio_min"] = result["aspecthook"]["min_ms"] / result["wrapt"]["min_ms"]
+    result["ratio_median"] = result["aspecthook"]["median_ms"] / result["wrapt"]["median_ms"]
+    result["torch_imported"] = torch_seen
+    result["repeats"] = repeats
+    return result
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
+    best = {v.key: min(v.times) * 1e9 for v in variants}
+    raw, raw_method = best["raw"], best["raw_method"]
+    ah_overhead = best["ah_before_after"] - raw
+    rows: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        base = raw_method if v.key.endswith("method") else raw
+        overhead = best[v.key] - base
+        rows[v.key] = {
+            "label": v.label,
+            "ns_per_call": best[v.key],
+            "median_ns": statistics.median(v.times) * 1e9,
+            "overhead_ns": overhead,
+            "ratio_vs_ah_before_after": overhead / ah_overhead if ah_overhead > 0 else None,
+        }
+    return rows
+
+
+def targets(rows: dict[str, dict[str, Any]], imports: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def over(key: str) -> float:
+        return float(rows[key]["overhead_ns"])
+
+    ba = over("ah_before_after")
+    slope = (over("ah_before_50") - over("ah_before_1")) / 49
+    checks: list[tuple[str, float, str, float]] = [
+        ("before+after overhead (ns)", ba, "<=", 600),
+        ("naive wrapt join point overhead / aspecthook's", over("wrapt_naive") / ba, ">=", 2),
+        ("aspectlib overhead / aspecthook's", over("aspectlib") / ba, ">=", 1.8),
+        ("pluggy overhead / aspecthook's", over("pluggy") / ba, ">=", 3),
+        ("idle join point overhead (ns)", over("ah_idle"), "<=", 150),
+        ("per extra before advice (ns, 1 -> 50)", slope, "<=", 60),
+        ("50 unrelated advices: overhead / without", over("ah_before_after_50_unrelated") / ba, "<=", 1.1),
+    ]
+    if imports is not None:
+        checks.append(("import aspecthook / import wrapt (min)", imports["ratio_min"], "<=", 1.5))
+    out = []
+    for name, value, op, limit in checks:
+        ok = value <= limit if op == "<=" else value >= limit
+        out.append({"target": name, "value": value, "op": op, "limit": limit, "pass": ok})
+    if imports is not None:
+        ok = not imports["torch_imported"]
+        out.append({"target": "import aspecthook leaves torch unimported", "value": float(ok), "op": "==", "limit": 1.0, "pass": ok})
+    return out
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_report(
+    rows: dict[str, dict[str, Any]],
+    extra: dict[str, float],
+    imports: dict[str, Any] | None,
+    checks: list[dict[str, Any]],
+    meta: dict[str, Any],
+) -> None:
+    print(
+        f"python {meta['python']} | wrapt {meta['wrapt']} ({meta['wrapt_impl']}) | "
+        f"{meta['rounds']} rounds x {meta['number']} calls, min over rounds"
+    )
+    print()
+    width = max(len(r["label"]) for r in rows.values())
+    print(f"{'variant':<{width}}  {'ns/call':>9}  {'median':>9}  {'overhead':>9}  {'vs ah b+a':>9}")
+    print("-" * (width + 46))
+    for row in rows.values():
+        print(
+            f"{row['label']:<{width}}  {row['ns_per_call']:9.1f}  {row['median_ns']:9.1f}  "
+            f"{row['overhead_ns']:9.1f}  {fmt_ratio(row['ratio_vs_ah_before_after']):>9}"
+        )
+    print("(overhead of the method rows is above the raw method call)")
+    print()
+    print(
+        f"per extra before advice: {extra['slope_1_to_50_ns']:.1f} ns (1 -> 50), "
+        f"{extra['slope_1_to_10_ns']:.1f} ns (1 -> 10)"
+    )
+    if imports is not None:
+        a, w = imports["aspecthook"], imports["wrapt"]
+        print(
+            f"import time ({imports['repeats']} fresh interpreters each): "
+            f"aspecthook {a['min_ms']:.1f} ms (median {a['median_ms']:.1f}), "
+            f"wrapt {w['min_ms']:.1f} ms (median {w['median_ms']:.1f}), "
+            f"ratio {imports['ratio_min']:.2f}x (median {imports['ratio_median']:.2f}x), "
+            f"torch imported: {imports['torch_imported']}"
+        )
+    print()
+    print("targets")
+    for check in checks:
+        mark = "PASS" if check["pass"] else "MISS"
+        print(f"  {mark}  {check['target']}: {check['value']:.2f} (target {check['op']} {check['limit']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40, help="rounds (default 40)")
+    parser.add_argument("--number", type=int, default=20_000, help="calls per variant per round (default 20000)")
+    parser.add_argument("--imports", type=int, default=10, help="fresh interpreters per import measurement (default 10; 0 skips)")
+    parser.add_argument("--quick", action="store_true", help="tiny numbers, for a smoke run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the per-round variant order")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.number, args.imports = 3, 200, 1
+
+    weaver = ah.Weaver("bench")
+    cleanups: list[Callable[[], object]] = [weaver.close]
+    try:
+        variants = build_variants(weaver, cleanups)
+        check_results(variants)
+        measure(variants, args.rounds, args.number, args.seed)
+    finally:
+        for cleanup in reversed(cleanups):
+            cleanup()
+    imports = measure_imports(args.imports) if args.imports > 0 else None
+
+    rows = summarize(variants)
+    over = {k: float(r["overhead_ns"]) for k, r in rows.items()}
+    extra = {
+        "slope_1_to_50_ns": (over["ah_before_50"] - over["ah_before_1"]) / 49,
+        "slope_1_to_10_ns": (over["ah_before_10"] - over["ah_before_1"]) / 9,
+    }
+    checks = targets(rows, imports)
+    meta = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "wrapt": wrapt.__version__,
+        "wrapt_impl": "C extension" if wrapt.FunctionWrapper.__module__ == "_wrappers" else "pure Python",
+        "rounds": args.rounds,
+        "number": args.number,
+        "seed": args.seed,
+    }
+    print_report(rows, extra, imports, checks, meta)
+    if args.json is not None:
+        data = {"meta": meta, "variants": rows, "derived": extra, "imports": imports, "targets": checks}
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
