@@ -205,7 +205,7 @@ class Weaver:
             declared=True,
             local_weaver=None if self.is_global else self,
         )
-        if name:
+        if name and not inspect.ismethod(fn):  # a bound method's dotted name is not its own
             jp.add_names((default,))
         proxy = JoinPointProxy(fn, jp)
         REGISTRY.add_joinpoint(jp)

@@ -12,9 +12,13 @@ __all__ = [
     "AdviceSignatureError",
     "AspectDefinitionError",
     "AspectHookError",
+    "AspectParameterError",
+    "ConfigError",
     "InvalidOptionError",
     "InvalidPointcutError",
     "OrderingCycleError",
+    "RunnerError",
+    "UnknownAspectError",
     "UnknownPriorityError",
     "WeaveTargetError",
 ]
@@ -83,3 +87,61 @@ class WeaveTargetError(AspectHookError, LookupError):
     def __init__(self, message: str, *, target: str) -> None:
         super().__init__(message)
         self.target = target
+
+
+class RunnerError(AspectHookError, ValueError):
+    """A training runner was given parts it cannot train with.
+
+    Raised before any training starts (limits, scheduler, work_dir, resume path) or at the
+    first step whose result is not a loss.
+    """
+
+
+class UnknownAspectError(AspectHookError, LookupError):
+    """An aspect type name is neither registered, nor a plugin, nor an importable path.
+
+    ``name`` is what was asked for, ``known`` the registered names and ``suggestion`` the
+    closest of them (or None).
+    """
+
+    def __init__(
+        self, message: str, *, name: str, known: tuple[str, ...], suggestion: str | None
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.known = known
+        self.suggestion = suggestion
+
+
+class AspectParameterError(AspectHookError, TypeError):
+    """An aspect type was given parameters its constructor does not take.
+
+    Raised before the constructor runs; ``aspect`` names the type, ``parameters`` the
+    offending names and ``valid`` the ones it accepts.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        aspect: str,
+        parameters: tuple[str, ...],
+        valid: tuple[str, ...],
+    ) -> None:
+        super().__init__(message)
+        self.aspect = aspect
+        self.parameters = parameters
+        self.valid = valid
+
+
+class ConfigError(AspectHookError, ValueError):
+    """A configuration file (``aspecthook run --aspects FILE``) cannot be used.
+
+    ``file`` is the file, ``key`` the key path of the bad value (``weave[1].aspects[0].type``,
+    empty for the whole file); the message says what is valid there.
+    """
+
+    def __init__(self, message: str, *, file: str, key: str) -> None:
+        super().__init__(message)
+        self.file = file
+        self.key = key

@@ -1,0 +1,52 @@
+"""Batches of one epoch, resumable at a batch offset without loading the skipped batches.
+
+A map-style ``DataLoader`` draws batches of indices from its batch sampler and only then
+loads them. To resume ``k`` batches into an epoch we iterate a copy of the loader whose
+batch sampler drops the first ``k`` index lists: the dataset's ``__getitem__`` is never
+called for them. Iterable datasets have no sampler; they are advanced by iteration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+__all__ = ["SkipBatchSampler", "epoch_batches"]
+
+
+class SkipBatchSampler:
+    """A batch sampler that yields ``inner``'s batches from the ``skip``-th on."""
+
+    def __init__(self, inner: Iterable[list[int]], skip: int) -> None:
+        self.inner = inner
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return itertools.islice(iter(self.inner), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.inner) - self.skip, 0)  # type: ignore[arg-type]
+
+
+def epoch_batches(loader: Iterable[Any], skip: int) -> Iterator[Any]:
+    """Iterate ``loader`` for one epoch, starting after ``skip`` batches."""
+    if skip <= 0:
+        return iter(loader)
+    if isinstance(loader, DataLoader) and loader.batch_sampler is not None:
+        resumed: DataLoader[Any] = DataLoader(
+            loader.dataset,
+            batch_sampler=SkipBatchSampler(loader.batch_sampler, skip),  # type: ignore[arg-type]
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+            timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn,
+            multiprocessing_context=loader.multiprocessing_context,
+            generator=loader.generator,
+            persistent_workers=loader.persistent_workers,
+        )
+        return iter(resumed)
+    return itertools.islice(iter(loader), skip, None)

@@ -1,0 +1,96 @@
+"""The training loop, made only of join points.
+
+Each function here is declared as a join point of every ``Runner`` (bound to it, under the
+name of the function), and calls the next level through the runner, so every step of the
+run can be advised. There is no LR, logging, checkpoint, timing, evaluation, EMA, AMP or
+clipping code in this module: those are aspects in ``aspecthook.train.aspects``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+__all__ = [
+    "backward",
+    "forward",
+    "optimizer_step",
+    "run",
+    "test_epoch",
+    "test_iter",
+    "train_epoch",
+    "train_iter",
+    "val_epoch",
+    "val_iter",
+]
+
+
+def run(runner: Runner) -> dict[str, Any]:
+    """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
+    while not runner.finished:
+        runner.train_epoch()
+    return runner.metrics
+
+
+def train_epoch(runner: Runner) -> None:
+    """One pass over the training data (resuming mid-epoch where a checkpoint left off)."""
+    runner.model.train()
+    for batch in runner.epoch_batches():
+        runner.train_iter(batch)
+        if runner.finished:
+            break
+    else:
+        runner.end_epoch()
+
+
+def train_iter(runner: Runner, batch: Any) -> dict[str, Any]:
+    """forward -> backward -> optimizer_step for one batch; returns the step's outputs."""
+    runner.outputs = outputs = runner.forward(batch)
+    runner.backward(outputs["loss"])
+    runner.optimizer_step()
+    runner.end_iter()
+    return outputs
+
+
+def forward(runner: Runner, batch: Any) -> dict[str, Any]:
+    """The user's step (``train_step`` or ``loss_fn(model(x), y)``) as a dict with ``loss``."""
+    return runner.compute_train_step(batch)
+
+
+def backward(runner: Runner, loss: Any) -> None:
+    """Back-propagate ``loss``."""
+    loss.backward()
+
+
+def optimizer_step(runner: Runner) -> None:
+    """Apply and clear the gradients."""
+    runner.optimizer.step()
+    runner.optimizer.zero_grad(set_to_none=True)
+
+
+def val_epoch(runner: Runner) -> dict[str, Any]:
+    """One pass over the validation data without gradients; returns ``runner.metrics``."""
+    with runner.evaluating():
+        for batch in runner.val_loader or ():
+            runner.val_iter(batch)
+    return runner.metrics
+
+
+def val_iter(runner: Runner, batch: Any) -> dict[str, Any]:
+    """The validation step for one batch; returns its outputs."""
+    return runner.compute_eval_step(batch)
+
+
+def test_epoch(runner: Runner) -> dict[str, Any]:
+    """One pass over the test data without gradients; returns ``runner.metrics``."""
+    with runner.evaluating():
+        for batch in runner.test_loader or ():
+            runner.test_iter(batch)
+    return runner.metrics
+
+
+def test_iter(runner: Runner, batch: Any) -> dict[str, Any]:
+    """The test step for one batch; returns its outputs."""
+    return runner.compute_eval_step(batch)

@@ -1,0 +1,392 @@
+"""The ``Runner``: owns the model parts, the counters and a weaver; runs the join-point loop.
+
+Everything a run does besides forward/backward/step is an aspect registered on the
+runner's own (local) weaver, so aspects given to one runner never advise another, while
+module-level advice (``@before('train_iter')``) reaches every runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._aspect import Aspect
+from .._describe import Description
+from .._handle import Handle
+from .._weaver import Weaver
+from ..errors import RunnerError
+from . import _loop
+from ._data import epoch_batches
+
+__all__ = ["JOINPOINTS", "Runner", "seed_everything"]
+
+JOINPOINTS = (
+    "run",
+    "train_epoch",
+    "train_iter",
+    "forward",
+    "backward",
+    "optimizer_step",
+    "val_epoch",
+    "val_iter",
+    "test_epoch",
+    "test_iter",
+)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python ``random``, numpy (when installed) and torch."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+
+
+class Runner:
+    """A training run whose loop is nothing but join points.
+
+    ``runner.run()`` trains and returns the final metrics. Aspects see the run through
+    this object (``ctx.runner``): ``model``, ``optimizer``, ``scheduler``, the loaders,
+    the counters ``epoch`` / ``iter`` / ``inner_iter``, ``outputs``, ``metrics``,
+    ``work_dir``, ``rank``, ``world_size``, ``stop(reason)``, ``state_dict()``.
+    """
+
+    __aspecthook_runner__ = True
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train_loader: Iterable[Any],
+        *,
+        val_loader: Iterable[Any] | None = None,
+        test_loader: Iterable[Any] | None = None,
+        scheduler: Any = None,
+        loss_fn: Callable[..., torch.Tensor] | None = None,
+        train_step: Callable[[Runner, Any], Any] | None = None,
+        val_step: Callable[[Runner, Any], Any] | None = None,
+        max_epochs: int | None = None,
+        max_iters: int | None = None,
+        aspects: Iterable[Aspect] = (),
+        work_dir: str | os.PathLike[str] | None = None,
+        device: str | torch.device | None = None,
+        seed: int | None = None,
+        default_aspects: bool = True,
+    ) -> None:
+        _check_limits(max_epochs, max_iters)
+        _check_scheduler(scheduler, optimizer)
+        self.device = torch.device(device) if device is not None else None
+        self.model = model.to(self.device) if self.device is not None else model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.train_loader = train_loader
+        self.val_loader = val_loader
+        self.test_loader = test_loader
+        self.loss_fn = loss_fn
+        self.train_step = train_step
+        self.val_step = val_step
+        self.max_epochs = max_epochs
+        self.max_iters = max_iters
+        self.work_dir = _check_work_dir(work_dir)
+        self.seed = seed
+        if seed is not None:
+            seed_everything(seed)
+        self.epoch = 0
+        self.iter = 0
+        self.inner_iter = 0
+        self.outputs: dict[str, Any] = {}
+        self.metrics: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.rank, self.world_size = _dist_info()
+        self.weaver = Weaver(f"runner@{id(self):x}", local=True)
+        for name in JOINPOINTS:
+            bound = types.MethodType(getattr(_loop, name), self)
+            setattr(self, name, self.weaver.joinpoint(name)(bound))
+        aspects = list(aspects)
+        if default_aspects:
+            aspects = [*self._default_aspects(aspects), *aspects]
+        self.aspects: list[Aspect] = []
+        self._handles: list[Handle] = []
+        for aspect in aspects:
+            self.add_aspect(aspect)
+
+    # -- join points (replaced per instance in __init__ by advised proxies) ---------------
+
+    def run(self) -> dict[str, Any]:
+        """Train until the limits or ``stop()``; return the metrics."""
+        return _loop.run(self)
+
+    def train_epoch(self) -> None:
+        _loop.train_epoch(self)
+
+    def train_iter(self, batch: Any) -> dict[str, Any]:
+        return _loop.train_iter(self, batch)
+
+    def forward(self, batch: Any) -> dict[str, Any]:
+        return _loop.forward(self, batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        _loop.backward(self, loss)
+
+    def optimizer_step(self) -> None:
+        _loop.optimizer_step(self)
+
+    def val_epoch(self) -> dict[str, Any]:
+        return _loop.val_epoch(self)
+
+    def val_iter(self, batch: Any) -> dict[str, Any]:
+        return _loop.val_iter(self, batch)
+
+    def test_epoch(self) -> dict[str, Any]:
+        return _loop.test_epoch(self)
+
+    def test_iter(self, batch: Any) -> dict[str, Any]:
+        return _loop.test_iter(self, batch)
+
+    # -- aspects ------------------------------------------------------------------------
+
+    def add_aspect(self, aspect: Aspect) -> Handle:
+        """Register ``aspect`` on this runner only; its state joins ``state_dict()``."""
+        if not isinstance(aspect, Aspect):
+            raise RunnerError(
+                f"aspects= takes Aspect instances, got {aspect!r}; wrap hook objects with "
+                "aspecthook.adapters or write an Aspect subclass"
+            )
+        handle = self.weaver.register(aspect)
+        self.aspects.append(aspect)
+        self._handles.append(handle)
+        return handle
+
+    def get_aspect(self, kind: type[Aspect] | str) -> Aspect | None:
+        """The first registered aspect of this type (or with this name), else None."""
+        for aspect in self.aspects:
+            if (isinstance(kind, str) and aspect.name == kind) or (
+                isinstance(kind, type) and isinstance(aspect, kind)
+            ):
+                return aspect
+        return None
+
+    def _default_aspects(self, given: list[Aspect]) -> list[Aspect]:
+        from .aspects import DistSamplerSeed, Evaluate
+
+        defaults: list[Aspect] = []
+        if not any(isinstance(a, DistSamplerSeed) for a in given):
+            defaults.append(DistSamplerSeed())
+        if self.val_loader is not None and not any(isinstance(a, Evaluate) for a in given):
+            defaults.append(Evaluate())
+        return defaults
+
+    # -- the protocol aspects use --------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached its limits or was stopped."""
+        if self.stop_reason is not None:
+            return True
+        if self.max_iters is not None and self.iter >= self.max_iters:
+            return True
+        return self.max_epochs is not None and self.epoch >= self.max_epochs
+
+    def stop(self, reason: str) -> None:
+        """Ask the loop to stop after the current iteration; ``reason`` is kept."""
+        self.stop_reason = reason
+
+    def end_iter(self) -> None:
+        self.iter += 1
+        self.inner_iter += 1
+
+    def end_epoch(self) -> None:
+        self.epoch += 1
+        self.inner_iter = 0
+
+    def epoch_batches(self) -> Iterator[Any]:
+        """This epoch's batches, after the ``inner_iter`` already consumed (on resume)."""
+        for batch in epoch_batches(self.train_loader, self.inner_iter):
+            yield self.to_device(batch)
+
+    def to_device(self, batch: Any) -> Any:
+        """Move the tensors in ``batch`` to the runner's device (if one was given)."""
+        if self.device is None:
+            return batch
+        return _move(batch, self.device)
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Eval mode and no gradients for the block; the previous mode comes back."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def compute_train_step(self, batch: Any) -> dict[str, Any]:
+        """Run the user's step and return a dict with a scalar ``loss`` tensor."""
+        if self.train_step is not None:
+            result = self.train_step(self, batch)
+        else:
+            result = self._default_step(batch)
+        return _as_outputs(result, where="train_step" if self.train_step else "the model")
+
+    def compute_eval_step(self, batch: Any) -> dict[str, Any]:
+        """The validation/test step: ``val_step`` or model output, targets and loss."""
+        if self.val_step is not None:
+            result = self.val_step(self, batch)
+            return result if isinstance(result, dict) else {"outputs": result}
+        inputs, targets = _split_batch(batch)
+        outputs = self.model(inputs)
+        result = {"outputs": outputs, "targets": targets}
+        if self.loss_fn is not None and targets is not None:
+            result["loss"] = self.loss_fn(outputs, targets)
+        return result
+
+    def _default_step(self, batch: Any) -> Any:
+        inputs, targets = _split_batch(batch)
+        outputs = self.model(inputs)
+        if self.loss_fn is None:
+            return outputs
+        return self.loss_fn(outputs, targets)
+
+    # -- state --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer, scheduler, counters and every aspect's own state."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": {"epoch": self.epoch, "iter": self.iter, "inner_iter": self.inner_iter},
+            "metrics": dict(self.metrics),
+            "aspects": {},
+        }
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        for aspect in self.aspects:
+            own = getattr(aspect, "state_dict", None)
+            if callable(own):
+                state["aspects"][aspect.name] = own()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict()`` saved."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        counters = state["counters"]
+        self.epoch = int(counters["epoch"])
+        self.iter = int(counters["iter"])
+        self.inner_iter = int(counters["inner_iter"])
+        self.metrics = dict(state.get("metrics", {}))
+        saved = state.get("aspects", {})
+        for aspect in self.aspects:
+            load = getattr(aspect, "load_state_dict", None)
+            if callable(load) and aspect.name in saved:
+                load(saved[aspect.name])
+
+    def describe(self) -> Description:
+        """This run's join points with the advice at each, in order (data and a table)."""
+        return self.weaver.describe()
+
+    def close(self) -> None:
+        """Unregister this runner's aspects."""
+        for handle in reversed(self._handles):
+            handle.remove()
+        self._handles.clear()
+        self.weaver.close()
+
+    def __repr__(self) -> str:
+        limit = f"max_iters={self.max_iters}" if self.max_iters else f"max_epochs={self.max_epochs}"
+        return f"<Runner epoch={self.epoch} iter={self.iter} {limit}>"
+
+
+# -- input checks (all before training starts) ---------------------------------------------
+
+
+def _check_limits(max_epochs: int | None, max_iters: int | None) -> None:
+    if (max_epochs is None) == (max_iters is None):
+        raise RunnerError(
+            "give exactly one of max_epochs= (epoch-based training) or max_iters= "
+            f"(iteration-based training); got max_epochs={max_epochs}, max_iters={max_iters}"
+        )
+    for name, value in (("max_epochs", max_epochs), ("max_iters", max_iters)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise RunnerError(f"{name}={value!r} must be a positive int")
+
+
+def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
+    if scheduler is None:
+        return
+    own = getattr(scheduler, "optimizer", None)
+    if own is not None and own is not optimizer:
+        raise RunnerError(
+            f"the scheduler {type(scheduler).__name__} drives a different optimizer than the "
+            "runner's: build it on the same optimizer object you pass as optimizer="
+        )
+
+
+def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
+    if work_dir is None:
+        return None
+    path = Path(work_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise RunnerError(
+            f"work_dir {str(path)!r} is not writable ({exc.strerror or exc}): give a directory "
+            "this process can create files in"
+        ) from None
+    return path
+
+
+def _dist_info() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _split_batch(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping) and "inputs" in batch:
+        return batch["inputs"], batch.get("targets")
+    return batch, None
+
+
+def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
+    if isinstance(result, Mapping):
+        outputs = dict(result)
+        loss = outputs.get("loss")
+    else:
+        outputs = {"loss": result}
+        loss = result
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise RunnerError(
+            f"{where} returned {type(result).__name__}, not a loss: return a scalar loss "
+            "tensor or a dict with a 'loss' tensor, or give loss_fn= (called as "
+            "loss_fn(model(x), y)) or train_step=(runner, batch) -> loss"
+        )
+    return outputs
+
+
+def _move(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: _move(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_move(v, device) for v in batch)
+    return batch

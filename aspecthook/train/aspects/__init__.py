@@ -1,0 +1,40 @@
+"""Training aspects: each concern of a training run as an ``Aspect`` on the runner.
+
+OpenMMLab's hook names are accepted as aliases (``CheckpointHook`` is ``Checkpoint``) so
+configs written for that world read naturally. Modules load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._evaluate import Evaluate
+    from ._sampler_seed import DistSamplerSeed
+
+__all__ = ["ALIASES", "DistSamplerSeed", "Evaluate"]
+
+_WHERE: dict[str, str] = {
+    "DistSamplerSeed": "._sampler_seed",
+    "Evaluate": "._evaluate",
+}
+
+#: OpenMMLab-style names and the aspect each stands for.
+ALIASES: dict[str, str] = {
+    "DistSamplerSeedHook": "DistSamplerSeed",
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = ALIASES.get(name, name)
+    module = _WHERE.get(target)
+    if module is None:
+        raise AttributeError(f"module 'aspecthook.train.aspects' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), target)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *ALIASES})

@@ -1,0 +1,101 @@
+"""``Evaluate``: runs the validation loop on a schedule and computes metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+from ...errors import InvalidOptionError
+
+__all__ = ["Evaluate"]
+
+Metric = Callable[[Any, Any], Any]
+
+
+class Evaluate(Aspect):
+    """Validate every ``interval`` epochs (or iterations with ``by_epoch=False``).
+
+    ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
+    over the validation set weighted by batch size, as is the loss when the step returns
+    one. Results land in ``runner.metrics`` as ``'val/<name>'`` before lower-priority
+    aspects (checkpoint, early stopping, plateau schedules) look at them.
+    """
+
+    name = "evaluate"
+    priority = Priority.ABOVE_NORMAL
+
+    def __init__(
+        self,
+        interval: int = 1,
+        *,
+        by_epoch: bool = True,
+        metrics: Mapping[str, Metric] | None = None,
+        prefix: str = "val",
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if not isinstance(interval, int) or interval < 1:
+            raise InvalidOptionError(
+                f"Evaluate(interval={interval!r}) must be a positive int",
+                option="interval",
+                value=interval,
+            )
+        self.interval = interval
+        self.by_epoch = by_epoch
+        self.metrics = dict(metrics or {})
+        self.prefix = prefix
+        self._sums: dict[str, float] = {}
+        self._count = 0
+
+    def make_advice(self, target: Any = None) -> list[Any]:
+        """Only the trigger this instance uses (epochs or iterations) is registered."""
+        unused = "after_train_iter" if self.by_epoch else "after_train_epoch"
+        return [a for a in super().make_advice(target) if a.name != f"{self.name}.{unused}"]
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if self.by_epoch and runner.epoch % self.interval == 0:
+            runner.val_epoch()
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if not self.by_epoch and runner.iter % self.interval == 0:
+            runner.val_epoch()
+
+    def before_val_epoch(self, ctx: CallContext) -> None:
+        self._sums = {}
+        self._count = 0
+
+    def after_val_iter(self, ctx: CallContext) -> None:
+        result = ctx.result or {}
+        outputs, targets = result.get("outputs"), result.get("targets")
+        size = _batch_size(targets if targets is not None else outputs)
+        self._count += size
+        values: dict[str, Any] = {}
+        if "loss" in result:
+            values["loss"] = result["loss"]
+        for name, fn in self.metrics.items():
+            values[name] = fn(outputs, targets)
+        for name, value in values.items():
+            number = float(value.item() if isinstance(value, torch.Tensor) else value)
+            self._sums[name] = self._sums.get(name, 0.0) + number * size
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        if not self._count:
+            return
+        ctx.runner.metrics.update(
+            {f"{self.prefix}/{k}": v / self._count for k, v in self._sums.items()}
+        )
+
+
+def _batch_size(value: Any) -> int:
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return int(value.shape[0])
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    return 1
