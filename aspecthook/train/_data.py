@@ -38,7 +38,7 @@ def epoch_batches(loader: Iterable[Any], skip: int) -> Iterator[Any]:
     if isinstance(loader, DataLoader) and loader.batch_sampler is not None:
         resumed: DataLoader[Any] = DataLoader(
             loader.dataset,
-            batch_sampler=SkipBatchSampler(loader.batch_sampler, skip),  # type: ignore[arg-type]
+            batch_sampler=SkipBatchSampler(loader.batch_sampler, skip),
             num_workers=loader.num_workers,
             collate_fn=loader.collate_fn,
             pin_memory=loader.pin_memory,

@@ -177,11 +177,13 @@ class Runner:
         return None
 
     def _default_aspects(self, given: list[Aspect]) -> list[Aspect]:
-        from .aspects import DistSamplerSeed, Evaluate
+        from .aspects import DistSamplerSeed, Evaluate, LRSchedule
 
         defaults: list[Aspect] = []
         if not any(isinstance(a, DistSamplerSeed) for a in given):
             defaults.append(DistSamplerSeed())
+        if self.scheduler is not None and not any(isinstance(a, LRSchedule) for a in given):
+            defaults.append(LRSchedule())  # torch's convention: one scheduler step per epoch
         if self.val_loader is not None and not any(isinstance(a, Evaluate) for a in given):
             defaults.append(Evaluate())
         return defaults

@@ -11,18 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._evaluate import Evaluate
+    from ._lr import LRSchedule
     from ._sampler_seed import DistSamplerSeed
 
-__all__ = ["ALIASES", "DistSamplerSeed", "Evaluate"]
+__all__ = ["ALIASES", "DistSamplerSeed", "Evaluate", "LRSchedule"]
 
 _WHERE: dict[str, str] = {
     "DistSamplerSeed": "._sampler_seed",
     "Evaluate": "._evaluate",
+    "LRSchedule": "._lr",
 }
 
 #: OpenMMLab-style names and the aspect each stands for.
 ALIASES: dict[str, str] = {
     "DistSamplerSeedHook": "DistSamplerSeed",
+    "ParamSchedulerHook": "LRSchedule",
+    "LrUpdaterHook": "LRSchedule",
 }
 
 

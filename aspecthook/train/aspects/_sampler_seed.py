@@ -38,7 +38,7 @@ class DistSamplerSeed(Aspect):
             if seed is None:
                 seed = int(torch.empty((), dtype=torch.int64).random_().item())
             self.base_seed = int(seed)
-        sampler = getattr(runner.train_loader, "sampler", None)
+        sampler: Any = getattr(runner.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(runner.epoch)
         elif isinstance(sampler, RandomSampler):

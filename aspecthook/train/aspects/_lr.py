@@ -1,0 +1,169 @@
+"""``LRSchedule``: drives torch's own LR schedulers from the training join points.
+
+No LR formula is written here: warm-up is torch's ``ConstantLR`` / ``LinearLR`` /
+``LambdaLR`` (for the exponential ramp) and is composed with the main scheduler by
+torch's ``SequentialLR`` (when both step per iteration) or by chaining (a per-iteration
+warm-up in front of a per-epoch schedule, as torch's chainable schedulers allow), so the
+LR at every step is exactly what torch computes for the same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim import lr_scheduler
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+from ...errors import InvalidOptionError, RunnerError
+
+__all__ = ["LRSchedule"]
+
+_WARMUPS = ("constant", "linear", "exp")
+SchedulerLike = Any  # a torch scheduler, or a callable optimizer -> scheduler
+
+
+class LRSchedule(Aspect):
+    """Steps the runner's scheduler per iteration (``by_epoch=False``) or per epoch.
+
+    ``scheduler`` is a torch scheduler, a callable ``optimizer -> scheduler``, or None for
+    the runner's own ``scheduler``. ``warmup='linear'|'constant'|'exp'`` ramps the LR from
+    ``warmup_ratio`` times its value to its value over the first ``warmup_iters``
+    iterations. ``ReduceLROnPlateau`` steps after validation with ``runner.metrics[monitor]``.
+    The composed scheduler becomes ``runner.scheduler``, so checkpoints save and restore it.
+    """
+
+    name = "lr_schedule"
+    priority = Priority.LOW
+
+    def __init__(
+        self,
+        scheduler: SchedulerLike = None,
+        *,
+        by_epoch: bool = True,
+        warmup: str | None = None,
+        warmup_iters: int = 0,
+        warmup_ratio: float = 0.1,
+        monitor: str = "val/loss",
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if warmup is not None and warmup not in _WARMUPS:
+            raise InvalidOptionError(
+                f"LRSchedule(warmup={warmup!r}): use one of {', '.join(_WARMUPS)} or None",
+                option="warmup",
+                value=warmup,
+            )
+        if warmup is not None and (not isinstance(warmup_iters, int) or warmup_iters < 1):
+            raise InvalidOptionError(
+                f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
+                option="warmup_iters",
+                value=warmup_iters,
+            )
+        if not 0 < warmup_ratio <= 1:
+            raise InvalidOptionError(
+                f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
+                option="warmup_ratio",
+                value=warmup_ratio,
+            )
+        self.scheduler = scheduler
+        self.by_epoch = by_epoch
+        self.warmup = warmup
+        self.warmup_iters = warmup_iters
+        self.warmup_ratio = warmup_ratio
+        self.monitor = monitor
+        self._main: Any = None
+        self._warmup: Any = None
+        self._plateau = False
+
+    def make_advice(self, target: Any = None) -> list[Any]:
+        """Register only the triggers this configuration uses (keeps idle iterations free)."""
+        unused = {"after_train_iter", "after_train_epoch"}
+        if not self.by_epoch or self.warmup is not None:
+            unused.discard("after_train_iter")
+        if self.by_epoch:
+            unused.discard("after_train_epoch")
+        return [a for a in super().make_advice(target) if a.name.rpartition(".")[2] not in unused]
+
+    def before_run(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        main = self._resolve(runner)
+        self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
+        if self.warmup is None:
+            self._main = main
+            runner.scheduler = main
+            return
+        warm = _warmup_scheduler(
+            runner.optimizer, self.warmup, self.warmup_iters, self.warmup_ratio
+        )
+        if not self.by_epoch and not self._plateau:
+            composed = lr_scheduler.SequentialLR(
+                runner.optimizer, [warm, main], milestones=[self.warmup_iters]
+            )
+            self._main, self._warmup = composed, None
+            runner.scheduler = composed
+        else:
+            self._main, self._warmup = main, warm
+            runner.scheduler = main
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if self._warmup is not None and runner.iter <= self.warmup_iters:
+            self._warmup.step()
+        if not self.by_epoch and self._main is not None and not self._plateau:
+            self._main.step()
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        if self._main is None:
+            return
+        if self._plateau:
+            self._main.step(self._metric(ctx.runner))
+        else:
+            self._main.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._warmup is not None and state.get("warmup") is not None:
+            self._warmup.load_state_dict(state["warmup"])
+
+    def _resolve(self, runner: Any) -> Any:
+        given = self.scheduler if self.scheduler is not None else runner.scheduler
+        if given is None:
+            raise RunnerError(
+                "LRSchedule has no scheduler: pass one to LRSchedule(scheduler) or to "
+                "Runner(scheduler=), or a callable optimizer -> scheduler"
+            )
+        if callable(given) and not hasattr(given, "step"):
+            given = given(runner.optimizer)
+        if getattr(given, "optimizer", runner.optimizer) is not runner.optimizer:
+            raise RunnerError(
+                f"LRSchedule's {type(given).__name__} drives a different optimizer than the "
+                "runner's: build it on runner.optimizer"
+            )
+        return given
+
+    def _metric(self, runner: Any) -> float:
+        try:
+            value = runner.metrics[self.monitor]
+        except KeyError:
+            raise RunnerError(
+                f"ReduceLROnPlateau watches {self.monitor!r}, which is not in runner.metrics "
+                f"({sorted(runner.metrics)}): add Evaluate() or set LRSchedule(monitor=...)"
+            ) from None
+        return float(value)
+
+
+def _warmup_scheduler(optimizer: torch.optim.Optimizer, kind: str, iters: int, ratio: float) -> Any:
+    if kind == "constant":
+        return lr_scheduler.ConstantLR(optimizer, factor=ratio, total_iters=iters)
+    if kind == "linear":
+        return lr_scheduler.LinearLR(
+            optimizer, start_factor=ratio, end_factor=1.0, total_iters=iters
+        )
+    ramp: Callable[[int], float] = lambda i: ratio ** (1 - i / iters) if i < iters else 1.0  # noqa: E731
+    return lr_scheduler.LambdaLR(optimizer, ramp)

@@ -1,0 +1,206 @@
+"""LRSchedule: the LR at every iteration is exactly torch's own sequence for the schedule."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.optim import lr_scheduler
+from torch.utils.data import DataLoader, TensorDataset
+
+from aspecthook import CallContext
+from aspecthook.errors import InvalidOptionError, RunnerError
+from aspecthook.train import Runner
+from aspecthook.train.aspects import LRSchedule
+
+ITERS = 40
+BASE_LR = 0.5
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 2)
+
+
+def _loader(n: int = ITERS) -> DataLoader[Any]:
+    data = TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,)))
+    return DataLoader(data, batch_size=1)
+
+
+def _torch_lrs(build: Callable[[torch.optim.Optimizer], Any], iters: int = ITERS) -> list[float]:
+    """The LR of each iteration when torch's scheduler is stepped by hand."""
+    opt = torch.optim.SGD(_model().parameters(), lr=BASE_LR)
+    scheduler = build(opt)
+    seen = []
+    for _ in range(iters):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    return seen
+
+
+def _runner_lrs(
+    aspect: LRSchedule, scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+) -> list[float]:
+    """The LR each optimizer step of a Runner used, with ``aspect`` driving it."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        scheduler=scheduler(opt) if scheduler else None,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=ITERS,
+        aspects=[aspect],
+    )
+    seen: list[float] = []
+
+    def record(ctx: CallContext) -> None:
+        seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
+
+    runner.weaver.before("optimizer_step")(record)
+    runner.run()
+    return seen
+
+
+SCHEDULES: dict[str, Callable[[torch.optim.Optimizer], Any]] = {
+    "LinearLR": lambda o: lr_scheduler.LinearLR(o, start_factor=0.2, total_iters=10),
+    "OneCycleLR": lambda o: lr_scheduler.OneCycleLR(o, max_lr=1.0, total_steps=ITERS),
+    "StepLR": lambda o: lr_scheduler.StepLR(o, step_size=7, gamma=0.5),
+    "SequentialLR": lambda o: lr_scheduler.SequentialLR(
+        o,
+        [
+            lr_scheduler.ConstantLR(o, factor=0.3, total_iters=5),
+            lr_scheduler.ExponentialLR(o, gamma=0.9),
+        ],
+        milestones=[5],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_per_iteration_schedule_matches_torch(name: str) -> None:
+    """Driven per iteration, the runner sees torch's LR sequence exactly."""
+    build = SCHEDULES[name]
+    expected = _torch_lrs(build)
+    got = _runner_lrs(LRSchedule(by_epoch=False), scheduler=build)
+    assert got == pytest.approx(expected, abs=1e-12, rel=0)
+
+
+@pytest.mark.parametrize(("kind", "warm"), [("linear", lr_scheduler.LinearLR), ("constant", None)])
+def test_warmup_then_cosine_matches_torch(kind: str, warm: Any) -> None:
+    """Warm-up composed with cosine annealing equals torch's SequentialLR of the same."""
+    w, ratio = 8, 0.1
+
+    def reference(o: torch.optim.Optimizer) -> Any:
+        first = (
+            lr_scheduler.LinearLR(o, start_factor=ratio, end_factor=1.0, total_iters=w)
+            if kind == "linear"
+            else lr_scheduler.ConstantLR(o, factor=ratio, total_iters=w)
+        )
+        cosine = lr_scheduler.CosineAnnealingLR(o, T_max=ITERS - w)
+        return lr_scheduler.SequentialLR(o, [first, cosine], milestones=[w])
+
+    expected = _torch_lrs(reference)
+    got = _runner_lrs(
+        LRSchedule(
+            lambda o: lr_scheduler.CosineAnnealingLR(o, T_max=ITERS - w),
+            by_epoch=False,
+            warmup=kind,
+            warmup_iters=w,
+            warmup_ratio=ratio,
+        )
+    )
+    assert got == pytest.approx(expected, abs=1e-12, rel=0)
+    assert got[0] == pytest.approx(BASE_LR * ratio)
+
+
+def test_exp_warmup_ramps_geometrically_to_the_base_lr() -> None:
+    """warmup='exp' multiplies the LR by a constant factor each step up to the base LR."""
+    w, ratio = 5, 0.01
+    got = _runner_lrs(
+        LRSchedule(
+            lambda o: lr_scheduler.ConstantLR(o, factor=1.0, total_iters=1),
+            by_epoch=False,
+            warmup="exp",
+            warmup_iters=w,
+            warmup_ratio=ratio,
+        )
+    )
+    ramp = got[: w + 1]
+    factors = [b / a for a, b in itertools.pairwise(ramp)]
+    assert ramp[0] == pytest.approx(BASE_LR * ratio)
+    assert factors == pytest.approx([factors[0]] * w)
+    assert got[w:] == pytest.approx([BASE_LR] * (ITERS - w))
+
+
+def test_epoch_schedule_steps_once_per_epoch() -> None:
+    """With the default by_epoch=True, a StepLR(step_size=1) halves the LR per epoch."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        scheduler=lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=3,
+    )
+    seen: list[float] = []
+    runner.weaver.before("train_epoch")(
+        lambda ctx: seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
+    )
+    runner.run()
+    assert seen == [BASE_LR, BASE_LR / 2, BASE_LR / 4]
+
+
+def test_plateau_steps_on_the_validation_metric() -> None:
+    """ReduceLROnPlateau reads runner.metrics[monitor] after each epoch's validation."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    plateau = lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        scheduler=plateau,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=4,
+        aspects=[LRSchedule(monitor="val/loss")],
+    )
+    runner.metrics["val/loss"] = 0.0
+    runner.weaver.after("val_epoch", priority="LOWEST")(
+        lambda ctx: ctx.runner.metrics.update({"val/loss": 1.0})  # never improves
+    )
+    runner.run()
+    assert opt.param_groups[0]["lr"] < BASE_LR
+
+
+def test_bad_options_are_refused() -> None:
+    """Unknown warm-up kinds and ratios out of range fail at construction."""
+    with pytest.raises(InvalidOptionError, match="warmup"):
+        LRSchedule(warmup="cosine", warmup_iters=3)
+    with pytest.raises(InvalidOptionError, match="warmup_ratio"):
+        LRSchedule(warmup_ratio=0)
+
+
+def test_missing_scheduler_is_reported_before_training() -> None:
+    """LRSchedule without any scheduler stops the run before the first step."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=3,
+        aspects=[LRSchedule(by_epoch=False)],
+    )
+    with pytest.raises(RunnerError, match="no scheduler"):
+        runner.run()
+    assert runner.iter == 0
