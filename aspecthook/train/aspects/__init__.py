@@ -10,16 +10,38 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._early_stopping import EarlyStopping
+    from ._ema import EMA
     from ._evaluate import Evaluate
     from ._lr import LRSchedule
+    from ._optim import AMP, EmptyCache, GradAccumulation, GradClip, NaNGuard
     from ._sampler_seed import DistSamplerSeed
 
-__all__ = ["ALIASES", "DistSamplerSeed", "Evaluate", "LRSchedule"]
+__all__ = [
+    "ALIASES",
+    "AMP",
+    "EMA",
+    "DistSamplerSeed",
+    "EarlyStopping",
+    "EmptyCache",
+    "Evaluate",
+    "GradAccumulation",
+    "GradClip",
+    "LRSchedule",
+    "NaNGuard",
+]
 
 _WHERE: dict[str, str] = {
     "DistSamplerSeed": "._sampler_seed",
     "Evaluate": "._evaluate",
     "LRSchedule": "._lr",
+    "AMP": "._optim",
+    "EmptyCache": "._optim",
+    "GradAccumulation": "._optim",
+    "GradClip": "._optim",
+    "NaNGuard": "._optim",
+    "EarlyStopping": "._early_stopping",
+    "EMA": "._ema",
 }
 
 #: OpenMMLab-style names and the aspect each stands for.
@@ -27,6 +49,11 @@ ALIASES: dict[str, str] = {
     "DistSamplerSeedHook": "DistSamplerSeed",
     "ParamSchedulerHook": "LRSchedule",
     "LrUpdaterHook": "LRSchedule",
+    "EMAHook": "EMA",
+    "EarlyStoppingHook": "EarlyStopping",
+    "EmptyCacheHook": "EmptyCache",
+    "GradientCumulativeOptimizerHook": "GradAccumulation",
+    "AmpOptimWrapperHook": "AMP",
 }
 
 

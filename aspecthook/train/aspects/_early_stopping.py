@@ -1,0 +1,93 @@
+"""``EarlyStopping``: stop when a validation metric stops improving."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._log import get_logger
+from ..._priority import Priority
+from ...errors import InvalidOptionError
+from ._rules import infer_rule
+
+__all__ = ["EarlyStopping"]
+
+
+class EarlyStopping(Aspect):
+    """After each validation, compare ``runner.metrics[monitor]`` with the best so far.
+
+    ``rule`` is ``'greater'`` or ``'less'`` (inferred from the metric name when omitted);
+    an improvement must beat the best by more than ``min_delta``. After ``patience``
+    validations without one, ``runner.stop()`` ends the run. With ``check_finite`` a NaN
+    or infinite metric stops at once.
+    """
+
+    name = "early_stopping"
+    priority = Priority.LOWEST
+
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        *,
+        rule: str | None = None,
+        patience: int = 5,
+        min_delta: float = 0.0,
+        check_finite: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if not isinstance(patience, int) or patience < 1:
+            raise InvalidOptionError(
+                f"EarlyStopping(patience={patience!r}) must be a positive int",
+                option="patience",
+                value=patience,
+            )
+        if min_delta < 0:
+            raise InvalidOptionError(
+                f"EarlyStopping(min_delta={min_delta!r}) must be >= 0",
+                option="min_delta",
+                value=min_delta,
+            )
+        self.monitor = monitor
+        self.rule = infer_rule(monitor, rule)
+        self.patience = patience
+        self.min_delta = float(min_delta)
+        self.check_finite = check_finite
+        self.best: float | None = None
+        self.wait = 0
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if self.monitor not in runner.metrics:
+            get_logger().warning(
+                "early_stopping.missing_metric", monitor=self.monitor, known=sorted(runner.metrics)
+            )
+            return
+        value = float(runner.metrics[self.monitor])
+        if self.check_finite and not math.isfinite(value):
+            runner.stop(f"{self.monitor} is {value} at epoch {runner.epoch}")
+            return
+        if self._improved(value):
+            self.best, self.wait = value, 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            runner.stop(
+                f"{self.monitor} did not improve on {self.best} for {self.wait} validations"
+            )
+
+    def _improved(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        if self.rule == "greater":
+            return value > self.best + self.min_delta
+        return value < self.best - self.min_delta
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "wait": self.wait}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = state.get("best")
+        self.wait = int(state.get("wait", 0))

@@ -1,0 +1,119 @@
+"""``EMA``: an exponential moving average of the weights, through torch's ``AveragedModel``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+from ...errors import InvalidOptionError
+
+__all__ = ["EMA"]
+
+
+class EMA(Aspect):
+    """Keeps ``AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))`` updated.
+
+    Updated after every ``update_every``-th optimizer step from ``start_iter`` on. With
+    ``use_for_eval`` (default) validation and test run on the EMA weights: they are swapped
+    into the model for the epoch and swapped back afterwards. Its state (the averaged
+    weights and the update count) is part of checkpoints.
+    """
+
+    name = "ema"
+    priority = Priority.NORMAL
+
+    def __init__(
+        self,
+        decay: float = 0.999,
+        *,
+        update_every: int = 1,
+        start_iter: int = 0,
+        use_buffers: bool = True,
+        use_for_eval: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if not 0.0 < decay < 1.0:
+            raise InvalidOptionError(
+                f"EMA(decay={decay!r}) must be between 0 and 1 (e.g. 0.999)",
+                option="decay",
+                value=decay,
+            )
+        self.decay = decay
+        self.update_every = update_every
+        self.start_iter = start_iter
+        self.use_buffers = use_buffers
+        self.use_for_eval = use_for_eval
+        self.averaged: AveragedModel | None = None
+        self._backup: list[torch.Tensor] | None = None
+
+    def before_run(self, ctx: CallContext) -> None:
+        if self.averaged is None:
+            self._build(ctx.runner.model)
+
+    def _build(self, model: torch.nn.Module) -> AveragedModel:
+        self.averaged = AveragedModel(
+            model,
+            multi_avg_fn=get_ema_multi_avg_fn(self.decay),  # type: ignore[no-untyped-call]
+            use_buffers=self.use_buffers,
+        )
+        return self.averaged
+
+    def after_optimizer_step(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if self.averaged is None or ctx.skipped:
+            return
+        step = runner.iter  # counted after the step's iteration ends, so this one is iter + 1
+        if step >= self.start_iter and (step + 1) % self.update_every == 0:
+            self.averaged.update_parameters(runner.model)
+
+    def before_val_epoch(self, ctx: CallContext) -> None:
+        if self.use_for_eval:
+            self._swap_in(ctx.runner.model)
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        self._swap_out(ctx.runner.model)
+
+    def on_error_val_epoch(self, ctx: CallContext) -> None:
+        self._swap_out(ctx.runner.model)
+
+    before_test_epoch = before_val_epoch
+    after_test_epoch = after_val_epoch
+    on_error_test_epoch = on_error_val_epoch
+
+    def _tensors(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        tensors: list[torch.Tensor] = list(model.parameters())
+        if self.use_buffers:
+            tensors += list(model.buffers())
+        return tensors
+
+    def _swap_in(self, model: torch.nn.Module) -> None:
+        if self.averaged is None or self._backup is not None:
+            return
+        live = self._tensors(model)
+        self._backup = [t.detach().clone() for t in live]
+        with torch.no_grad():
+            for dst, src in zip(live, self._tensors(self.averaged.module), strict=True):
+                dst.copy_(src)
+
+    def _swap_out(self, model: torch.nn.Module) -> None:
+        if self._backup is None:
+            return
+        with torch.no_grad():
+            for dst, src in zip(self._tensors(model), self._backup, strict=True):
+                dst.copy_(src)
+        self._backup = None
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.averaged is None:
+            return {}
+        return {"averaged": self.averaged.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "averaged" in state and self.averaged is not None:
+            self.averaged.load_state_dict(state["averaged"])

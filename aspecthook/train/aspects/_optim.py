@@ -1,0 +1,219 @@
+"""Aspects around the optimisation step: ``GradClip``, ``GradAccumulation``, ``AMP``,
+``NaNGuard`` and ``EmptyCache``. Each is a few lines of advice on the ``forward``,
+``backward`` and ``optimizer_step`` join points of ``train_iter``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..._aspect import Aspect
+from ..._context import CallContext, Proceed
+from ..._log import get_logger
+from ..._priority import Priority
+from ...errors import InvalidOptionError
+
+__all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
+
+
+def _positive(owner: str, option: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise InvalidOptionError(
+            f"{owner}({option}={value!r}) must be a positive number", option=option, value=value
+        )
+
+
+class GradClip(Aspect):
+    """Clips the gradient norm before each optimizer step (``clip_grad_norm_``).
+
+    The norm before clipping is reported as ``runner.outputs['grad_norm']``. Runs after
+    ``AMP`` has unscaled the gradients (its priority is higher).
+    """
+
+    name = "grad_clip"
+    priority = Priority.NORMAL
+
+    def __init__(self, max_norm: float, norm_type: float = 2.0, **options: Any) -> None:
+        super().__init__(**options)
+        _positive("GradClip", "max_norm", max_norm)
+        self.max_norm = float(max_norm)
+        self.norm_type = float(norm_type)
+
+    def before_optimizer_step(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        norm = torch.nn.utils.clip_grad_norm_(
+            runner.model.parameters(), self.max_norm, norm_type=self.norm_type
+        )
+        runner.outputs["grad_norm"] = norm
+
+
+class GradAccumulation(Aspect):
+    """Steps the optimizer every ``steps`` iterations, averaging the gradients between.
+
+    The loss is divided by ``steps`` before ``backward`` so the accumulated gradient is the
+    mean over the group, and ``optimizer_step`` is skipped until the group is complete.
+    """
+
+    name = "grad_accumulation"
+    priority = Priority.ABOVE_NORMAL
+
+    def __init__(self, steps: int, **options: Any) -> None:
+        super().__init__(**options)
+        if not isinstance(steps, int) or steps < 1:
+            raise InvalidOptionError(
+                f"GradAccumulation(steps={steps!r}) must be a positive int",
+                option="steps",
+                value=steps,
+            )
+        self.steps = steps
+
+    def before_backward(self, ctx: CallContext) -> None:
+        if self.steps > 1:
+            ctx.args[0] = ctx.args[0] / self.steps
+
+    def before_optimizer_step(self, ctx: CallContext) -> None:
+        if (ctx.runner.iter + 1) % self.steps:
+            ctx.skip()
+
+
+class AMP(Aspect):
+    """Mixed precision: ``torch.autocast`` around ``forward``, a ``GradScaler`` for float16.
+
+    On CPU the default dtype is bfloat16 (no scaling needed); on CUDA float16 with
+    ``torch.amp.GradScaler``, which then also performs the step (unscale, skip on inf/NaN,
+    update). The scaler is ``runner.grad_scaler``, so checkpoints save and restore it.
+    """
+
+    name = "amp"
+    priority = Priority.HIGH
+
+    def __init__(self, dtype: torch.dtype | str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                raise InvalidOptionError(
+                    "AMP(dtype=...) must be 'bfloat16' or 'float16'", option="dtype", value=dtype
+                )
+        self.dtype = dtype
+        self.scaler: torch.amp.GradScaler | None = None
+        self._device = "cpu"
+
+    def before_run(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        param = next(runner.model.parameters(), None)
+        self._device = param.device.type if param is not None else "cpu"
+        if self.dtype is None:
+            self.dtype = torch.float16 if self._device == "cuda" else torch.bfloat16
+        if self.dtype == torch.float16:
+            self.scaler = torch.amp.GradScaler(self._device)
+            runner.grad_scaler = self.scaler
+
+    def around_forward(self, ctx: CallContext, proceed: Proceed) -> Any:
+        with torch.autocast(self._device, dtype=self.dtype):
+            return proceed()
+
+    def before_backward(self, ctx: CallContext) -> None:
+        if self.scaler is not None:
+            ctx.args[0] = self.scaler.scale(ctx.args[0])
+
+    def before_optimizer_step(self, ctx: CallContext) -> None:
+        if self.scaler is not None:
+            # Unscale first so GradClip (lower priority, same stage) clips true gradients.
+            self.scaler.unscale_(ctx.runner.optimizer)
+
+    def around_optimizer_step(self, ctx: CallContext, proceed: Proceed) -> Any:
+        scaler = self.scaler
+        if scaler is None:
+            return proceed()
+        # With a scaler the step is the scaler's: it skips steps whose gradients overflowed.
+        optimizer = ctx.runner.optimizer
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class NaNGuard(Aspect):
+    """Watches the loss for NaN/inf: ``action='skip'`` drops that step, ``'stop'`` ends the run.
+
+    Either way the iteration is named in a warning (and in ``runner.stop_reason``).
+    """
+
+    name = "nan_guard"
+    priority = Priority.VERY_HIGH
+
+    def __init__(self, action: str = "skip", **options: Any) -> None:
+        super().__init__(**options)
+        if action not in ("skip", "stop"):
+            raise InvalidOptionError(
+                f"NaNGuard(action={action!r}): use 'skip' (drop the step) or 'stop' (end the run)",
+                option="action",
+                value=action,
+            )
+        self.action = action
+        self.skipped: list[int] = []
+        self._bad = False
+
+    def before_backward(self, ctx: CallContext) -> None:
+        loss = ctx.args[0]
+        self._bad = not bool(torch.isfinite(loss.detach()).all())
+        if not self._bad:
+            return
+        runner = ctx.runner
+        get_logger().warning(
+            "nan_guard.non_finite_loss",
+            iteration=runner.iter,
+            epoch=runner.epoch,
+            action=self.action,
+        )
+        self.skipped.append(runner.iter)
+        if self.action == "stop":
+            runner.stop(f"non-finite loss at iteration {runner.iter}")
+        ctx.skip()
+
+    def before_optimizer_step(self, ctx: CallContext) -> None:
+        if self._bad:
+            ctx.runner.optimizer.zero_grad(set_to_none=True)
+            ctx.skip()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": list(self.skipped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.skipped = list(state.get("skipped", []))
+
+
+class EmptyCache(Aspect):
+    """Releases cached accelerator memory after every epoch (and every ``interval`` iterations).
+
+    A no-op on machines without CUDA.
+    """
+
+    name = "empty_cache"
+    priority = Priority.LOWEST
+
+    def __init__(self, interval: int | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.interval = interval
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        _empty()
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        if self.interval and ctx.runner.iter % self.interval == 0:
+            _empty()
+
+
+def _empty() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

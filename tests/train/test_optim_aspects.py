@@ -1,0 +1,168 @@
+"""GradClip, GradAccumulation, AMP, NaNGuard, EarlyStopping and EMA on a real Runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from aspecthook import CallContext
+from aspecthook.errors import InvalidOptionError
+from aspecthook.train import Runner
+from aspecthook.train.aspects import (
+    AMP,
+    EMA,
+    EarlyStopping,
+    GradAccumulation,
+    GradClip,
+    NaNGuard,
+)
+
+CE = torch.nn.functional.cross_entropy
+
+
+def _data(n: int = 16) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g))
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def _runner(batch_size: int = 4, n: int = 16, **kwargs: Any) -> Runner:
+    model = kwargs.pop("model", None) or _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kwargs.setdefault("max_epochs", 1)
+    kwargs.setdefault("loss_fn", CE)
+    return Runner(model, opt, DataLoader(_data(n), batch_size=batch_size), **kwargs)
+
+
+def _params(runner: Runner) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in runner.model.parameters()]
+
+
+def test_grad_accumulation_equals_the_larger_batch() -> None:
+    """Accumulating 2 batches of 2 gives the same weights as batches of 4."""
+    big = _runner(batch_size=4)
+    big.run()
+    small = _runner(batch_size=2, aspects=[GradAccumulation(2)])
+    small.run()
+    for a, b in zip(_params(big), _params(small), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_grad_clip_bounds_the_update_and_reports_the_norm() -> None:
+    """With max_norm=1e-3 no SGD step moves the weights by more than lr * max_norm."""
+    runner = _runner(max_iters=1, max_epochs=None, aspects=[GradClip(max_norm=1e-3)])
+    before = _params(runner)
+    runner.run()
+    moved = torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(before, _params(runner))))
+    assert float(moved) <= 0.1 * 1e-3 * 1.0001
+    assert float(runner.outputs["grad_norm"]) > 1e-3
+
+
+def test_amp_runs_forward_in_bfloat16_on_cpu() -> None:
+    """AMP autocasts the forward pass (bfloat16 on CPU) and training still converges a step."""
+    dtypes: list[torch.dtype] = []
+
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        out = runner.model(batch[0])
+        dtypes.append(out.dtype)
+        return CE(out.float(), batch[1])
+
+    runner = _runner(train_step=step, aspects=[AMP()])
+    runner.run()
+    assert set(dtypes) == {torch.bfloat16}
+    assert runner.get_aspect(AMP).scaler is None  # type: ignore[union-attr]
+
+
+def _nan_at(k: int) -> Any:
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        loss = CE(runner.model(batch[0]), batch[1])
+        return loss * float("nan") if runner.iter == k else loss
+
+    return step
+
+
+def test_nan_guard_skips_the_bad_step_and_names_it() -> None:
+    """A NaN loss at iteration 2 leaves the weights as they were and is recorded."""
+    seen: dict[int, list[torch.Tensor]] = {}
+    runner = _runner(train_step=_nan_at(2), aspects=[NaNGuard("skip")])
+    runner.weaver.before("train_iter")(lambda ctx: seen.update({ctx.runner.iter: _params(runner)}))
+    runner.weaver.after("train_iter")(
+        lambda ctx: seen.update({ctx.runner.iter * 100: _params(runner)})
+    )
+    runner.run()
+    guard = runner.get_aspect(NaNGuard)
+    assert guard is not None and guard.skipped == [2]  # type: ignore[attr-defined]
+    for a, b in zip(seen[2], seen[300], strict=True):
+        assert torch.equal(a, b)
+    assert all(torch.isfinite(p).all() for p in runner.model.parameters())
+
+
+def test_nan_guard_stop_ends_the_run_with_the_iteration_in_the_reason() -> None:
+    """action='stop' stops the run and says which iteration had the non-finite loss."""
+    runner = _runner(train_step=_nan_at(1), aspects=[NaNGuard("stop")], max_epochs=3)
+    runner.run()
+    assert runner.stop_reason is not None and "iteration 1" in runner.stop_reason
+    assert runner.iter == 2
+
+
+def test_early_stopping_stops_after_patience_without_improvement() -> None:
+    """val/loss 1.0, 0.5, 0.6, 0.7 with patience=2 stops after the fourth validation."""
+    values = iter([1.0, 0.5, 0.6, 0.7, 0.8, 0.9])
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=6,
+        aspects=[EarlyStopping("val/loss", patience=2)],
+    )
+    runner.weaver.after("val_epoch", priority="BELOW_NORMAL")(  # after Evaluate
+        lambda ctx: ctx.runner.metrics.update({"val/loss": next(values)})
+    )
+    runner.run()
+    assert runner.epoch == 4
+    assert runner.stop_reason is not None and "val/loss" in runner.stop_reason
+
+
+def test_early_stopping_options_are_checked() -> None:
+    """Patience must be positive and the rule must be known or inferable."""
+    with pytest.raises(InvalidOptionError, match="patience"):
+        EarlyStopping(patience=0)
+    with pytest.raises(InvalidOptionError, match="rule"):
+        EarlyStopping("val/weird_score")
+    assert EarlyStopping("val/acc").rule == "greater"
+
+
+def test_ema_tracks_torch_averaged_model_and_is_used_for_validation() -> None:
+    """EMA weights follow decay * ema + (1 - decay) * w and are swapped in for validation."""
+    decay = 0.5
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4), aspects=[EMA(decay, use_buffers=False)]
+    )
+    expected: list[torch.Tensor] | None = None
+    during_val: list[torch.Tensor] = []
+
+    def track(ctx: CallContext) -> None:
+        nonlocal expected
+        now = _params(runner)
+        expected = (
+            now
+            if expected is None
+            else [decay * e + (1 - decay) * w for e, w in zip(expected, now)]
+        )
+
+    runner.weaver.after("optimizer_step", priority="LOWEST")(track)
+    runner.weaver.before("val_iter")(lambda ctx: during_val.extend(_params(runner)))
+    runner.run()
+    ema = runner.get_aspect(EMA)
+    assert ema is not None and expected is not None
+    averaged = [p.detach() for p in ema.averaged.module.parameters()]  # type: ignore[attr-defined]
+    for a, b in zip(averaged, expected, strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(during_val, averaged, strict=True):
+        torch.testing.assert_close(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(_params(runner), averaged))
