@@ -60,7 +60,9 @@ def test_grad_clip_bounds_the_update_and_reports_the_norm() -> None:
     runner = _runner(max_iters=1, max_epochs=None, aspects=[GradClip(max_norm=1e-3)])
     before = _params(runner)
     runner.run()
-    moved = torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(before, _params(runner))))
+    moved = torch.sqrt(
+        sum(((a - b) ** 2).sum() for a, b in zip(before, _params(runner), strict=True))
+    )
     assert float(moved) <= 0.1 * 1e-3 * 1.0001
     assert float(runner.outputs["grad_norm"]) > 1e-3
 
@@ -98,7 +100,8 @@ def test_nan_guard_skips_the_bad_step_and_names_it() -> None:
     )
     runner.run()
     guard = runner.get_aspect(NaNGuard)
-    assert guard is not None and guard.skipped == [2]  # type: ignore[attr-defined]
+    assert guard is not None
+    assert guard.skipped == [2]
     for a, b in zip(seen[2], seen[300], strict=True):
         assert torch.equal(a, b)
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
@@ -108,7 +111,8 @@ def test_nan_guard_stop_ends_the_run_with_the_iteration_in_the_reason() -> None:
     """action='stop' stops the run and says which iteration had the non-finite loss."""
     runner = _runner(train_step=_nan_at(1), aspects=[NaNGuard("stop")], max_epochs=3)
     runner.run()
-    assert runner.stop_reason is not None and "iteration 1" in runner.stop_reason
+    assert runner.stop_reason is not None
+    assert "iteration 1" in runner.stop_reason
     assert runner.iter == 2
 
 
@@ -125,7 +129,8 @@ def test_early_stopping_stops_after_patience_without_improvement() -> None:
     )
     runner.run()
     assert runner.epoch == 4
-    assert runner.stop_reason is not None and "val/loss" in runner.stop_reason
+    assert runner.stop_reason is not None
+    assert "val/loss" in runner.stop_reason
 
 
 def test_early_stopping_options_are_checked() -> None:
@@ -152,17 +157,18 @@ def test_ema_tracks_torch_averaged_model_and_is_used_for_validation() -> None:
         expected = (
             now
             if expected is None
-            else [decay * e + (1 - decay) * w for e, w in zip(expected, now)]
+            else [decay * e + (1 - decay) * w for e, w in zip(expected, now, strict=True)]
         )
 
     runner.weaver.after("optimizer_step", priority="LOWEST")(track)
     runner.weaver.before("val_iter")(lambda ctx: during_val.extend(_params(runner)))
     runner.run()
     ema = runner.get_aspect(EMA)
-    assert ema is not None and expected is not None
+    assert ema is not None
+    assert expected is not None
     averaged = [p.detach() for p in ema.averaged.module.parameters()]  # type: ignore[attr-defined]
     for a, b in zip(averaged, expected, strict=True):
         torch.testing.assert_close(a, b)
     for a, b in zip(during_val, averaged, strict=True):
         torch.testing.assert_close(a, b)
-    assert not all(torch.equal(a, b) for a, b in zip(_params(runner), averaged))
+    assert not all(torch.equal(a, b) for a, b in zip(_params(runner), averaged, strict=True))
