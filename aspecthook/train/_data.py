@@ -4,14 +4,21 @@ A map-style ``DataLoader`` draws batches of indices from its batch sampler and o
 loads them. To resume ``k`` batches into an epoch we iterate a copy of the loader whose
 batch sampler drops the first ``k`` index lists: the dataset's ``__getitem__`` is never
 called for them. Iterable datasets have no sampler; they are advanced by iteration.
+
+Resuming draws no random numbers: the interrupted run drew this epoch's (the
+``DataLoader`` iterator's base seed, anything the skipped batches used) before its
+checkpoint captured the RNG states, so drawing them again here would shift every later
+random number (dropout, augmentation) and the resumed run would no longer match.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 
 __all__ = ["SkipBatchSampler", "epoch_batches"]
@@ -35,6 +42,11 @@ def epoch_batches(loader: Iterable[Any], skip: int) -> Iterator[Any]:
     """Iterate ``loader`` for one epoch, starting after ``skip`` batches."""
     if skip <= 0:
         return iter(loader)
+    with _rng_untouched(loader):
+        return _skipped(loader, skip)
+
+
+def _skipped(loader: Iterable[Any], skip: int) -> Iterator[Any]:
     if isinstance(loader, DataLoader) and loader.batch_sampler is not None:
         resumed: DataLoader[Any] = DataLoader(
             loader.dataset,
@@ -49,4 +61,22 @@ def epoch_batches(loader: Iterable[Any], skip: int) -> Iterator[Any]:
             persistent_workers=loader.persistent_workers,
         )
         return iter(resumed)
-    return itertools.islice(iter(loader), skip, None)
+    batches = iter(loader)
+    # Skip now, not lazily, so whatever the skipped batches draw stays inside _rng_untouched.
+    next(itertools.islice(batches, skip, skip), None)
+    return batches
+
+
+@contextlib.contextmanager
+def _rng_untouched(loader: Iterable[Any]) -> Iterator[None]:
+    """Give torch's global generator (and ``loader.generator``) back as they were."""
+    generator = getattr(loader, "generator", None)
+    owned = [generator] if isinstance(generator, torch.Generator) else []
+    states = [g.get_state() for g in owned]
+    state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+        for g, saved in zip(owned, states, strict=True):
+            g.set_state(saved)

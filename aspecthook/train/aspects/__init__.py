@@ -13,9 +13,12 @@ if TYPE_CHECKING:
     from ._early_stopping import EarlyStopping
     from ._ema import EMA
     from ._evaluate import Evaluate
+    from ._logger import Logger
     from ._lr import LRSchedule
     from ._optim import AMP, EmptyCache, GradAccumulation, GradClip, NaNGuard
+    from ._progress import ProgressBar
     from ._sampler_seed import DistSamplerSeed
+    from ._timer import IterTimer
 
 __all__ = [
     "ALIASES",
@@ -27,14 +30,20 @@ __all__ = [
     "Evaluate",
     "GradAccumulation",
     "GradClip",
+    "IterTimer",
     "LRSchedule",
+    "Logger",
     "NaNGuard",
+    "ProgressBar",
 ]
 
 _WHERE: dict[str, str] = {
     "DistSamplerSeed": "._sampler_seed",
     "Evaluate": "._evaluate",
     "LRSchedule": "._lr",
+    "Logger": "._logger",
+    "IterTimer": "._timer",
+    "ProgressBar": "._progress",
     "AMP": "._optim",
     "EmptyCache": "._optim",
     "GradAccumulation": "._optim",
@@ -50,6 +59,9 @@ ALIASES: dict[str, str] = {
     "ParamSchedulerHook": "LRSchedule",
     "LrUpdaterHook": "LRSchedule",
     "EMAHook": "EMA",
+    "LoggerHook": "Logger",
+    "IterTimerHook": "IterTimer",
+    "ProgressBarHook": "ProgressBar",
     "EarlyStoppingHook": "EarlyStopping",
     "EmptyCacheHook": "EmptyCache",
     "GradientCumulativeOptimizerHook": "GradAccumulation",

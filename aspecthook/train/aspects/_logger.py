@@ -1,0 +1,145 @@
+"""``Logger``: human console lines and a JSON-lines file of every logged scalar."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+from ...errors import InvalidOptionError
+
+__all__ = ["Logger"]
+
+TRAIN_EVENT = "train"
+VAL_EVENT = "val"
+
+
+class Logger(Aspect):
+    """Logs every ``interval`` iterations on rank 0 through structlog.
+
+    A console line has epoch, iteration, the loss smoothed over the last ``window``
+    iterations, the LR, data/iteration time and ETA (when ``IterTimer`` runs). Every logged
+    scalar also goes to ``work_dir/metrics.jsonl`` (one JSON object per line) and, with
+    ``tensorboard=True``, to a ``torch.utils.tensorboard`` writer in ``work_dir/tb``.
+    Validation metrics are logged after each validation. Failures never stop training
+    (``errors='log'``).
+    """
+
+    name = "logger"
+    priority = Priority.BELOW_NORMAL
+    errors = "log"
+
+    def __init__(
+        self,
+        interval: int = 50,
+        *,
+        window: int = 20,
+        json_file: str | None = "metrics.jsonl",
+        tensorboard: bool = False,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if not isinstance(interval, int) or interval < 1:
+            raise InvalidOptionError(
+                f"Logger(interval={interval!r}) must be a positive int",
+                option="interval",
+                value=interval,
+            )
+        self.interval = interval
+        self.window = window
+        self.json_file = json_file
+        self.tensorboard = tensorboard
+        self.losses: deque[torch.Tensor] = deque(maxlen=window)
+        self.records: list[dict[str, Any]] = []
+        self._file: IO[str] | None = None
+        self._writer: Any = None
+        self._log: Any = None
+
+    def before_run(self, ctx: CallContext) -> None:
+        import structlog
+
+        runner = ctx.runner
+        self._log = structlog.get_logger("aspecthook.train")
+        if runner.rank != 0:
+            return
+        if runner.work_dir is not None and self.json_file:
+            path = Path(runner.work_dir) / self.json_file
+            self._file = path.open("a", encoding="utf-8")
+        if self.tensorboard and runner.work_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(Path(runner.work_dir) / "tb"))
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        loss = runner.outputs.get("loss")
+        if isinstance(loss, torch.Tensor):
+            self.losses.append(loss.detach())
+        if runner.iter % self.interval or runner.rank != 0:
+            return
+        record: dict[str, Any] = {
+            "mode": TRAIN_EVENT,
+            "epoch": runner.epoch,
+            "iter": runner.iter,
+            "lr": runner.optimizer.param_groups[0]["lr"],
+        }
+        if self.losses:
+            record["loss"] = float(torch.stack(list(self.losses)).float().mean())
+        for key in ("time", "data_time", "grad_norm"):
+            value = runner.outputs.get(key)
+            if value is not None:
+                record[key] = float(value)
+        eta = _eta(runner)
+        if eta is not None:
+            record["eta_s"] = round(eta, 1)
+        self._emit(TRAIN_EVENT, record, runner.iter)
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if runner.rank != 0 or not runner.metrics:
+            return
+        record: dict[str, Any] = {"mode": VAL_EVENT, "epoch": runner.epoch, "iter": runner.iter}
+        record.update(
+            {k: float(v) for k, v in runner.metrics.items() if isinstance(v, (int, float))}
+        )
+        self._emit(VAL_EVENT, record, runner.iter)
+
+    def after_run(self, ctx: CallContext) -> None:
+        self._close()
+
+    def on_error_run(self, ctx: CallContext) -> None:
+        self._close()
+
+    def _emit(self, event: str, record: dict[str, Any], step: int) -> None:
+        self.records.append(record)
+        fields = {k: v for k, v in record.items() if k != "mode"}
+        self._log.info(event, **fields)
+        if self._file is not None:
+            self._file.write(json.dumps(record, allow_nan=True) + "\n")
+            self._file.flush()
+        if self._writer is not None:
+            for key, value in fields.items():
+                if isinstance(value, float) and math.isfinite(value):
+                    self._writer.add_scalar(f"{event}/{key}", value, step)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _eta(runner: Any) -> float | None:
+    from ._timer import IterTimer
+
+    timer = runner.get_aspect(IterTimer)
+    return timer.eta(runner) if isinstance(timer, IterTimer) else None

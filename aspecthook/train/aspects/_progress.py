@@ -1,0 +1,74 @@
+"""``ProgressBar``: a rich progress bar over the training iterations (rank 0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+
+__all__ = ["ProgressBar"]
+
+
+class ProgressBar(Aspect):
+    """Shows training progress with ``rich.progress``; ``errors='log'``, never stops a run."""
+
+    name = "progress_bar"
+    priority = Priority.VERY_LOW
+    errors = "log"
+
+    def __init__(self, *, transient: bool = False, console: Any = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.transient = transient
+        self.console = console
+        self._progress: Any = None
+        self._task: Any = None
+
+    def before_run(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if runner.rank != 0:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        total = runner.max_iters
+        if total is None:
+            try:
+                total = runner.max_epochs * len(runner.train_loader)
+            except TypeError:
+                total = None
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeRemainingColumn(),
+            transient=self.transient,
+            console=self.console,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=runner.iter, loss="-")
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        if self._progress is None:
+            return
+        loss = ctx.runner.outputs.get("loss")
+        shown = f"{float(loss.detach()):.4f}" if loss is not None else "-"
+        self._progress.update(self._task, completed=ctx.runner.iter, loss=shown)
+
+    def after_run(self, ctx: CallContext) -> None:
+        self._stop()
+
+    def on_error_run(self, ctx: CallContext) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

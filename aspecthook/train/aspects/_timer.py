@@ -1,0 +1,72 @@
+"""``IterTimer``: data time, iteration time and ETA of a run."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._priority import Priority
+
+__all__ = ["IterTimer"]
+
+
+class IterTimer(Aspect):
+    """Measures, per training iteration, the time waiting for data and the whole iteration.
+
+    ``runner.outputs['data_time']`` and ``['time']`` hold the latest values (seconds);
+    ``eta(runner)`` estimates the time left from the mean over the last ``window``
+    iterations. Its priority is the highest: its ``before`` starts the clock after nothing
+    else and its ``after`` stops it before any other after advice runs, so the figures are
+    there for ``Logger`` and the other aspects to read.
+    """
+
+    name = "iter_timer"
+    priority = Priority.HIGHEST
+
+    def __init__(self, window: int = 50, **options: Any) -> None:
+        super().__init__(**options)
+        self.window = window
+        self.times: deque[float] = deque(maxlen=window)
+        self._last_end: float | None = None
+        self._start = 0.0
+        self._data_time: float | None = None
+
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        self._last_end = time.perf_counter()
+
+    def before_train_iter(self, ctx: CallContext) -> None:
+        now = time.perf_counter()
+        self._start = now
+        self._data_time = None if self._last_end is None else now - self._last_end
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        now = time.perf_counter()
+        elapsed = now - self._start
+        self.times.append(elapsed)
+        self._last_end = now
+        outputs = ctx.runner.outputs  # this iteration's dict (train_iter makes a new one)
+        outputs["time"] = elapsed
+        if self._data_time is not None:
+            outputs["data_time"] = self._data_time
+
+    def eta(self, runner: Any) -> float | None:
+        """Seconds left, from the recent mean iteration time, or None before any iteration."""
+        if not self.times:
+            return None
+        total = runner.max_iters
+        if total is None:
+            per_epoch = _epoch_length(runner)
+            if per_epoch is None:
+                return None
+            total = runner.max_epochs * per_epoch
+        return float(max(total - runner.iter, 0) * sum(self.times) / len(self.times))
+
+
+def _epoch_length(runner: Any) -> int | None:
+    try:
+        return len(runner.train_loader)
+    except TypeError:
+        return None

@@ -1,0 +1,100 @@
+"""Logger, IterTimer and ProgressBar on a real Runner; failures in them never stop training."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import torch
+from rich.console import Console
+from torch.utils.data import DataLoader, TensorDataset
+
+from aspecthook.train import Runner
+from aspecthook.train.aspects import IterTimer, Logger, ProgressBar
+
+
+def _runner(tmp_path: Path, aspects: list[Any], **kwargs: Any) -> Runner:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(24, 4), torch.randint(0, 3, (24,)))
+    kwargs.setdefault("max_epochs", 2)
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=4),
+        val_loader=DataLoader(data, batch_size=8),
+        loss_fn=torch.nn.functional.cross_entropy,
+        work_dir=tmp_path,
+        aspects=aspects,
+        **kwargs,
+    )
+
+
+def test_logger_writes_console_events_and_metrics_jsonl(tmp_path: Path) -> None:
+    """Every interval-th iteration is logged with loss, lr and timings; val metrics too."""
+    runner = _runner(tmp_path, [IterTimer(), Logger(interval=3)])
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    train = [e for e in logs if e["event"] == "train"]
+    assert [e["iter"] for e in train] == [3, 6, 9, 12]
+    assert all({"loss", "lr", "time", "data_time", "eta_s"} <= set(e) for e in train)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in lines if r["mode"] == "train"] == [3, 6, 9, 12]
+    val = [r for r in lines if r["mode"] == "val"]
+    assert len(val) == 2
+    assert "val/loss" in val[0]
+
+
+def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
+    """The logged loss is the mean of the last `window` iteration losses."""
+    losses: list[float] = []
+    runner = _runner(tmp_path, [Logger(interval=6, window=3)], max_epochs=1)
+    runner.weaver.after("train_iter")(lambda ctx: losses.append(ctx.result["loss"].item()))
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    logged = next(e for e in logs if e["event"] == "train")
+    assert logged["loss"] == pytest.approx(sum(losses[3:6]) / 3, rel=1e-6)
+
+
+def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:
+    """IterTimer puts times in the outputs and its ETA goes down as the run advances."""
+    timer = IterTimer()
+    runner = _runner(tmp_path, [timer])
+    etas: list[float] = []
+    runner.weaver.after("train_iter", priority="LOWEST")(
+        lambda ctx: etas.append(timer.eta(ctx.runner) or 0.0)
+    )
+    runner.run()
+    assert runner.outputs["time"] > 0
+    assert etas[-1] == 0.0
+    assert etas[0] > 0.0
+
+
+def test_progress_bar_advances_to_the_total(tmp_path: Path) -> None:
+    """The rich bar reaches max_epochs * batches and is stopped at the end of the run."""
+    out = io.StringIO()
+    bar = ProgressBar(console=Console(file=out, force_terminal=False, width=100))
+    _runner(tmp_path, [bar]).run()
+    assert "12/12" in out.getvalue()
+    assert bar._progress is None
+
+
+def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> None:
+    """Logger and ProgressBar default to errors='log': their failures are logged, not raised."""
+    logger, bar = Logger(interval=1), ProgressBar(console=Console(file=io.StringIO()))
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("sink is gone")
+
+    logger._emit = broken  # type: ignore[method-assign]
+    bar._progress = None
+    runner = _runner(tmp_path, [logger, bar])
+    runner.weaver  # the run below must complete despite every logger call failing
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert runner.iter == 12
+    assert any(e["event"] == "advice.failed" and e["aspect"] == "logger" for e in logs)
