@@ -52,20 +52,30 @@ def order_stage(advices: Sequence[Advice]) -> list[Advice]:
     """Order one stage: ascending priority, ties by registration, then the order constraints.
 
     Constraints are edges (``a.order_after`` names ``b`` => ``b`` runs before ``a``); a
-    topological sort that always takes the smallest (priority, seq) among the ready advice
-    keeps priorities wherever the constraints allow. A cycle raises ``OrderingCycleError``.
+    topological sort that always takes the smallest sort key among the ready advice keeps
+    priorities wherever the constraints allow. The advice that states a constraint is the
+    one that moves: ``order_after`` waits behind its target, ``order_before`` moves up to
+    just before its target (it takes the target's key), so advice that states nothing keeps
+    its place. A cycle raises ``OrderingCycleError``.
     """
     ordered = sorted(advices, key=_key)
     if not any(a.order_after or a.order_before for a in ordered):
         return ordered
     successors: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    waits_for: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    moves_before: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
     indegree = [0] * len(ordered)
     for i, a in enumerate(ordered):
         for j, b in enumerate(ordered):
             if i != j and (b.labels & set(a.order_after) or a.labels & set(b.order_before)):
                 successors[j].append(i)  # b before a
                 indegree[i] += 1
-    ready = [(_key(ordered[i]), i) for i in range(len(ordered)) if indegree[i] == 0]
+                if b.labels & set(a.order_after):
+                    waits_for[i].append(j)
+                if a.labels & set(b.order_before):
+                    moves_before[j].append(i)
+    keys = _sort_keys(ordered, waits_for, moves_before)
+    ready = [(keys[i], i) for i in range(len(ordered)) if indegree[i] == 0]
     heapq.heapify(ready)
     result: list[Advice] = []
     while ready:
@@ -74,7 +84,7 @@ def order_stage(advices: Sequence[Advice]) -> list[Advice]:
         for k in successors[i]:
             indegree[k] -= 1
             if indegree[k] == 0:
-                heapq.heappush(ready, (_key(ordered[k]), k))
+                heapq.heappush(ready, (keys[k], k))
     if len(result) < len(ordered):
         cycle = _find_cycle(successors, [i for i in range(len(ordered)) if indegree[i] > 0])
         names = tuple(_label(ordered[i]) for i in cycle)
@@ -87,20 +97,51 @@ def order_stage(advices: Sequence[Advice]) -> list[Advice]:
     return result
 
 
+def _sort_keys(
+    ordered: list[Advice], waits_for: dict[int, list[int]], moves_before: dict[int, list[int]]
+) -> list[tuple[int, int]]:
+    """Sort keys that move only the advice stating a constraint, and only as far as needed.
+
+    ``wait``: advice with ``order_after`` sorts with the last of its targets (it waits behind
+    them). ``pull``: advice with ``order_before`` sorts with the first of its targets, as
+    placed by ``wait`` (it moves up to just before them). Back edges of a cycle are ignored
+    here; the caller reports the cycle.
+    """
+    wait: dict[int, tuple[int, int]] = {}
+    pull: dict[int, tuple[int, int]] = {}
+
+    def waited(i: int, path: frozenset[int]) -> tuple[int, int]:
+        if i not in wait:
+            keys = [waited(j, path | {i}) for j in waits_for[i] if j not in path]
+            wait[i] = max([_key(ordered[i]), *keys])
+        return wait[i]
+
+    def pulled(i: int, path: frozenset[int]) -> tuple[int, int]:
+        if i not in pull:
+            keys = [pulled(k, path | {i}) for k in moves_before[i] if k not in path]
+            pull[i] = min([waited(i, frozenset()), *keys])
+        return pull[i]
+
+    return [pulled(i, frozenset()) for i in range(len(ordered))]
+
+
 def _label(advice: Advice) -> str:
     return advice.aspect_name or advice.name
 
 
 def _find_cycle(successors: dict[int, list[int]], remaining: list[int]) -> list[int]:
+    # Walk predecessors: every advice left unsorted has one that is also left (a walk along
+    # successors could end at advice that merely waits behind a cycle).
     left = set(remaining)
+    predecessors = {i: [j for j in remaining if i in successors[j]] for i in remaining}
     start = remaining[0]
     path = [start]
     seen = {start: 0}
     node = start
     while True:
-        node = next(k for k in successors[node] if k in left)
+        node = next(j for j in predecessors[node] if j in left)
         if node in seen:
-            return [*path[seen[node] :], node]
+            return [*path[seen[node] :], node][::-1]
         seen[node] = len(path)
         path.append(node)
 

@@ -71,7 +71,9 @@ class Description(list[Row]):
             "where",
             "note",
         ):
-            table.add_column(column)
+            # Names are what a reader looks for: never cut one; fold long notes instead.
+            names = column in ("join point", "advice", "where")
+            table.add_column(column, no_wrap=names, overflow="ellipsis" if names else "fold")
         for r in self:
             table.add_row(
                 r.joinpoint,

@@ -46,7 +46,9 @@ class WeaveRecord:
     status: str  # 'active' | 'pending import' | 'skipped' | 'failed'
     reason: str = ""
     weaver: Weaver | None = None
-    points: list[JoinPoint] = field(default_factory=list)
+    # Weakly held: a join point lives as long as its proxy, which lives as long as the
+    # woven class, instance or module holds it; a weave record must not keep those alive.
+    points: weakref.WeakSet[JoinPoint] = field(default_factory=weakref.WeakSet)
     names: tuple[str, ...] = ()
     cancelled: bool = False
 
@@ -92,7 +94,7 @@ def weave(
 
     sites: list[Any] = []
     deferred = False
-    reason = _version_problem(requires) if requires else None
+    reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
             reason = _missing_module(target)
@@ -114,7 +116,7 @@ def weave(
         if deferred:
             _defer(record, target, names, weaver, strict)
         else:
-            record.points.extend(_install_all(sites, names, weaver))
+            record.points.update(_install_all(sites, names, weaver))
     except BaseException:
         _undo(record, handle, weaver)
         raise
@@ -233,6 +235,8 @@ def _install_all(
 def _attach(site: tuple[Any, str] | JoinPoint, names: tuple[str, ...], weaver: Weaver) -> JoinPoint:
     """Find or install the proxy at ``site`` and count one more weave on its join point."""
     with LOCK:
+        if isinstance(site, JoinPoint) and site.site and site not in REGISTRY.joinpoints:
+            site = _former_place(site.name, site.site)  # a stale proxy: its weaves were removed
         if isinstance(site, JoinPoint):
             jp = site
         else:
@@ -255,6 +259,18 @@ def _attach(site: tuple[Any, str] | JoinPoint, names: tuple[str, ...], weaver: W
             raise
         jp.weave_refs += 1
         return jp
+
+
+def _former_place(name: str, site: tuple[Any, str]) -> tuple[Any, str]:
+    """Where a removed proxy was installed, to weave a stale reference to it again."""
+    parent_ref, attr = site
+    parent = parent_ref()
+    if parent is None:
+        raise WeaveTargetError(
+            f"{name} was woven once, but what held it is gone: weave the live object",
+            target=name,
+        )
+    return parent, attr
 
 
 def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoint:
@@ -292,7 +308,13 @@ def _remove_proxy(jp: JoinPoint) -> None:
     parent = parent_ref()
     proxy = jp.proxy_ref()
     if parent is not None and proxy is not None:
-        wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
+        try:
+            wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
+        except wrapt.WrapperNotOutermostError as exc:
+            # A plain wrapper on top (functools.wraps) calls our proxy directly, so it cannot
+            # be spliced out: it stays in place as a join point with whatever advice is left.
+            get_logger().warning("weave.unwrap_failed", target=jp.name, reason=str(exc))
+            REGISTRY.add_joinpoint(jp)
 
 
 def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
@@ -300,7 +322,7 @@ def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
         record.cancelled = True
         if record in WEAVES:
             WEAVES.remove(record)
-        points, record.points = record.points, []
+        points, record.points = list(record.points), weakref.WeakSet()
     for jp in points:
         _release(jp, record.names, weaver)
     if handle is not None:
@@ -322,8 +344,11 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
         with LOCK:
             if record in WEAVES:
                 WEAVES.remove(record)
+        if record.weaver is not None:
+            record.weaver.forget(handle)
 
-    return Handle(undo, f"weave {record.target} (skipped)")
+    handle = Handle(undo, f"weave {record.target} (skipped)")
+    return record.weaver.track(handle) if record.weaver is not None else handle
 
 
 # -- resolving targets -------------------------------------------------------------------
@@ -380,7 +405,8 @@ def _locate(func: Any) -> tuple[Any, str]:
             parent, attr, found = wrapt.resolve_path(module, qualname)
         except (AttributeError, wrapt.PathResolutionError):
             found = None
-        if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is func:
+        original = wrapt.unwrapped(func)  # the function under functools.wraps or a proxy
+        if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is original:
             return parent, attr
         if found is not None and find_proxy(found) is not None:
             return parent, attr
@@ -522,8 +548,10 @@ def _defer(
                 return
             try:
                 sites = _resolve_path(path)
-                record.points.extend(_install_all(sites, names, weaver))
+                record.points.update(_install_all(sites, names, weaver))
             except Exception as exc:
+                if _submodule_pending(path):
+                    return  # a parent package was imported; the submodule's hook comes later
                 record.status, record.reason = "failed", str(exc)
                 get_logger().warning("weave.failed", target=path, reason=str(exc))
                 if strict:

@@ -17,6 +17,7 @@ from ._context import Event
 from ._handle import Handle
 from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
 from ._pointcut import PointcutLike, as_pointcut
+from ._process import ensure_sources
 from ._registry import LOCK, REGISTRY
 from .errors import AspectDefinitionError, InvalidOptionError
 
@@ -32,7 +33,13 @@ _OPTIONS = frozenset(
 
 
 def _in_class_body(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is being defined in a class body (its qualname says so)."""
+    """Whether ``fn`` is being defined in a class body (its qualname says so).
+
+    Only a plain function can be: a bound method (``recorder.record``) or a builtin
+    (``list.append``) has a dotted qualname too, and is advice to register at once.
+    """
+    if not inspect.isfunction(fn):
+        return False
     qualname = getattr(fn, "__qualname__", "")
     owner, _, _ = qualname.rpartition(".")
     return bool(owner) and not owner.endswith("<locals>")
@@ -125,6 +132,8 @@ class Weaver:
         for advice in items:
             advice._handle = handle
         self._handles.append(handle)
+        if self.is_global:
+            ensure_sources(*items)  # process.start/exit, uncaught, audit.*: on first use
         return handle
 
     def register(self, aspect: Aspect | Advice | Iterable[Aspect | Advice]) -> Handle:

@@ -13,6 +13,7 @@ __all__ = [
     "AspectDefinitionError",
     "AspectHookError",
     "AspectParameterError",
+    "CheckpointNotFoundError",
     "ConfigError",
     "InvalidOptionError",
     "InvalidPointcutError",
@@ -95,6 +96,19 @@ class RunnerError(AspectHookError, ValueError):
     Raised before any training starts (limits, scheduler, work_dir, resume path) or at the
     first step whose result is not a loss.
     """
+
+
+class CheckpointNotFoundError(RunnerError, FileNotFoundError):
+    """``Checkpoint(resume=path)`` names a file or folder that does not exist.
+
+    Raised when the aspect is built, before any training starts; ``path`` is what was
+    given. A ``RunnerError`` (the runner cannot start as configured) and a
+    ``FileNotFoundError`` (what ``open()`` would have raised).
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class UnknownAspectError(AspectHookError, LookupError):

@@ -6,7 +6,10 @@ place; ``ORIGINALS`` lets them check that by identity.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from json import dumps  # imported, not defined here: weaving this module must skip it
+from typing import Any
 
 __all__ = [
     "Child",
@@ -14,6 +17,7 @@ __all__ = [
     "Encoder",
     "Model",
     "add_one",
+    "decorated",
     "double",
     "dumps",
     "evaluate",
@@ -33,6 +37,19 @@ def double(x: int) -> int:
 
 def fail(x: int) -> int:
     raise ValueError(f"bad {x}")
+
+
+def _passing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_passing
+def decorated(x: int) -> int:
+    return x + 100
 
 
 def train_step(x: int) -> tuple[str, int]:

@@ -21,9 +21,5 @@ def _clean_default_weaver() -> Iterator[None]:
         WEAVES.remove(record)
 
 
-@pytest.fixture
-def weaver() -> Iterator[ah.Weaver]:
-    """A private global weaver, cleared and closed after the test."""
-    w = ah.Weaver("test")
-    yield w
-    w.close()
+# The `weaver`, `isolate_default_weaver` and `recorder` fixtures come from the
+# aspecthook.testing pytest plugin (entry point pytest11).

@@ -269,6 +269,9 @@ class Runner:
             "optimizer": self.optimizer.state_dict(),
             "counters": {"epoch": self.epoch, "iter": self.iter, "inner_iter": self.inner_iter},
             "metrics": dict(self.metrics),
+            # A run stopped early (EarlyStopping, NaNGuard) must stay stopped when resumed
+            # from a checkpoint taken after stop(), or it would train on past its end.
+            "stop_reason": self.stop_reason,
             "aspects": {},
         }
         if self.scheduler is not None:
@@ -290,6 +293,7 @@ class Runner:
         self.iter = int(counters["iter"])
         self.inner_iter = int(counters["inner_iter"])
         self.metrics = dict(state.get("metrics", {}))
+        self.stop_reason = state.get("stop_reason")
         saved = state.get("aspects", {})
         for aspect in self.aspects:
             load = getattr(aspect, "load_state_dict", None)

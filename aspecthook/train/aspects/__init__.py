@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._checkpoint import Checkpoint
     from ._early_stopping import EarlyStopping
     from ._ema import EMA
     from ._evaluate import Evaluate
@@ -24,6 +25,7 @@ __all__ = [
     "ALIASES",
     "AMP",
     "EMA",
+    "Checkpoint",
     "DistSamplerSeed",
     "EarlyStopping",
     "EmptyCache",
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 _WHERE: dict[str, str] = {
+    "Checkpoint": "._checkpoint",
     "DistSamplerSeed": "._sampler_seed",
     "Evaluate": "._evaluate",
     "LRSchedule": "._lr",
@@ -55,6 +58,7 @@ _WHERE: dict[str, str] = {
 
 #: OpenMMLab-style names and the aspect each stands for.
 ALIASES: dict[str, str] = {
+    "CheckpointHook": "Checkpoint",
     "DistSamplerSeedHook": "DistSamplerSeed",
     "ParamSchedulerHook": "LRSchedule",
     "LrUpdaterHook": "LRSchedule",

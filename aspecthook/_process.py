@@ -1,0 +1,410 @@
+"""Events from the process itself, for ``on(...)``: start, exit, uncaught exceptions, audit.
+
+Nothing here runs until something subscribes. The first ``on`` advice (registered on a
+global weaver: the default one or a private ``Weaver()``) whose pointcut can match one of
+these names installs the matching source, once per process; later subscriptions reuse it.
+Events are sent with ``default_weaver.emit``, so every global weaver's subscribers get
+them in priority order and ``errors='log'`` applies. A local weaver (a runner's) only
+sees what is emitted on it, so process events do not reach advice registered there.
+
+``process.start``
+    Payload ``pid``, ``ppid``, ``argv`` (``sys.argv`` now), ``orig_argv`` (the command line
+    the interpreter got), ``executable`` and ``time`` (``time.time()`` when aspecthook was
+    imported, or when this process was forked: the closest to the start it can observe).
+    The process started before anyone could subscribe, so the event is *replayed* to each
+    subscription when it is registered, like pluggy's historic hooks: every subscriber
+    gets exactly one ``process.start`` per process, whatever the import order, and a
+    subscriber never gets it twice. Advice registered together gets it in priority order.
+    A forked child does not deliver it again to subscriptions it inherited (no code
+    that runs at a fork can safely call user code); new subscriptions there get the
+    child's own pid and fork time.
+``process.exit``
+    One ``atexit`` handler. Payload ``pid``, ``time``, ``uptime`` (seconds since the
+    ``process.start`` time), ``exc`` (the uncaught exception ending the program, from
+    ``sys.last_exc`` / ``sys.last_value``, else ``None``) and ``exit_code``. Python does not
+    tell atexit handlers the exit status, so ``exit_code`` is ``1`` after an uncaught
+    ``Exception``, the value given to ``note_exit_code()`` (``aspecthook run`` knows the
+    script's status and passes it), and otherwise ``None``: a normal end and
+    ``SystemExit`` cannot be told apart. Not delivered on ``os._exit`` or a fatal signal.
+    A subscriber that raises is reported by Python ("Exception ignored in atexit
+    callback"); the exit status does not change.
+``exception.uncaught``
+    Wrappers around ``sys.excepthook`` and ``threading.excepthook``. Payload ``exc_type``,
+    ``exc``, ``traceback`` and ``thread`` (the thread the exception escaped from);
+    ``source`` is ``'sys.excepthook'`` or ``'threading.excepthook'``. After the event the
+    wrapper always calls the hook that was installed before it (kept as ``.previous``),
+    so the traceback is still printed and the exit status is unchanged; a hook installed
+    later that does not chain to ours stops the event.
+``audit.<event>``
+    One ``sys.addaudithook`` dispatcher (``audit.open``, ``audit.socket.connect``,
+    ``audit.subprocess.Popen``...); payload ``args``, the audit event's argument tuple.
+    Audit hooks cannot be removed, so the dispatcher is built to cost almost nothing
+    while nobody listens: it checks the raw event name against a frozenset of exactly
+    subscribed names and one flag that is set while a glob or predicate subscription may
+    match some ``audit.*`` name, and returns. (``on('*')`` may match audit names, so it
+    receives them too.) Both are supersets, recomputed from the registry when an event
+    gets past them after subscriptions changed. Audited operations performed while a
+    subscriber of that thread runs (a logger opening a file) are not delivered, which
+    also keeps a subscriber from recursing into itself. An exception from a subscriber
+    with ``errors='raise'`` aborts the audited operation, as Python's audit hooks do:
+    ``on('audit.socket.connect')`` can forbid network access in tests; use
+    ``errors='log'`` to only observe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from fnmatch import fnmatchcase
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ._chain import order_stage
+from ._context import Event
+from ._log import get_logger
+from ._pointcut import Glob, Name, NormalizedName, Pointcut, _And, _Or
+from ._registry import LOCK, REGISTRY
+
+if TYPE_CHECKING:
+    from ._advice import Advice
+
+__all__ = [
+    "AUDIT_PREFIX",
+    "EXCEPTION_UNCAUGHT",
+    "PROCESS_EXIT",
+    "PROCESS_START",
+    "audit_interest",
+    "ensure_sources",
+    "note_exit_code",
+    "start_payload",
+]
+
+PROCESS_START = "process.start"
+PROCESS_EXIT = "process.exit"
+EXCEPTION_UNCAUGHT = "exception.uncaught"
+AUDIT_PREFIX = "audit."
+_AUDIT = "audit"  # key of the audit dispatcher in _installed
+
+_POINTS = {name: Event(name, {}) for name in (PROCESS_START, PROCESS_EXIT, EXCEPTION_UNCAUGHT)}
+_NO_NAMES: frozenset[str] = frozenset()
+
+_install_lock = threading.Lock()
+_installed: set[str] = set()
+#: How many times this module called ``sys.addaudithook``: 0, then 1 for good.
+audit_hooks_added = 0
+
+_started_at = time.time()
+_exit_code: int | None = None
+
+# The audit dispatcher's view of the subscriptions (see the module docstring). Replaced
+# whole, never mutated, so the hook reads a consistent value without a lock.
+_audit_names: frozenset[str] = _NO_NAMES
+_audit_any = False
+_audit_version = -1
+_audit_state = threading.local()
+_uncaught_state = threading.local()
+
+
+def _emit(name: str, source: Any = None, **payload: Any) -> Event:
+    from ._weaver import default_weaver
+
+    return default_weaver.emit(name, source=source, **payload)
+
+
+# -- installing ------------------------------------------------------------------------------
+
+
+def ensure_sources(*advices: Advice) -> None:
+    """Install the sources that the ``on`` advice among ``advices`` subscribes to.
+
+    Called by ``Weaver.add`` after a successful registration on a global weaver. Each
+    source is installed once per process; ``process.start`` is replayed here.
+    """
+    subscribers = [a for a in advices if a.kind == "on" and a.pointcut is not None]
+    if not subscribers:
+        return
+    if _any_match(subscribers, PROCESS_EXIT):
+        _install_once(PROCESS_EXIT, _install_exit)
+    if _any_match(subscribers, EXCEPTION_UNCAUGHT):
+        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
+    if any(_wants_audit(a) for a in subscribers):
+        _install_once(_AUDIT, _install_audit)
+        _refresh_audit()
+    starters = [a for a in subscribers if _matches(a, PROCESS_START)]
+    if starters:
+        _replay_start(starters)
+
+
+def _matches(advice: Advice, name: str) -> bool:
+    return advice.pointcut is not None and advice.pointcut.matches(_POINTS[name])
+
+
+def _any_match(advices: Iterable[Advice], name: str) -> bool:
+    return any(_matches(a, name) for a in advices)
+
+
+def _wants_audit(advice: Advice) -> bool:
+    if advice.pointcut is None:
+        return False
+    names, other = audit_interest(advice.pointcut)
+    return bool(names) or other
+
+
+def _install_once(key: str, install: Callable[[], None]) -> None:
+    if key in _installed:
+        return
+    with _install_lock:
+        if key in _installed:
+            return
+        try:
+            install()
+        except Exception:
+            # The registration itself succeeded; a source that cannot be installed (an
+            # audit hook refused by another hook) is reported, and retried next time.
+            get_logger().warning("process.source_failed", source=key, exc_info=True)
+            return
+        _installed.add(key)
+
+
+# -- process.start ----------------------------------------------------------------------------
+
+
+def start_payload() -> dict[str, Any]:
+    """The payload of ``process.start`` for this process."""
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": list(sys.argv),
+        "orig_argv": list(sys.orig_argv),
+        "executable": sys.executable,
+        "time": _started_at,
+    }
+
+
+def _replay_start(advices: list[Advice]) -> None:
+    event = Event(PROCESS_START, start_payload())
+    for advice in order_stage(advices):
+        # compiled() applies the advice's filters and errors='log', as emit() would.
+        advice.compiled(PROCESS_START)(event)
+
+
+def _after_fork_in_child() -> None:
+    global _started_at, _exit_code
+    _started_at = time.time()
+    _exit_code = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# -- process.exit -----------------------------------------------------------------------------
+
+
+def note_exit_code(code: int | None) -> None:
+    """Tell ``process.exit`` the exit status, for code that knows it (``aspecthook run``)."""
+    global _exit_code
+    _exit_code = code
+
+
+def _install_exit() -> None:
+    atexit.register(_at_exit)
+
+
+def _uncaught_at_exit() -> BaseException | None:
+    """The exception the interpreter reported as uncaught, unless this is an interactive
+    session (where ``sys.last_value`` is just the last error shown at the prompt)."""
+    if hasattr(sys, "ps1"):
+        return None
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return exc if isinstance(exc, BaseException) else None
+
+
+def _at_exit() -> None:
+    exc = _uncaught_at_exit()
+    code = _exit_code
+    if code is None and isinstance(exc, Exception):
+        code = 1
+    now = time.time()
+    _emit(
+        PROCESS_EXIT, pid=os.getpid(), exit_code=code, exc=exc, time=now, uptime=now - _started_at
+    )
+
+
+# -- exception.uncaught --------------------------------------------------------------------------
+
+
+ExceptHook = Callable[[type[BaseException], BaseException, "TracebackType | None"], Any]
+ThreadExceptHook = Callable[[Any], Any]
+
+
+def _emit_uncaught(
+    source: str,
+    exc_type: type[BaseException],
+    exc: BaseException | None,
+    tb: TracebackType | None,
+    thread: threading.Thread | None,
+) -> None:
+    if getattr(_uncaught_state, "busy", False):
+        return  # a subscriber's own failure reaching the hook again: just chain
+    _uncaught_state.busy = True
+    try:
+        _emit(EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread)
+    finally:
+        _uncaught_state.busy = False
+
+
+class ChainedExcepthook:
+    """``sys.excepthook`` that emits ``exception.uncaught``, then calls ``previous``."""
+
+    def __init__(self, previous: ExceptHook) -> None:
+        self.previous = previous
+
+    def __call__(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        try:
+            _emit_uncaught("sys.excepthook", exc_type, exc, tb, threading.current_thread())
+        finally:
+            self.previous(exc_type, exc, tb)  # never swallow: the traceback still prints
+
+    def __repr__(self) -> str:
+        return f"<aspecthook sys.excepthook, then {self.previous!r}>"
+
+
+class ChainedThreadExcepthook:
+    """``threading.excepthook`` that emits ``exception.uncaught``, then calls ``previous``."""
+
+    def __init__(self, previous: ThreadExceptHook) -> None:
+        self.previous = previous
+
+    def __call__(self, args: Any) -> None:
+        try:
+            _emit_uncaught(
+                "threading.excepthook",
+                args.exc_type,
+                args.exc_value,
+                args.exc_traceback,
+                args.thread,
+            )
+        finally:
+            self.previous(args)
+
+    def __repr__(self) -> str:
+        return f"<aspecthook threading.excepthook, then {self.previous!r}>"
+
+
+def _install_excepthooks() -> None:
+    sys.excepthook = ChainedExcepthook(sys.excepthook)
+    threading.excepthook = ChainedThreadExcepthook(threading.excepthook)
+
+
+# -- audit.<event> -------------------------------------------------------------------------------
+
+
+def audit_interest(pointcut: Pointcut) -> tuple[frozenset[str], bool]:
+    """Which ``audit.*`` names ``pointcut`` may select, as ``(exact, other)``.
+
+    ``exact`` holds raw audit event names (``'open'`` for ``Name('audit.open')``);
+    ``other`` is true when it may select audit names it does not spell out (a glob such
+    as ``'audit.socket.*'`` or ``'*'``, a predicate, a negation). Both over-approximate:
+    the dispatcher only uses them to decide whether an event is worth emitting.
+    """
+    if isinstance(pointcut, Name):
+        literal = pointcut.literal_names()
+        size = len(AUDIT_PREFIX)
+        return frozenset(n[size:] for n in literal if n.startswith(AUDIT_PREFIX)), False
+    if isinstance(pointcut, Glob):
+        return _NO_NAMES, glob_may_start_with(pointcut.pattern, AUDIT_PREFIX)
+    if isinstance(pointcut, NormalizedName):
+        return _NO_NAMES, pointcut.name.startswith("audit_")
+    if isinstance(pointcut, (_And, _Or)):
+        left, right = audit_interest(pointcut.left), audit_interest(pointcut.right)
+        if isinstance(pointcut, _And):
+            # A conjunction selects no more than either side: keep a side that is exact.
+            for side in (left, right):
+                if not side[1]:
+                    return side
+        return left[0] | right[0], left[1] or right[1]
+    return _NO_NAMES, True  # a predicate, ~x or a user's own Pointcut: cannot tell
+
+
+def glob_may_start_with(pattern: str, prefix: str) -> bool:
+    """Whether some name starting with ``prefix`` matches the shell pattern ``pattern``."""
+    i = 0
+    for char in prefix:
+        if i >= len(pattern):
+            return False
+        token = pattern[i]
+        if token == "*":
+            return True
+        if token == "[":
+            end = _class_end(pattern, i)
+            if end > i:
+                if not fnmatchcase(char, pattern[i : end + 1]):
+                    return False
+                i = end + 1
+                continue
+        if token not in ("?", char):
+            return False
+        i += 1
+    return True
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Index of the ``]`` closing the ``[`` at ``start`` (as fnmatch reads it), or -1."""
+    j = start + 1
+    if j < len(pattern) and pattern[j] == "!":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1
+    return pattern.find("]", j)
+
+
+def _refresh_audit() -> None:
+    """Recompute the dispatcher's names and flag from every global weaver's subscriptions."""
+    global _audit_names, _audit_any, _audit_version
+    with LOCK:
+        version = REGISTRY.event_version
+        names: set[str] = set()
+        other = False
+        for weaver in list(REGISTRY.weavers):
+            for advice in weaver.registered:
+                if advice.kind == "on" and advice.pointcut is not None:
+                    exact, more = audit_interest(advice.pointcut)
+                    names.update(exact)
+                    other = other or more
+        _audit_names, _audit_any, _audit_version = frozenset(names), other, version
+
+
+def _audit_hook(event: str, args: tuple[Any, ...]) -> None:
+    # Runs on every audited operation of the process for the rest of its life. Idle, it
+    # is two global reads and two truth tests: the empty frozenset is tested before any
+    # lookup because CPython hands each hook a new str whose hash is not computed yet.
+    # Everything else lives in _audit_dispatch.
+    if _audit_any or (_audit_names and event in _audit_names):
+        _audit_dispatch(event, args)
+
+
+def _audit_dispatch(event: str, args: tuple[Any, ...]) -> None:
+    state = _audit_state
+    if getattr(state, "busy", False):
+        return  # audited operations done by our own emit (a logger opening a file)
+    state.busy = True
+    try:
+        if _audit_version != REGISTRY.event_version:
+            _refresh_audit()  # subscriptions changed: the superset may have shrunk
+        if event in _audit_names or _audit_any:
+            _emit(AUDIT_PREFIX + event, args=args)
+    finally:
+        state.busy = False
+
+
+def _install_audit() -> None:
+    global audit_hooks_added
+    sys.addaudithook(_audit_hook)
+    audit_hooks_added += 1

@@ -1,0 +1,40 @@
+"""Cross-cutting aspects shipped with aspecthook: ``Logged``, ``Timed``, ``Retry``, ``Counted``.
+
+Each lives in its own private module and is imported on first use, so
+``import aspecthook.aspects`` stays cheap and structlog/rich load only when an aspect that
+needs them is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._counted import Counted
+    from ._logged import Logged, configure_logging
+    from ._retry import Retry
+    from ._timed import Timed
+
+__all__ = ["Counted", "Logged", "Retry", "Timed", "configure_logging"]
+
+_WHERE = {
+    "Counted": "._counted",
+    "Logged": "._logged",
+    "configure_logging": "._logged",
+    "Retry": "._retry",
+    "Timed": "._timed",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aspecthook.aspects' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,80 @@
+"""``Counted``: how many times each join point was called, and how many of those raised."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from .. import before, on_error
+from .._aspect import Aspect
+from .._context import CallContext
+from .._pointcut import PointcutLike
+from .._priority import Priority, PriorityLike
+
+__all__ = ["Counted"]
+
+
+class Counted(Aspect):
+    """Count calls and exceptions per join point name: ``counts`` and ``error_counts``.
+
+    ``weave(target, Counted())`` counts a callable; ``register(Counted(pointcut='*'))``
+    named join points. A call is counted when it starts (``HIGHEST`` before advice), an
+    exception when the call raises it; the exception propagates unchanged. Exceptions
+    raised later while iterating a returned generator are not the call's (``Timed``
+    counts those).
+    """
+
+    priority: PriorityLike = Priority.HIGHEST
+    errors: str = "log"
+
+    def __init__(
+        self,
+        *,
+        pointcut: PointcutLike | None = None,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        errors: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            pointcut=pointcut,
+            priority=priority,
+            name=name,
+            errors=errors,
+            order_after=order_after,
+            order_before=order_before,
+        )
+        self._lock = threading.Lock()
+        self._calls: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter()
+
+    @before()
+    def count_call(self, ctx: CallContext) -> None:
+        """Count one call of this join point."""
+        with self._lock:
+            self._calls[ctx.joinpoint.name] += 1
+
+    @on_error()
+    def count_error(self, ctx: CallContext) -> None:
+        """Count one exception raised by a call of this join point."""
+        with self._lock:
+            self._errors[ctx.joinpoint.name] += 1
+
+    @property
+    def counts(self) -> Counter[str]:
+        """Calls per join point name (a snapshot; a name never called reads 0)."""
+        with self._lock:
+            return Counter(self._calls)
+
+    @property
+    def error_counts(self) -> Counter[str]:
+        """Exceptions raised per join point name (a snapshot; 0 for none)."""
+        with self._lock:
+            return Counter(self._errors)
+
+    def reset(self) -> None:
+        """Set every count back to zero."""
+        with self._lock:
+            self._calls.clear()
+            self._errors.clear()

@@ -1,0 +1,594 @@
+"""``Logged``: one structlog event per call, and ``configure_logging`` for where it goes.
+
+The event carries the join point, a size-capped summary of the arguments and the result,
+the duration and the outcome, and on failure the exception itself as ``exc_info`` (the
+exception propagates unchanged). While the call runs, ``joinpoint`` and
+``joinpoint_stack`` are bound as structlog context variables, so anything logged inside
+it, including the events of nested ``Logged`` join points, shows where it came from.
+
+Fast path: structlog's native filtering loggers (``make_filtering_bound_logger``, the
+default) fix their level per class, so whether our two levels are enabled is computed once
+and cached until structlog is configured with another wrapper class. A call whose levels
+are both disabled then costs one identity check and ``proceed()``. A logger whose level can
+change at any time (stdlib-backed) is asked ``is_enabled_for`` on every call instead.
+
+Failures of ``Logged`` itself follow ``errors=`` (an argument whose ``repr`` raises is not
+one: it is summarised as ``'<unrepresentable T>'``). With the default ``'log'`` they are
+reported as ``advice.failed`` and the host call goes on. ``Logged`` applies that policy
+around its own steps because it knows where ``proceed()`` is: the core's generic guard
+costs a tracking closure on every call, and cannot see inside the coroutine returned for
+an ``async`` join point.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import reprlib
+import sys
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from typing import Any, TextIO
+
+import structlog
+import structlog._config
+
+from .. import around
+from .._advice import Advice, AdviceKind, _filter, _log_failure
+from .._aspect import Aspect
+from .._context import CallContext, Proceed
+from .._handle import Handle
+from .._joinpoint import JoinPoint
+from .._pointcut import Pointcut, PointcutLike
+from .._priority import PriorityLike
+from ..errors import InvalidOptionError
+
+__all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
+
+log = structlog.get_logger()
+
+CALL = "call"
+"""The default event name of ``Logged``."""
+ADVICE_FAILED = "advice.failed"
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+"""Level names ``Logged`` and ``configure_logging`` take, with structlog's numbers."""
+
+_REDACTED = "***"
+# What a call does: nothing (levels off), log failures only, log everything, or ask the
+# logger first (its level can change at any time, e.g. a stdlib logger's).
+_OFF, _ERRORS_ONLY, _FULL, _ASK = 0, 1, 2, 3
+
+# structlog's global configuration object. ``get_config()`` returns the same
+# ``wrapper_class`` but builds a dict per call; the fast path reads the attribute instead
+# (one identity check per call). If a future structlog moves it, fall back to the public
+# function, which is slower but equally correct.
+_CONFIG: Any = getattr(structlog._config, "_CONFIG", None)
+if not hasattr(_CONFIG, "default_wrapper_class"):  # pragma: no cover - structlog internals
+
+    class _PublicConfig:
+        @property
+        def default_wrapper_class(self) -> Any:
+            return structlog.get_config()["wrapper_class"]
+
+    _CONFIG = _PublicConfig()
+
+# The join points of the Logged calls in progress, outermost first (per thread and task).
+_STACK: ContextVar[tuple[str, ...]] = ContextVar("aspecthook_logged_stack", default=())
+
+
+# -- summaries ---------------------------------------------------------------------------
+
+
+class _Summary(reprlib.Repr):
+    """``reprlib`` with our caps: long text and big containers become type and length,
+    array-likes (``shape`` and ``dtype``) type, shape and dtype, and a failing ``repr``
+    ``'<unrepresentable T>'``. Nothing is ever converted whole."""
+
+    _SIZED = (list, tuple, dict, set, frozenset, deque)
+
+    def __init__(self, max_length: int, max_items: int) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxstring = self.maxother = self.maxlong = max_length
+        self.maxtuple = self.maxlist = self.maxset = self.maxfrozenset = max_items
+        self.maxdeque = self.maxdict = self.maxarray = max_items
+        self.limit = 4 * max_length
+
+    def repr1(self, x: Any, level: int) -> str:
+        try:
+            array = _array_summary(x)
+            if array is not None:
+                return array
+            # reprlib sorts sets and dict keys before slicing: never on big ones.
+            if isinstance(x, self._SIZED) and len(x) > self.maxlist:
+                return f"<{type(x).__qualname__} len={len(x)}>"
+            return str(super().repr1(x, level))
+        except Exception:
+            return _unrepresentable(x)
+
+    def repr_str(self, x: str, level: int) -> str:
+        if len(x) <= self.maxstring:
+            return repr(x)
+        return f"<str len={len(x)} {super().repr_str(x, level)}>"
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        if len(x) <= self.maxstring:
+            return repr(x)
+        return f"<bytes len={len(x)} {repr(x[: self.maxstring - 3])[:-1]}...'>"
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = repr(x)
+        except Exception:
+            return _unrepresentable(x)
+        if len(text) > self.maxother:
+            return text[: self.maxother - 3] + "..."
+        return text
+
+    def summary(self, x: Any) -> str:
+        text = self.repr1(x, self.maxlevel)
+        return text if len(text) <= self.limit else text[: self.limit - 3] + "..."
+
+
+def _unrepresentable(x: Any) -> str:
+    return f"<unrepresentable {type(x).__qualname__}>"
+
+
+def _array_summary(x: Any) -> str | None:
+    """``'<Tensor shape=(2, 3) dtype=torch.float32>'`` for tensors and arrays, else None."""
+    if isinstance(x, type) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return None
+    shape = x.shape
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        pass
+    if shape == ():  # a scalar (numpy.float32(1.5)): its value says more
+        return None
+    return f"<{type(x).__qualname__} shape={shape} dtype={x.dtype}>"
+
+
+_DEFAULT_SUMMARY = _Summary(max_length=80, max_items=8)
+
+
+def summarize(value: Any, *, max_length: int = 80, max_items: int = 8) -> str:
+    """The capped text ``Logged`` shows for ``value``; never raises, never dumps big data.
+
+    Strings over ``max_length`` and containers over ``max_items`` items are summarised
+    with their type and length, objects with ``shape`` and ``dtype`` (tensors, arrays) by
+    type, shape and dtype, and a ``repr`` that raises as ``'<unrepresentable T>'``.
+    """
+    if max_length == 80 and max_items == 8:
+        return _DEFAULT_SUMMARY.summary(value)
+    return _Summary(max_length, max_items).summary(value)
+
+
+# Signatures per join point and per kind of wrapped callable (a bound method has no self).
+_SIGNATURES: weakref.WeakKeyDictionary[JoinPoint, dict[type, inspect.Signature | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _signature(ctx: CallContext) -> inspect.Signature | None:
+    per_kind = _SIGNATURES.setdefault(ctx.joinpoint, {})
+    kind = type(ctx.target)
+    if kind not in per_kind:
+        try:
+            per_kind[kind] = inspect.signature(ctx.target)
+        except (TypeError, ValueError):  # builtins without a signature
+            per_kind[kind] = None
+    return per_kind[kind]
+
+
+def _named_arguments(ctx: CallContext) -> dict[str, Any]:
+    """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed)."""
+    args, kwargs = ctx._args, ctx.kwargs
+    signature = _signature(ctx)
+    if signature is not None:
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+        except TypeError:
+            pass
+        else:
+            named: dict[str, Any] = {}
+            for name, value in bound.arguments.items():
+                if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                    named.update(value)
+                else:
+                    named[name] = value
+            return named
+    named = {f"#{i}": value for i, value in enumerate(args)}
+    named.update(kwargs)
+    return named
+
+
+# -- levels ------------------------------------------------------------------------------
+
+
+def _has_fixed_level(bound: Any) -> bool:
+    """Whether ``bound`` is a native filtering logger: its class is its level.
+
+    ``make_filtering_bound_logger`` returns one class per level, so a logger whose class
+    is the one made for its own effective level can never change level.
+    """
+    try:
+        level = bound.get_effective_level()
+        return type(bound) is structlog.make_filtering_bound_logger(level)
+    except Exception:
+        return False
+
+
+def _level(option: str, value: object) -> tuple[str, int]:
+    name = value.lower() if isinstance(value, str) else value
+    for level_name, number in LEVELS.items():
+        if name in (level_name, number):
+            return level_name, number
+    raise InvalidOptionError(
+        f"{option}={value!r} is not a log level: use one of {', '.join(map(repr, LEVELS))}",
+        option=option,
+        value=value,
+    )
+
+
+def _names(option: str, value: object) -> frozenset[str]:
+    names = (value,) if isinstance(value, str) else value
+    if isinstance(names, Iterable):
+        items = tuple(names)
+        if all(isinstance(n, str) for n in items):
+            return frozenset(n.lower() for n in items)
+    raise InvalidOptionError(
+        f"{option}={value!r} is not a list of argument names: give e.g. "
+        f"{option}=('password', 'token')",
+        option=option,
+        value=value,
+    )
+
+
+def _positive(option: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise InvalidOptionError(
+        f"{option}={value!r} is not a positive int: give {option}=n with n >= 1",
+        option=option,
+        value=value,
+    )
+
+
+# -- the aspect --------------------------------------------------------------------------
+
+
+class _SelfGuardedAdvice(Advice):
+    """Around advice whose aspect applies ``errors=`` itself, around its own steps only.
+
+    Same options, filters and introspection as any advice; only the generic
+    ``errors='log'`` guard is left out of the compiled callable (see the module docstring).
+    """
+
+    def _compile(self) -> Callable[..., Any]:
+        if self.every or self.once or self.when is not None or self.rank is not None:
+            return _filter(self, self.fn)
+        return self.fn
+
+
+class Logged(Aspect):
+    """Log one structlog event per call of the join points it is woven into.
+
+    ``weave(target, Logged())`` or ``register(Logged(pointcut='json.*'))``. The event
+    (``event=``, default ``'call'``) has ``joinpoint``, ``args`` (parameter name -> capped
+    summary, see :func:`summarize`; names in ``redact`` show ``'***'``), ``result``,
+    ``outcome`` (``'ok'`` or ``'error'``) and ``duration_ms``; a failure adds
+    ``exc_info`` (the exception, so structlog renders its traceback) and is logged at
+    ``error_level``, a success at ``level``. An ``async`` call is logged when it
+    completes; a generator function's call when it returns the generator.
+
+    Context variables ``joinpoint`` (this call) and ``joinpoint_stack`` (the Logged calls
+    in progress, outermost first) are bound while the call runs, when ``level`` is
+    enabled. With only ``error_level`` enabled, failures are still logged; with neither,
+    the call costs a cached level check.
+
+    ``logger=`` is the structlog logger to write to (default: this module's).
+    """
+
+    errors = "log"
+
+    def __init__(
+        self,
+        *,
+        level: str | int = "info",
+        error_level: str | int = "error",
+        event: str = CALL,
+        redact: Iterable[str] = (),
+        log_args: bool = True,
+        log_result: bool = True,
+        max_length: int = 80,
+        max_items: int = 8,
+        logger: Any = None,
+        pointcut: PointcutLike | None = None,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        errors: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            pointcut=pointcut,
+            priority=priority,
+            name=name,
+            errors=errors,
+            order_after=order_after,
+            order_before=order_before,
+        )
+        self.level, self._level_no = _level("level", level)
+        self.error_level, self._error_level_no = _level("error_level", error_level)
+        if not isinstance(event, str) or not event:
+            raise InvalidOptionError(
+                f"event={event!r} is not an event name: give a non-empty str, e.g. 'call'",
+                option="event",
+                value=event,
+            )
+        self.event = event
+        self.redact = _names("redact", redact)
+        self.log_args = bool(log_args)
+        self.log_result = bool(log_result)
+        self._summary = _Summary(
+            _positive("max_length", max_length), _positive("max_items", max_items)
+        )
+        self.logger = logger if logger is not None else log
+        # Level cache: valid while structlog's wrapper class is the one it was made for.
+        self._seen: Any = object()
+        self._mode = _FULL
+        self._enabled: Callable[[int], bool] | None = None
+
+    # -- advice ------------------------------------------------------------------------
+
+    @around()
+    def log_call(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """Log the call (the fast path when both levels are disabled: just proceed)."""
+        if _CONFIG.default_wrapper_class is not self._seen:
+            self._safely(ctx, self._refresh_levels)
+        mode = self._mode
+        if mode == _ASK:
+            mode = self._ask_levels()
+        if not mode:
+            return proceed()
+        if ctx.joinpoint.is_async:
+            return self._log_async(ctx, proceed, mode)
+        if mode == _ERRORS_ONLY:
+            start = time.perf_counter_ns()
+            try:
+                return proceed()
+            except BaseException as exc:
+                self._safely(ctx, self._emit_error, ctx, exc, start)
+                raise
+        return self._log_sync(ctx, proceed)
+
+    def _log_sync(self, ctx: CallContext, proceed: Proceed) -> Any:
+        entered = self._safely(ctx, self._enter, ctx)
+        try:
+            start = time.perf_counter_ns()
+            try:
+                result = proceed()
+            except BaseException as exc:
+                self._safely(ctx, self._emit_error, ctx, exc, start)
+                raise
+            self._safely(ctx, self._emit_ok, ctx, result, start)
+            return result
+        finally:
+            if entered is not None:
+                self._safely(ctx, self._exit, entered)
+
+    async def _log_async(self, ctx: CallContext, proceed: Proceed, mode: int) -> Any:
+        entered = self._safely(ctx, self._enter, ctx) if mode == _FULL else None
+        try:
+            start = time.perf_counter_ns()
+            try:
+                result = await proceed()
+            except BaseException as exc:
+                self._safely(ctx, self._emit_error, ctx, exc, start)
+                raise
+            if mode == _FULL:
+                self._safely(ctx, self._emit_ok, ctx, result, start)
+            return result
+        finally:
+            if entered is not None:
+                self._safely(ctx, self._exit, entered)
+
+    # -- steps (each run through _safely) ----------------------------------------------
+
+    def _enter(self, ctx: CallContext) -> tuple[Any, ...]:
+        name = ctx.joinpoint.name
+        stack = (*_STACK.get(), name)
+        token = _STACK.set(stack)
+        tokens = structlog.contextvars.bind_contextvars(joinpoint=name, joinpoint_stack=stack)
+        return token, tokens
+
+    def _exit(self, entered: tuple[Any, ...]) -> None:
+        token, tokens = entered
+        structlog.contextvars.reset_contextvars(**tokens)
+        _STACK.reset(token)
+
+    def _emit_ok(self, ctx: CallContext, result: Any, start: int) -> None:
+        fields = self._fields(ctx, start)
+        if self.log_result:
+            fields["result"] = self._summary.summary(result)
+        fields["outcome"] = "ok"
+        getattr(self.logger, self.level)(self.event, **fields)
+
+    def _emit_error(self, ctx: CallContext, exc: BaseException, start: int) -> None:
+        fields = self._fields(ctx, start)
+        fields["outcome"] = "error"
+        getattr(self.logger, self.error_level)(self.event, exc_info=exc, **fields)
+
+    def _fields(self, ctx: CallContext, start: int) -> dict[str, Any]:
+        duration_ms = round((time.perf_counter_ns() - start) / 1e6, 3)
+        fields: dict[str, Any] = {"joinpoint": ctx.joinpoint.name}
+        if self.log_args:
+            fields["args"] = self.summarize_arguments(ctx)
+        fields["duration_ms"] = duration_ms
+        return fields
+
+    def summarize_arguments(self, ctx: CallContext) -> dict[str, str]:
+        """Parameter name -> capped summary of this call's arguments, redaction applied."""
+        redact, summary = self.redact, self._summary.summary
+        return {
+            name: _REDACTED if name.lower() in redact else summary(value)
+            for name, value in _named_arguments(ctx).items()
+        }
+
+    def _safely(self, ctx: CallContext, step: Callable[..., Any], *args: Any) -> Any:
+        """Run one of our steps under the ``errors=`` policy; None when it failed."""
+        try:
+            return step(*args)
+        except Exception:
+            if self.errors != "log":
+                raise
+            self._report_failure(ctx)
+            return None
+
+    def _report_failure(self, ctx: CallContext) -> None:
+        """Count and log our failure as the core does for advice under ``errors='log'``."""
+        for advice in ctx.joinpoint.advice:
+            if advice.aspect is self:
+                _log_failure(advice, ctx)
+                return
+        log.error(ADVICE_FAILED, aspect=self.name, joinpoint=ctx.joinpoint.name, exc_info=True)
+
+    # -- level cache -------------------------------------------------------------------
+
+    def _refresh_levels(self) -> None:
+        """Work out, for this structlog configuration, how to tell whether we log.
+
+        structlog's native filtering loggers (``make_filtering_bound_logger``) keep one
+        level for the life of their class, so the answer is cached until structlog gets
+        another wrapper class. Other loggers with ``is_enabled_for`` (stdlib-backed ones,
+        whose level may change at any time) are asked on every call; loggers without it
+        are always called and filter for themselves.
+        """
+        seen = _CONFIG.default_wrapper_class
+        bound = self.logger.bind() if hasattr(self.logger, "bind") else self.logger
+        enabled = getattr(bound, "is_enabled_for", None)
+        self._enabled = enabled
+        if enabled is None:
+            self._mode = _FULL
+        elif _has_fixed_level(bound):
+            self._mode = self._ask_levels()
+        else:
+            self._mode = _ASK
+        self._seen = seen
+
+    def _ask_levels(self) -> int:
+        enabled = self._enabled
+        if enabled is None or enabled(self._level_no):
+            return _FULL
+        return _ERRORS_ONLY if enabled(self._error_level_no) else _OFF
+
+    # -- registration ------------------------------------------------------------------
+
+    def _advice(
+        self,
+        kind: AdviceKind,
+        bound: Any,
+        pointcut: Pointcut,
+        attr: str,
+        opts: dict[str, Any],
+    ) -> Advice:
+        # As Aspect._advice, with the advice class that leaves errors= to log_call.
+        options: dict[str, Any] = {
+            "priority": self.priority,
+            "errors": self.errors,
+            "order_after": self.order_after,
+            "order_before": self.order_before,
+            "name": f"{self.name}.{attr}",
+        }
+        options.update(opts)
+        return _SelfGuardedAdvice(
+            kind, bound, pointcut, aspect=self, aspect_name=self.name, **options
+        )
+
+    def __repr__(self) -> str:
+        return f"<Logged {self.name!r} level={self.level!r} error_level={self.error_level!r}>"
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def configure_logging(
+    format: str = "console",
+    level: str | int = "info",
+    file: str | os.PathLike[str] | TextIO | None = None,
+) -> Handle:
+    """Configure structlog for humans (``'console'``) or machines (``'json'`` lines).
+
+    Both use structlog's conventions: ``merge_contextvars`` (so ``Logged``'s context
+    shows), ``add_log_level``, ``StackInfoRenderer`` and a ``TimeStamper``, and
+    ``make_filtering_bound_logger(level)``. ``'console'`` is what structlog does when
+    unconfigured (local time, ``ConsoleRenderer``, colours on a terminal) plus the level;
+    ``'json'`` writes one JSON object per line with an ISO UTC timestamp and the traceback
+    as data (``dict_tracebacks``). Output goes to ``file`` (a path, opened for appending,
+    or an open text stream) or to stderr.
+
+    Returns a handle whose ``remove()`` restores the previous configuration and closes a
+    file opened here.
+    """
+    level_name, _ = _level("level", level)
+    if format not in ("console", "json"):
+        raise InvalidOptionError(
+            f"format={format!r} is not a log format: use 'console' for humans or 'json' for "
+            "JSON lines",
+            option="format",
+            value=format,
+        )
+    opened: TextIO | None = None
+    if file is None:
+        stream: TextIO = sys.stderr
+    elif isinstance(file, (str, os.PathLike)):
+        stream = opened = open(file, "a", encoding="utf-8")  # noqa: SIM115 - closed by the handle
+    else:
+        stream = file
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if format == "json":
+        processors += [
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.dict_tracebacks,
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        processors += [
+            structlog.dev.set_exc_info,
+            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
+            _console_renderer(stream),
+        ]
+    was_configured, previous = structlog.is_configured(), structlog.get_config()
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(level_name),
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+
+    def undo() -> None:
+        if was_configured:
+            structlog.configure(**previous)
+        else:
+            structlog.reset_defaults()
+        if opened is not None:
+            opened.close()
+
+    return Handle(undo, f"configure_logging({format!r}, {level_name!r})")
+
+
+def _console_renderer(stream: TextIO) -> structlog.dev.ConsoleRenderer:
+    """structlog's ConsoleRenderer, coloured by its own rule, but judged on our stream."""
+    isatty = getattr(stream, "isatty", None)
+    tty = bool(isatty and isatty())
+    if os.environ.get("NO_COLOR") or not (tty or os.environ.get("FORCE_COLOR")):
+        return structlog.dev.ConsoleRenderer(colors=False)
+    return structlog.dev.ConsoleRenderer()

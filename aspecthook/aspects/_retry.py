@@ -1,0 +1,213 @@
+"""``Retry``: run a join point again when it raises, with exponential backoff and jitter.
+
+Around advice, so each attempt re-runs the rest of the chain and the target through
+``proceed()``. For an ``async`` join point the advice returns a coroutine that awaits each
+attempt and sleeps with ``asyncio.sleep``; a synchronous one sleeps with ``time.sleep``
+(both injectable, which is how the tests read the backoff sequence without waiting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from .. import around
+from .._aspect import Aspect
+from .._context import CallContext, Proceed
+from .._pointcut import PointcutLike
+from .._priority import PriorityLike
+from ..errors import InvalidOptionError
+
+__all__ = ["RETRY_ATTEMPT", "RETRY_GAVE_UP", "Retry"]
+
+log = structlog.get_logger()
+
+RETRY_ATTEMPT = "retry.attempt"
+"""Logged (warning) after a failed attempt that will be retried, before the sleep."""
+RETRY_GAVE_UP = "retry.gave_up"
+"""Logged (warning) when the last attempt failed, before the exception propagates."""
+
+GiveUp = Callable[[CallContext, BaseException], Any]
+
+
+class Retry(Aspect):
+    """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
+
+    Before attempt ``i + 2`` it sleeps ``min(backoff * factor**i, max_backoff)``, scaled by
+    a random factor in ``[1 - jitter, 1 + jitter]`` (``random.uniform``; ``jitter=0`` gives
+    the exact sequence). Each retry is logged as ``retry.attempt``. When the last attempt
+    fails, ``give_up(ctx, exc)`` is called and the last exception propagates unchanged
+    (same object, same traceback); an exception not in ``on`` propagates at once, and one
+    raised by ``give_up`` propagates instead of the last one (chained to it).
+
+    For a generator function the retried call is the one that creates the generator, not
+    its iteration.
+    """
+
+    def __init__(
+        self,
+        attempts: int = 3,
+        *,
+        on: type[BaseException] | tuple[type[BaseException], ...] = (Exception,),
+        backoff: float = 0.1,
+        factor: float = 2.0,
+        max_backoff: float | None = None,
+        jitter: float = 0.1,
+        give_up: GiveUp | None = None,
+        sleep: Callable[[float], Any] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        pointcut: PointcutLike | None = None,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        errors: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            pointcut=pointcut,
+            priority=priority,
+            name=name,
+            errors=errors,
+            order_after=order_after,
+            order_before=order_before,
+        )
+        if not (isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 1):
+            raise InvalidOptionError(
+                f"attempts={attempts!r} is not a number of calls: give an int >= 1 "
+                "(attempts=1 calls once and never retries)",
+                option="attempts",
+                value=attempts,
+            )
+        self.attempts = attempts
+        self.on = _exception_types(on)
+        self.backoff = _number("backoff", backoff, "seconds >= 0 before the first retry", 0.0)
+        self.factor = _number("factor", factor, "a multiplier >= 1 per retry", 1.0)
+        self.max_backoff = (
+            None
+            if max_backoff is None
+            else _number("max_backoff", max_backoff, "seconds >= 0, or None for no cap", 0.0)
+        )
+        self.jitter = _number("jitter", jitter, "a fraction of the delay in [0, 1]", 0.0, 1.0)
+        self.give_up: GiveUp | None = (
+            None if give_up is None else _callable("give_up", give_up, "a function (ctx, exc)")
+        )
+        self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
+        self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
+
+    def delay(self, retry: int) -> float:
+        """Seconds to sleep before retry number ``retry`` (0 for the first retry)."""
+        try:
+            delay = self.backoff * self.factor**retry
+        except OverflowError:  # thousands of retries: only the cap is meaningful
+            delay = math.inf
+        if self.max_backoff is not None:
+            delay = min(delay, self.max_backoff)
+        if self.jitter:
+            delay *= random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        return delay
+
+    @around()
+    def retry_call(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """Call ``proceed()`` until it returns, the exception is not retryable, or attempts
+        run out."""
+        if ctx.joinpoint.is_async:
+            return self._retry_async(ctx, proceed)
+        attempt = 1
+        while True:
+            try:
+                return proceed()
+            except self.on as exc:
+                if attempt >= self.attempts:
+                    self._give_up(ctx, exc)
+                    raise
+                self.sleep(self._next_delay(ctx, exc, attempt))
+            attempt += 1
+
+    async def _retry_async(self, ctx: CallContext, proceed: Proceed) -> Any:
+        attempt = 1
+        while True:
+            try:
+                return await proceed()
+            except self.on as exc:
+                if attempt >= self.attempts:
+                    self._give_up(ctx, exc)
+                    raise
+                await self.async_sleep(self._next_delay(ctx, exc, attempt))
+            attempt += 1
+
+    def _next_delay(self, ctx: CallContext, exc: BaseException, attempt: int) -> float:
+        delay = self.delay(attempt - 1)
+        log.warning(
+            RETRY_ATTEMPT,
+            joinpoint=ctx.joinpoint.name,
+            attempt=attempt,
+            attempts=self.attempts,
+            delay_s=round(delay, 6),
+            error=_describe(exc),
+        )
+        return delay
+
+    def _give_up(self, ctx: CallContext, exc: BaseException) -> None:
+        log.warning(
+            RETRY_GAVE_UP,
+            joinpoint=ctx.joinpoint.name,
+            attempts=self.attempts,
+            error=_describe(exc),
+        )
+        if self.give_up is not None:
+            self.give_up(ctx, exc)
+
+    def __repr__(self) -> str:
+        names = ", ".join(t.__name__ for t in self.on)
+        return f"<Retry {self.name!r} attempts={self.attempts} on=({names})>"
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<unprintable>"
+    return f"{type(exc).__qualname__}: {text[:200]}" if text else type(exc).__qualname__
+
+
+def _exception_types(on: object) -> tuple[type[BaseException], ...]:
+    types = on if isinstance(on, tuple) else (on,)
+    if types and all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        return types
+    raise InvalidOptionError(
+        f"on={on!r} is not an exception class or a tuple of them: give e.g. "
+        "on=(ConnectionError, TimeoutError)",
+        option="on",
+        value=on,
+    )
+
+
+def _number(option: str, value: object, what: str, low: float, high: float = math.inf) -> float:
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    ):
+        return float(value)
+    raise InvalidOptionError(
+        f"{option}={value!r} is out of range: give {option} as {what}",
+        option=option,
+        value=value,
+    )
+
+
+def _callable(option: str, value: Any, what: str) -> Any:
+    if callable(value):
+        return value
+    raise InvalidOptionError(
+        f"{option}={value!r} is not callable: give {what}",
+        option=option,
+        value=value,
+    )

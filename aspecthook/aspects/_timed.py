@@ -1,0 +1,488 @@
+"""``Timed``: per-join-point call timings in bounded memory, a summary table, a trace file.
+
+Durations go into a DDSketch-style log-bucket quantile sketch (``QuantileSketch``):
+quantiles are within 1% relative error and memory is one counter per occupied bucket,
+whatever the number of calls. With ``trace=True`` every call is also kept (up to
+``max_events``) as a complete event for ``export_chrome_trace``, which Perfetto and
+chrome://tracing open.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import GeneratorType
+from typing import Any
+
+from .. import around
+from .._advice import _log_failure
+from .._aspect import Aspect
+from .._context import CallContext, Proceed
+from .._log import get_logger
+from .._pointcut import PointcutLike
+from .._priority import Priority, PriorityLike
+from ..errors import InvalidOptionError
+
+__all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
+
+#: Relative error of every quantile ``QuantileSketch`` reports (DDSketch's alpha).
+RELATIVE_ACCURACY = 0.01
+
+# Module-level aliases: one global lookup on the hot path instead of a module attribute.
+_perf_counter_ns = time.perf_counter_ns
+_native_id = threading.get_native_id
+_log = math.log
+_ceil = math.ceil
+
+
+class QuantileSketch:
+    """Streaming quantiles of non-negative values with 1% relative error, bounded memory.
+
+    DDSketch (Masson, Rim and Lee, VLDB 2019): a value ``x > 0`` counts in bucket
+    ``ceil(log(x) / log(gamma))`` with ``gamma = (1 + a) / (1 - a)`` and ``a = 0.01``.
+    Bucket ``i`` holds ``(gamma**(i-1), gamma**i]`` and answers with
+    ``2 * gamma**i / (gamma + 1)``, within ``a`` of every value in it, so a quantile is
+    within 1% of the exact one (the value of rank ``floor(q * (n - 1))``); ``q`` 0 and 1
+    give the exact min and max. Memory is one dict entry per occupied bucket: values
+    spanning a ratio ``r`` need about ``log(r) / 0.02`` buckets (1 ns .. 1 hour: ~1,230).
+    ``max_buckets`` caps any input by merging the lowest buckets, which only blurs the
+    lowest quantiles.
+    """
+
+    __slots__ = ("_buckets", "_zeros", "count", "max", "max_buckets", "min", "total")
+
+    _gamma = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+    _inv_log_gamma = 1 / math.log(_gamma)
+
+    def __init__(self, max_buckets: int = 2048) -> None:
+        self._buckets: dict[int, int] = {}
+        self._zeros = 0
+        self.max_buckets = max_buckets
+        self.count = 0
+        self.total: float = 0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add(self, value: float) -> None:
+        """Count one value (a duration in any unit); negative values are refused."""
+        if value > 0:
+            key = _ceil(_log(value) * self._inv_log_gamma)
+            buckets = self._buckets
+            n = buckets.get(key)
+            if n is not None:
+                buckets[key] = n + 1
+            else:
+                buckets[key] = 1
+                if len(buckets) > self.max_buckets:
+                    self._collapse_lowest()
+        elif value == 0:
+            self._zeros += 1
+        else:
+            raise ValueError(f"QuantileSketch.add({value!r}): values must be >= 0")
+        self.count += 1
+        self.total += value
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+    def _collapse_lowest(self) -> None:
+        buckets = self._buckets
+        lowest = buckets.pop(min(buckets))
+        buckets[min(buckets)] += lowest
+
+    @property
+    def bucket_count(self) -> int:
+        """How many buckets are in use: the sketch's memory, in counters."""
+        return len(self._buckets) + (1 if self._zeros else 0)
+
+    def quantile(self, q: float) -> float:
+        """The ``q``-quantile (``0 <= q <= 1``) within 1%; ``nan`` when empty."""
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Iterable[float]) -> list[float]:
+        """Several quantiles in one pass over the buckets."""
+        wanted = sorted((float(q), i) for i, q in enumerate(qs))
+        if any(not 0 <= q <= 1 for q, _ in wanted):
+            raise ValueError(f"quantiles must be within 0..1, got {[q for q, _ in wanted]}")
+        result = [math.nan] * len(wanted)
+        if not self.count:
+            return result
+        items = iter(sorted(self._buckets.items()))
+        seen, value = self._zeros, 0.0
+        for q, i in wanted:
+            rank = q * (self.count - 1)
+            if rank <= 0 or rank >= self.count - 1:
+                result[i] = self.min if rank <= 0 else self.max
+                continue
+            while seen <= rank:
+                key, n = next(items, (None, 0))
+                if key is None:
+                    value = self.max
+                    break
+                seen += n
+                value = self._bucket_value(key)
+            result[i] = min(max(value, self.min), self.max)
+        return result
+
+    def _bucket_value(self, key: int) -> float:
+        """The value bucket ``key`` answers with (past float range: clamped by the caller)."""
+        try:
+            return 2 * self._gamma**key / (self._gamma + 1)
+        except OverflowError:
+            return math.inf
+
+
+class _Stats(QuantileSketch):
+    """A join point's sketch of durations (ns) plus how many of those calls raised."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors = 0
+
+
+@dataclass(frozen=True)
+class TimingRow:
+    """One join point in ``Timed.summary()``; times in seconds, quantiles within 1%."""
+
+    name: str
+    count: int
+    errors: int
+    total_s: float
+    mean_s: float
+    min_s: float
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    max_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Summary(list[TimingRow]):
+    """The rows of ``Timed.summary()``, slowest total first; printing renders a table."""
+
+    def __str__(self) -> str:
+        try:
+            from rich.console import Console
+        except ImportError:
+            return self._plain()
+        console = Console(width=140, record=True, file=io.StringIO())
+        console.print(self.__rich__())
+        return console.export_text().rstrip()
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title="aspecthook: timings (quantiles within 1%)")
+        table.add_column("join point")
+        for column in ("calls", "errors", "total", "mean", "min", "p50", "p95", "p99", "max"):
+            table.add_column(column, justify="right")
+        for row in self:
+            table.add_row(row.name, str(row.count), str(row.errors), *_times(row))
+        return table
+
+    def _plain(self) -> str:
+        head = f"{'join point':40} {'calls':>8} {'errors':>6} " + " ".join(
+            f"{c:>9}" for c in ("total", "mean", "min", "p50", "p95", "p99", "max")
+        )
+        lines = [head]
+        for row in self:
+            times = " ".join(f"{t:>9}" for t in _times(row))
+            lines.append(f"{row.name:40} {row.count:>8} {row.errors:>6} {times}")
+        return "\n".join(lines)
+
+
+def _times(row: TimingRow) -> list[str]:
+    values = (row.total_s, row.mean_s, row.min_s, row.p50_s, row.p95_s, row.p99_s, row.max_s)
+    return [_format_seconds(v) for v in values]
+
+
+def _format_seconds(seconds: float) -> str:
+    """A duration for people: ``'812 ns'``, ``'15.2 µs'``, ``'3.40 ms'``, ``'2.50 s'``."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= scale:
+            value = seconds / scale
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+class Timed(Aspect):
+    """Time every call of the join points it advises: count, errors, total, quantiles.
+
+    ``weave(target, Timed())`` times a callable; ``register(Timed(pointcut='train_*'))``
+    times named join points. Async join points are timed until the coroutine completes,
+    generators by the time spent inside them until exhausted or closed. Calls that raise
+    are timed too and counted in ``errors``. Quantiles come from a ``QuantileSketch``
+    (1% relative error, bounded memory). ``trace=True`` also keeps up to ``max_events``
+    calls for ``export_chrome_trace``; later ones are counted in ``dropped_events``.
+    Outermost around advice (``HIGHEST``) with ``errors='log'``: a failure in the timing
+    is logged, never raised into the timed call.
+    """
+
+    priority: PriorityLike = Priority.HIGHEST
+    errors: str = "log"
+
+    def __init__(
+        self,
+        *,
+        pointcut: PointcutLike | None = None,
+        trace: bool = False,
+        max_events: int = 100_000,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        errors: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            pointcut=pointcut,
+            priority=priority,
+            name=name,
+            errors=errors,
+            order_after=order_after,
+            order_before=order_before,
+        )
+        if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 0:
+            raise InvalidOptionError(
+                f"max_events={max_events!r} is not a count: give an int >= 0",
+                option="max_events",
+                value=max_events,
+            )
+        self.trace = bool(trace)
+        self.max_events = max_events
+        self.dropped_events = 0
+        # Reentrant: a signal handler or a garbage-collected generator may record while
+        # this thread is inside _record; a plain Lock would deadlock there.
+        self._lock = threading.RLock()
+        self._stats: dict[str, _Stats] = {}
+        self._events: list[tuple[str, int, int, int, bool]] = []
+        self._origin = _perf_counter_ns()
+
+    # -- the advice -------------------------------------------------------------------
+
+    @around()
+    def time_call(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """Time one call; hand coroutines and generators to their own timers."""
+        jp = ctx.joinpoint
+        if jp.is_async:
+            return self._time_async(ctx, proceed)
+        start = _perf_counter_ns()
+        try:
+            result = proceed()
+        except BaseException:
+            try:
+                self._record(jp.name, start, _perf_counter_ns() - start, True)
+            except Exception:
+                self._failed(ctx)
+            raise
+        elapsed = _perf_counter_ns() - start
+        if type(result) is GeneratorType:
+            return _timed_generator(self, ctx, result, elapsed)
+        try:
+            self._record(jp.name, start, elapsed, False)
+        except Exception:
+            self._failed(ctx)
+        return result
+
+    async def _time_async(self, ctx: CallContext, proceed: Proceed) -> Any:
+        name = ctx.joinpoint.name
+        start = _perf_counter_ns()
+        try:
+            result = await proceed()
+        except BaseException:
+            try:
+                self._record(name, start, _perf_counter_ns() - start, True)
+            except Exception:
+                self._failed(ctx)
+            raise
+        try:
+            self._record(name, start, _perf_counter_ns() - start, False)
+        except Exception:
+            self._failed(ctx)
+        return result
+
+    def _record(self, name: str, start: int, duration: int, failed: bool) -> None:
+        """Add one call (``start`` from ``perf_counter_ns``, ``-1``: no trace event)."""
+        with self._lock:
+            stats = self._stats.get(name)
+            if stats is None:
+                stats = self._stats[name] = _Stats()
+            stats.add(duration)
+            if failed:
+                stats.errors += 1
+            if self.trace and start >= 0:
+                self._add_event(name, start, duration, failed)
+
+    def _add_event(self, name: str, start: int, duration: int, failed: bool) -> None:
+        with self._lock:
+            if len(self._events) < self.max_events:
+                self._events.append((name, start, duration, _native_id(), failed))
+            else:
+                self.dropped_events += 1
+
+    def _failed(self, ctx: CallContext) -> None:
+        """The timing itself failed (called in an ``except`` block): log or re-raise."""
+        if self.errors != "log":
+            raise  # the failure our caller is handling
+        for advice in ctx.joinpoint.advice:
+            if advice.aspect is self:
+                _log_failure(advice, ctx)
+                return
+        get_logger().error("advice.failed", aspect=self.name, exc_info=True)
+
+    # -- results ----------------------------------------------------------------------
+
+    def summary(self) -> Summary:
+        """One row per join point, largest total time first; ``print()`` it for a table."""
+        with self._lock:
+            rows = [_row(name, stats) for name, stats in self._stats.items()]
+        rows.sort(key=lambda row: row.total_s, reverse=True)
+        return Summary(rows)
+
+    def reset(self) -> None:
+        """Forget every timing and trace event (the trace's time origin stays)."""
+        with self._lock:
+            self._stats.clear()
+            self._events.clear()
+            self.dropped_events = 0
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> Path:
+        """Write the recorded calls as Trace Event Format JSON, atomically; return the path.
+
+        Complete events (``ph: 'X'``) with ``ts``/``dur`` in microseconds from a fixed
+        origin, the process id and native thread ids; nested calls nest. Needs
+        ``trace=True``, else the file has no events.
+        """
+        with self._lock:
+            events = sorted(self._events, key=lambda e: (e[1], -e[2]))
+            dropped = self.dropped_events
+        pid = os.getpid()
+        trace = [
+            _trace_event(name, (start - self._origin) / 1000, duration / 1000, pid, tid, failed)
+            for name, start, duration, tid, failed in events
+        ]
+        document = {
+            "traceEvents": trace,
+            "displayTimeUnit": "ms",
+            "otherData": {"producer": "aspecthook.Timed", "dropped_events": dropped},
+        }
+        target = Path(path)
+        _write_atomically(target, json.dumps(document))
+        return target
+
+
+def _row(name: str, stats: _Stats) -> TimingRow:
+    p50, p95, p99 = stats.quantiles((0.5, 0.95, 0.99))
+    return TimingRow(
+        name=name,
+        count=stats.count,
+        errors=stats.errors,
+        total_s=stats.total / 1e9,
+        mean_s=stats.total / stats.count / 1e9,
+        min_s=stats.min / 1e9,
+        p50_s=p50 / 1e9,
+        p95_s=p95 / 1e9,
+        p99_s=p99 / 1e9,
+        max_s=stats.max / 1e9,
+    )
+
+
+def _trace_event(
+    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "name": name,
+        "cat": "aspecthook",
+        "ph": "X",
+        "ts": ts,
+        "dur": dur,
+        "pid": pid,
+        "tid": tid,
+    }
+    if failed:
+        event["args"] = {"error": True}
+    return event
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    """Write ``text`` to a temp file next to ``target``, then ``os.replace`` it in.
+
+    A reader never sees a half-written trace, and a crash leaves the old file intact.
+    """
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _timed_generator(
+    timed: Timed, ctx: CallContext, gen: Generator[Any, Any, Any], elapsed: int
+) -> Generator[Any, Any, Any]:
+    """Delegate to ``gen`` exactly as ``yield from`` does, adding up the time inside it.
+
+    ``yield from`` cannot be timed per resume, so this is its PEP 380 expansion with a
+    clock around each ``send`` / ``throw`` / ``close``. The total is recorded once, when
+    ``gen`` is exhausted, raises or is closed (also by garbage collection); with tracing,
+    each resume is one event.
+    """
+    name = ctx.joinpoint.name
+    failed = False
+    resume: Any = gen.send
+    arg: Any = None
+    try:
+        while True:
+            start = _perf_counter_ns()
+            try:
+                value = resume(arg)
+            except StopIteration as stop:
+                elapsed += _perf_counter_ns() - start
+                return stop.value
+            except BaseException:
+                elapsed += _perf_counter_ns() - start
+                raise
+            took = _perf_counter_ns() - start
+            elapsed += took
+            if timed.trace:
+                timed._add_event(name, start, took, False)
+            try:
+                arg = yield value
+                resume = gen.send
+            except GeneratorExit:
+                start = _perf_counter_ns()
+                try:
+                    gen.close()
+                finally:
+                    elapsed += _perf_counter_ns() - start
+                raise
+            except BaseException as exc:
+                resume, arg = gen.throw, exc
+    except GeneratorExit:
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        try:
+            timed._record(name, -1, elapsed, failed)
+        except Exception:
+            timed._failed(ctx)

@@ -1,0 +1,350 @@
+"""Aspect types by name, so configuration files can say ``{type: Timed, trace: true}``.
+
+A ``Registry`` maps names to classes (or any factory). Names resolve in this order:
+
+1. what was registered with ``register`` — a class, or a ``'package.module:Name'`` string
+   that is imported only when the name is first used (so listing the shipped aspects costs
+   nothing at import time);
+2. plugins: entry points of the group ``aspecthook.aspects`` that installed packages
+   declare, e.g. in their ``pyproject.toml``::
+
+       [project.entry-points."aspecthook.aspects"]
+       Traced = "mypkg.aspects:Traced"
+
+   The entry-point list is read once, on the first name the registry does not know, and a
+   plugin is imported only when its name is used;
+3. an explicit ``'package.module:Name'`` path, imported on the spot.
+
+``build({'type': 'Timed', **params})`` checks the parameter names against the
+constructor's signature before calling it, so a typo in a config file is reported with
+the aspect's valid parameters instead of a bare ``TypeError`` from deep inside.
+``ASPECTS`` is the registry of aspect types that ``aspecthook run`` and
+``Runner.from_config`` read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import inspect
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from .errors import AspectParameterError, InvalidOptionError, UnknownAspectError
+
+__all__ = ["ASPECTS", "ENTRY_POINT_GROUP", "Parameters", "Registry"]
+
+ENTRY_POINT_GROUP = "aspecthook.aspects"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Registry:
+    """Names of aspect types (or of any other kind of factory) for configuration files.
+
+    ``kind`` only words the error messages (``"unknown aspect type 'Timd'"``); ``group`` is
+    the entry-point group whose plugins extend the registry (None: no plugins).
+    """
+
+    def __init__(self, kind: str = "aspect", *, group: str | None = None) -> None:
+        self.kind = kind
+        self.group = group
+        # name -> a factory, a 'module:Name' string, or an importlib EntryPoint (plugins);
+        # what strings and entry points load is cached in _loaded on first use.
+        self._entries: dict[str, Any] = {}
+        self._loaded: dict[str, Callable[..., Any]] = {}
+        self._plugins_read = group is None
+        self._lock = threading.RLock()
+
+    # -- registering -------------------------------------------------------------------
+
+    @overload
+    def register(
+        self, obj: None = None, /, *, name: str | None = None, replace: bool = False
+    ) -> Callable[[F], F]: ...
+
+    @overload
+    def register(self, obj: str, /, *, name: str | None = None, replace: bool = False) -> str: ...
+
+    @overload
+    def register(self, obj: F, /, *, name: str | None = None, replace: bool = False) -> F: ...
+
+    def register(
+        self, obj: Any = None, /, *, name: str | None = None, replace: bool = False
+    ) -> Any:
+        """Register a class under ``name`` (default: its ``__name__``) and return it.
+
+        Three forms: ``@registry.register`` or ``@registry.register(name='Alias')`` on a
+        class; ``registry.register(cls, name='Alias')``; and
+        ``registry.register('package.module:Name')``, which imports the module only when
+        the name is first looked up. A name already taken by something else is refused
+        unless ``replace=True``; registering the same thing again is a no-op.
+        """
+        if obj is None:
+
+            def decorator(cls: F) -> F:
+                return self.register(cls, name=name, replace=replace)
+
+            return decorator
+        if isinstance(obj, str):
+            if ":" not in obj:
+                raise InvalidOptionError(
+                    f"register({obj!r}): a string must be a 'package.module:Name' path "
+                    f"to import lazily; to name a class, write @register(name={obj!r})",
+                    option="obj",
+                    value=obj,
+                )
+            key: str = name or obj.rpartition(":")[2].rpartition(".")[2]
+        elif callable(obj):
+            key = name or str(getattr(obj, "__name__", ""))
+        else:
+            raise InvalidOptionError(
+                f"register({obj!r}): give a class, a factory function or a "
+                "'package.module:Name' string",
+                option="obj",
+                value=obj,
+            )
+        if not key:
+            raise InvalidOptionError(f"register({obj!r}) needs name=", option="name", value=name)
+        with self._lock:
+            old = self._entries.get(key)
+            if isinstance(old, importlib.metadata.EntryPoint):
+                old = None  # what is registered in code wins over a plugin of that name
+            if old is not None and old is not obj and old != obj and not replace:
+                raise InvalidOptionError(
+                    f"{self.kind} name {key!r} is already registered for {_describe(old)}; "
+                    "give another name= or pass replace=True",
+                    option="name",
+                    value=key,
+                )
+            self._entries[key] = obj
+            self._loaded.pop(key, None)
+        return obj
+
+    # -- looking up ----------------------------------------------------------------------
+
+    def get(self, name: str) -> Callable[..., Any]:
+        """The class registered as ``name``, a plugin's, or the one a ``'pkg.mod:Name'``
+        path names; ``UnknownAspectError`` (listing the known names and the closest one)
+        when none fits."""
+        with self._lock:
+            if name not in self._entries and not self._plugins_read:
+                self._read_plugins()
+            if name in self._loaded:
+                return self._loaded[name]
+            if name in self._entries:
+                entry = self._entries[name]
+                if isinstance(entry, (str, importlib.metadata.EntryPoint)):
+                    entry = self._loaded[name] = self._load(name, entry)
+                return entry  # type: ignore[no-any-return]
+        if ":" in name:
+            return self._load(name, name)
+        raise self._unknown(name)
+
+    def names(self) -> list[str]:
+        """Every name this registry knows, plugins included, sorted."""
+        with self._lock:
+            if not self._plugins_read:
+                self._read_plugins()
+            return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def __repr__(self) -> str:
+        return f"<Registry {self.kind!r}: {', '.join(self.names())}>"
+
+    # -- building ------------------------------------------------------------------------
+
+    def build(self, cfg: Mapping[str, Any] | str, /) -> Any:
+        """An instance from ``{'type': name_or_class, **params}`` (or just a name).
+
+        The parameter names are checked against the constructor's signature first, so a
+        wrong one raises ``AspectParameterError`` naming the type and its parameters.
+        Lists given where the parameter's default is a tuple become tuples (YAML and TOML
+        have no tuples). Errors the constructor itself raises propagate unchanged.
+        """
+        if isinstance(cfg, str):
+            kind, params = cfg, {}
+        else:
+            params = dict(cfg)
+            if "type" not in params:
+                raise self._unknown("", f"{self.kind} config {dict(cfg)!r} has no 'type' key")
+            kind = params.pop("type")
+        factory = kind if callable(kind) else self.get(str(kind))
+        label = kind if isinstance(kind, str) else getattr(kind, "__name__", repr(kind))
+        accepted = Parameters.of(factory)
+        if accepted is not None:
+            params = accepted.check(label, params)
+        return factory(**params)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _read_plugins(self) -> None:
+        """Add the entry points of ``group`` (not imported yet); registered names win."""
+        self._plugins_read = True
+        assert self.group is not None
+        for ep in importlib.metadata.entry_points(group=self.group):
+            self._entries.setdefault(ep.name, ep)
+
+    def _load(self, name: str, entry: str | importlib.metadata.EntryPoint) -> Callable[..., Any]:
+        if isinstance(entry, str):
+            what = f"{entry!r}" if entry == name else f"{name!r} ({entry!r})"
+        else:
+            what = f"{name!r} (plugin {entry.value!r} of entry-point group {self.group!r})"
+        try:
+            value = _import(entry) if isinstance(entry, str) else entry.load()
+        except (ImportError, AttributeError) as exc:
+            raise UnknownAspectError(
+                f"{self.kind} type {what} cannot be loaded: {exc}; check the path "
+                "('package.module:Name') or install the package that provides it",
+                name=name,
+                known=tuple(self.names()),
+                suggestion=None,
+            ) from exc
+        if not callable(value):
+            raise UnknownAspectError(
+                f"{self.kind} type {what} is {value!r}, which cannot be called; "
+                "point it at a class",
+                name=name,
+                known=tuple(self.names()),
+                suggestion=None,
+            )
+        factory: Callable[..., Any] = value
+        return factory
+
+    def _unknown(self, name: str, problem: str | None = None) -> UnknownAspectError:
+        known = tuple(self.names())
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5) if name else []
+        if not close and name:
+            lower = {k.lower(): k for k in known}
+            close = [lower[name.lower()]] if name.lower() in lower else []
+        suggestion = close[0] if close else None
+        message = problem or f"unknown {self.kind} type {name!r}"
+        if suggestion:
+            message += f"; did you mean {suggestion!r}?"
+        message += (
+            f" Known types: {', '.join(known) or '(none)'}; or give a "
+            f"'package.module:Name' path, or install a plugin (entry-point group "
+            f"{self.group!r})"
+            if self.group
+            else f" Known types: {', '.join(known) or '(none)'}; or give a "
+            "'package.module:Name' path"
+        )
+        return UnknownAspectError(message, name=name, known=known, suggestion=suggestion)
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """The keyword parameters a factory accepts, as ``build`` checks them.
+
+    ``defaults`` maps each name to its default (``inspect.Parameter.empty`` if none);
+    ``required`` are those without a default; ``open`` is True when the factory takes any
+    keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
+    """
+
+    defaults: dict[str, Any]
+    required: tuple[str, ...]
+    open: bool
+
+    @classmethod
+    def of(cls, factory: Callable[..., Any]) -> Parameters | None:
+        """The parameters of ``factory``, or None when it has no readable signature.
+
+        A class whose ``__init__`` passes ``**kwargs`` on gets its base classes' parameters
+        too, walking the MRO until an ``__init__`` without ``**kwargs`` (``Timed(**kw)`` →
+        ``Aspect.__init__(pointcut=, priority=, ...)``).
+        """
+        try:
+            signature = inspect.signature(factory)
+        except (TypeError, ValueError):
+            return None
+        defaults: dict[str, Any] = {}
+        required: list[str] = []
+        open_ended = _collect(signature, defaults, required)
+        if open_ended and inspect.isclass(factory):
+            open_ended = _collect_bases(factory, defaults)
+        return cls(defaults, tuple(required), open_ended)
+
+    def check(self, label: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` if every name is accepted and every required one given (lists become
+        tuples where the default is a tuple); else ``AspectParameterError``."""
+        valid = tuple(self.defaults)
+        unknown = () if self.open else tuple(k for k in params if k not in self.defaults)
+        missing = tuple(k for k in self.required if k not in params)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problem = f"does not take {', '.join(map(repr, unknown))}{hint}"
+        elif missing:
+            problem = f"needs {', '.join(map(repr, missing))}"
+        else:
+            return {k: _tuple_if(v, self.defaults.get(k)) for k, v in params.items()}
+        raise AspectParameterError(
+            f"{label} {problem}; its parameters are: {', '.join(valid) or '(none)'}",
+            aspect=label,
+            parameters=unknown or missing,
+            valid=valid,
+        )
+
+
+def _tuple_if(value: Any, default: Any) -> Any:
+    return tuple(value) if isinstance(value, list) and isinstance(default, tuple) else value
+
+
+def _collect(signature: inspect.Signature, defaults: dict[str, Any], required: list[str]) -> bool:
+    """Add keyword-capable parameters to ``defaults``; True when it also takes ``**kwargs``."""
+    open_ended = False
+    for p in signature.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            open_ended = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in defaults:
+            defaults[p.name] = p.default
+            if p.default is p.empty:
+                required.append(p.name)
+    return open_ended
+
+
+def _collect_bases(cls: type, defaults: dict[str, Any]) -> bool:
+    """Follow ``**kwargs`` into base classes' ``__init__``; True if it stays open-ended."""
+    for klass in cls.__mro__[1:]:
+        init = vars(klass).get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            signature = inspect.signature(init)
+        except (TypeError, ValueError):
+            return True
+        params = list(signature.parameters.values())[1:]  # drop self
+        if not _collect(signature.replace(parameters=params), defaults, []):
+            return False
+    return False  # object.__init__ takes no keywords
+
+
+def _import(path: str) -> Any:
+    """The object a ``'package.module:Attr.attr'`` path names."""
+    module, _, attr = path.partition(":")
+    value: Any = importlib.import_module(module.strip())
+    for part in attr.strip().split(".") if attr.strip() else ():
+        value = getattr(value, part)
+    return value
+
+
+def _describe(entry: Any) -> str:
+    if isinstance(entry, str):
+        return repr(entry)
+    if isinstance(entry, importlib.metadata.EntryPoint):
+        return f"plugin {entry.value!r}"
+    return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', entry)!s}"
+
+
+ASPECTS = Registry("aspect", group=ENTRY_POINT_GROUP)
+"""The aspect types ``aspecthook run`` and ``Runner.from_config`` know by name."""
+
+for _name in ("Counted", "Logged", "Retry", "Timed"):
+    ASPECTS.register(f"aspecthook.aspects:{_name}")
+ASPECTS.register("aspecthook.testing:Recorder")
+del _name

@@ -1,0 +1,299 @@
+"""Helpers for testing code that uses aspecthook, and a pytest plugin.
+
+``Recorder`` is an aspect that records every call at the join points it is woven into or
+registered for, for assertions::
+
+    rec = Recorder()
+    with weave(parse, rec):
+        parse("1")
+    rec.assert_called_with("mymod.parse", "1")
+
+The pytest plugin (loaded through the ``pytest11`` entry point, so installing aspecthook
+is enough) provides fixtures that keep tests from leaking advice into each other:
+
+``weaver``
+    A private global ``Weaver``, cleared and closed after the test. It also requests
+    ``isolate_default_weaver``.
+``isolate_default_weaver``
+    Yields ``aspecthook.default_weaver`` and, after the test, removes every registration
+    and weave the test made on it (``@on(...)``, ``register(...)``, ``weave(...)``),
+    leaving what was there before the test (advice registered at import) in place.
+``recorder``
+    A fresh ``Recorder`` with no pointcut, to ``weave(target, recorder)``; isolated too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._aspect import Aspect
+from ._context import CallContext
+from ._pointcut import PointcutLike, as_pointcut
+from ._priority import Priority, PriorityLike
+from ._weaver import Weaver, default_weaver
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the Recorder works without pytest; fixtures do not
+    _HAVE_PYTEST = False
+else:
+    _HAVE_PYTEST = True
+
+__all__ = ["Call", "Recorder"]
+
+_SHOWN = 20  # recorded names quoted in an assertion message
+
+
+@dataclass(frozen=True)
+class Call:
+    """One completed call recorded by a ``Recorder``.
+
+    ``index`` is the order in which calls *started* (0, 1, ...), so nested calls read
+    outer first; ``exception`` is what the call raised (``result`` is then ``None``).
+    ``names`` holds every name the join point answers to (aliases given with
+    ``weave(..., name=)`` included), so pointcuts can select calls.
+    """
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    result: Any
+    exception: BaseException | None
+    index: int
+    thread: threading.Thread = field(repr=False)
+    instance: Any = field(default=None, repr=False)
+    names: frozenset[str] = field(default=frozenset(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call returned instead of raising."""
+        return self.exception is None
+
+
+class Recorder(Aspect):
+    """Records every call at the join points it advises: name, arguments, outcome, order.
+
+    ``Recorder('train_*')`` then ``register(...)`` records named join points;
+    ``weave(target, Recorder())`` records a callable. It is around advice with
+    ``LOWEST`` priority by default, so it sits innermost and records what reaches the
+    target itself: the arguments after other advice rewrote them, every attempt a
+    ``Retry`` makes, nothing for a call that before advice skipped. Give
+    ``priority=Priority.HIGHEST`` to record what callers see instead. An ``async def``
+    join point is recorded when its coroutine completes; a generator function's result
+    is the generator it returns.
+    """
+
+    priority: PriorityLike = Priority.LOWEST
+
+    def __init__(
+        self,
+        pointcut: PointcutLike | None = None,
+        *,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        order_after: tuple[str, ...] | None = None,
+        order_before: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            pointcut=pointcut,
+            priority=priority,
+            name=name,
+            order_after=order_after,
+            order_before=order_before,
+        )
+        self._lock = threading.Lock()
+        self._calls: list[Call] = []
+        self._order = itertools.count()
+
+    # -- the advice -----------------------------------------------------------------------
+
+    @default_weaver.around()
+    def record(self, ctx: CallContext, proceed: Callable[..., Any]) -> Any:
+        """Note the call's arguments now and its result or exception when it completes."""
+        start = self._start(ctx)
+        if ctx.joinpoint.is_async:
+            return self._record_async(start, proceed)
+        try:
+            result = proceed()
+        except BaseException as exc:
+            self._finish(start, None, exc)
+            raise
+        self._finish(start, result, None)
+        return result
+
+    async def _record_async(
+        self, start: dict[str, Any], proceed: Callable[..., Awaitable[Any]]
+    ) -> Any:
+        try:
+            result = await proceed()
+        except BaseException as exc:  # cancellation included: the call ended with it
+            self._finish(start, None, exc)
+            raise
+        self._finish(start, result, None)
+        return result
+
+    def _start(self, ctx: CallContext) -> dict[str, Any]:
+        jp = ctx.joinpoint
+        return {
+            "name": jp.name,
+            "names": frozenset(n for n in jp.names if not n.startswith("@")),
+            "args": tuple(ctx.args),
+            "kwargs": dict(ctx.kwargs),
+            "instance": ctx.instance,
+            "thread": threading.current_thread(),
+            "index": next(self._order),
+        }
+
+    def _finish(self, start: dict[str, Any], result: Any, exc: BaseException | None) -> None:
+        call = Call(result=result, exception=exc, **start)
+        with self._lock:
+            self._calls.append(call)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        """The completed calls, in the order they started (a copy)."""
+        with self._lock:
+            return sorted(self._calls, key=lambda c: c.index)
+
+    def names(self) -> list[str]:
+        """The join point name of every completed call, in the order they started."""
+        return [c.name for c in self.calls]
+
+    def calls_to(self, pointcut: PointcutLike) -> list[Call]:
+        """The calls whose join point ``pointcut`` selects: a name, a glob or a Pointcut."""
+        selector = as_pointcut(pointcut)
+        return [c for c in self.calls if selector.matches(c)]
+
+    def last(self, pointcut: PointcutLike | None = None) -> Call:
+        """The call that started last (of those ``pointcut`` selects); AssertionError if none."""
+        found = self.calls if pointcut is None else self.calls_to(pointcut)
+        if not found:
+            raise AssertionError(f"expected a call to {_label(pointcut)}; {self._seen()}")
+        return found[-1]
+
+    def clear(self) -> None:
+        """Forget every recorded call; indexes start again at 0."""
+        with self._lock:
+            self._calls.clear()
+            self._order = itertools.count()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(self.calls)
+
+    # -- asserting ----------------------------------------------------------------------------
+
+    def assert_called(self, pointcut: PointcutLike, times: int | None = None) -> list[Call]:
+        """Assert calls to ``pointcut`` happened (exactly ``times`` if given); return them."""
+        found = self.calls_to(pointcut)
+        if (times is None and not found) or (times is not None and len(found) != times):
+            expected = "at least once" if times is None else _times(times)
+            raise AssertionError(
+                f"expected {_label(pointcut)} to be called {expected}, it was called "
+                f"{_times(len(found))}; {self._seen()}"
+            )
+        return found
+
+    def assert_not_called(self, pointcut: PointcutLike) -> None:
+        """Assert no call to ``pointcut`` was recorded."""
+        self.assert_called(pointcut, times=0)
+
+    def assert_called_with(self, pointcut: PointcutLike, /, *args: Any, **kwargs: Any) -> Call:
+        """Assert the last call to ``pointcut`` got exactly these arguments; return it."""
+        call = self.last(pointcut)
+        if call.args != args or call.kwargs != kwargs:
+            raise AssertionError(
+                f"expected the last call to {_label(pointcut)} with "
+                f"{_signature(args, kwargs)}, got {_signature(call.args, call.kwargs)}"
+            )
+        return call
+
+    def _seen(self) -> str:
+        names = self.names()
+        if not names:
+            return "nothing was recorded"
+        shown = ", ".join(names[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
+        return f"recorded {len(names)} call(s): {shown}"
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.name!r}, {len(self)} call(s)>"
+
+
+def _label(pointcut: PointcutLike | None) -> str:
+    return "anything" if pointcut is None else repr(pointcut)
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"({', '.join(parts)})"
+
+
+# -- the pytest plugin --------------------------------------------------------------------------
+
+
+def _isolate(target: Weaver) -> Callable[[], None]:
+    """Snapshot ``target``'s registrations; the returned function removes newer ones."""
+    from ._weave import WEAVES
+
+    # Keep the handles themselves, not their ids: a removed handle could be collected
+    # and its id reused by a handle the test makes.
+    known = {id(h): h for h in target._handles}
+    records = {id(r): r for r in WEAVES}
+
+    def undo() -> None:
+        failures: list[BaseException] = []
+        for handle in reversed([h for h in target._handles if id(h) not in known]):
+            try:
+                handle.remove()
+            except Exception as exc:
+                failures.append(exc)
+        # Skipped weaves leave a record but no tracked handle.
+        for record in [r for r in WEAVES if id(r) not in records and r.weaver is target]:
+            WEAVES.remove(record)
+        if failures:
+            raise failures[0]
+
+    return undo
+
+
+def _close(weaver: Weaver) -> None:
+    from ._weave import WEAVES
+
+    weaver.close()
+    for record in [r for r in WEAVES if r.weaver is weaver]:
+        WEAVES.remove(record)
+
+
+if _HAVE_PYTEST:
+
+    @pytest.fixture
+    def isolate_default_weaver() -> Iterator[Weaver]:
+        """The default weaver; what the test registers or weaves on it is removed after."""
+        undo = _isolate(default_weaver)
+        yield default_weaver
+        undo()
+
+    @pytest.fixture
+    def weaver(request: pytest.FixtureRequest, isolate_default_weaver: Weaver) -> Iterator[Weaver]:
+        """A private global weaver, cleared and closed after the test."""
+        private = Weaver(f"test {request.node.name}")
+        yield private
+        _close(private)
+
+    @pytest.fixture
+    def recorder(isolate_default_weaver: Weaver) -> Recorder:
+        """A fresh ``Recorder`` to weave into a target: ``weave(fn, recorder)``."""
+        return Recorder()

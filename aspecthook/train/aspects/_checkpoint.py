@@ -1,0 +1,603 @@
+"""``Checkpoint``: crash-safe checkpoints on a schedule, the best one by a metric, exact resume.
+
+Files in ``runner.work_dir``:
+
+- ``epoch_<n>.pt`` / ``iter_<n>.pt`` every ``interval`` epochs or iterations, and one at
+  the end of the run (``save_last``); with ``max_keep`` only the newest that many stay;
+- ``best_<metric>_<epoch|iter>_<n>.pt`` with ``save_best``: only the best one stays;
+- ``latest``: a small JSON manifest naming the newest checkpoint and giving the size and
+  sha256 of every checkpoint it keeps.
+
+A kill at any moment leaves ``latest`` naming a complete, verifiable file, because a save
+goes in this order: (1) ``torch.save`` into a temp file in the same folder, flush,
+``os.fsync``; (2) ``os.replace`` it onto its name, fsync the folder; (3) write the manifest
+the same way; (4) only then delete what the new manifest dropped (old interval
+checkpoints, the previous best). The manifest lists those under ``delete``, so a run
+killed between (3) and (4) has them deleted when it resumes.
+
+A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
+``save_optimizer=False``, scheduler, counters, metrics, stop reason and every aspect's own
+state, this one's best score and kept files included), the runner's ``grad_scaler`` when
+it has one, and every rank's RNG states: tensors and plain containers only, so it loads
+with ``torch.load(weights_only=True)``, which runs no code from the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, cast
+
+import torch
+
+from ..._aspect import Aspect
+from ..._context import CallContext
+from ..._log import get_logger
+from ..._priority import Priority
+from ..._weaver import default_weaver
+from ...errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
+from .._rng import capture_all_ranks, restore_own_rank
+from ._rules import infer_rule
+
+__all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
+
+#: Emitted on rank 0 after each file is written: ``path``, ``epoch``, ``iter``.
+EVENT_SAVED = "checkpoint.saved"
+#: Emitted on every rank after a resume: ``path``, ``epoch``, ``iter``.
+EVENT_RESUMED = "checkpoint.resumed"
+#: Name of the manifest (pointer) file in the checkpoint folder.
+LATEST = "latest"
+_FORMAT = 1
+_TMP_SUFFIX = ".ckpt-tmp"
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+class Checkpoint(Aspect):
+    """Save the run every ``interval`` epochs (``by_epoch``) or iterations; resume it.
+
+    ``max_keep`` keeps only the newest interval checkpoints (never the best one, never
+    the one ``latest`` names); ``save_last`` also saves at the end of the run;
+    ``save_best='val/acc'`` keeps the checkpoint with the best value of that metric by
+    ``rule`` (``'greater'`` / ``'less'``, inferred from the name when omitted).
+    ``resume='auto'`` continues from the newest good checkpoint in ``work_dir`` (if any),
+    a path from that file (or the newest good one in that folder). A truncated or corrupt
+    checkpoint is reported (structlog and ``warnings.warn``, naming the file) and the
+    previous good one is used. Rank 0 writes; every rank resumes.
+
+    Priority ``VERY_LOW``: it saves after evaluation, LR steps and EMA updates of the same
+    join point, so a checkpoint holds the state the next iteration starts from.
+    """
+
+    name = "checkpoint"
+    priority = Priority.VERY_LOW
+
+    def __init__(
+        self,
+        interval: int = 1,
+        *,
+        by_epoch: bool = True,
+        max_keep: int | None = None,
+        save_last: bool = True,
+        save_best: str | None = None,
+        rule: str | None = None,
+        save_optimizer: bool = True,
+        resume: str | os.PathLike[str] | None = None,
+        filename_tmpl: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.interval = _positive("interval", interval)
+        self.max_keep = None if max_keep is None else _positive("max_keep", max_keep)
+        self.by_epoch = by_epoch
+        self.save_last = save_last
+        self.save_best = save_best
+        self.rule = _rule(save_best, rule)
+        self.save_optimizer = save_optimizer
+        self.filename_tmpl = _template(filename_tmpl, by_epoch)
+        self.resume = _resume_option(resume)
+        # Saved in checkpoints (state_dict): which interval files are kept, the best one.
+        self.kept: list[str] = []
+        self.best_score: float | None = None
+        self.best_file: str | None = None
+        # Rank 0's view of the folder: manifest records and the newest file.
+        self._records: dict[str, dict[str, Any]] = {}
+        self._latest: str | None = None
+        self._fresh = False  # a validation ran since the last best check
+        self._saved_at: int | None = None  # runner.iter of the last interval/last save
+
+    def make_advice(self, target: Any = None) -> list[Any]:
+        """Register only the triggers this configuration uses (keeps idle iterations free)."""
+        unused = {"after_val_epoch"} if self.save_best is None else set()
+        if self.save_best is None:
+            unused.add("after_train_iter" if self.by_epoch else "after_train_epoch")
+        return [a for a in super().make_advice(target) if a.name.rpartition(".")[2] not in unused]
+
+    # -- advice -------------------------------------------------------------------------
+
+    def before_run(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        folder = _folder(runner)
+        if runner.rank == 0:
+            for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
+                stale.unlink(missing_ok=True)
+        _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
+        if self.resume is not None:
+            self._resume(runner, folder)
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        if runner.finished:
+            # Saved by after_run instead, once the epoch-end advice of this last iteration
+            # has run too: a finished run's checkpoint then has nothing left to replay.
+            return
+        due = not self.by_epoch and runner.iter % self.interval == 0
+        if due or self._fresh:
+            self._save(runner, self.filename_tmpl.format(runner.iter) if due else None)
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        # inner_iter == 0: the epoch really ended (it was not cut short by max_iters/stop).
+        due = self.by_epoch and runner.inner_iter == 0 and runner.epoch % self.interval == 0
+        if due or self._fresh:
+            self._save(runner, self.filename_tmpl.format(runner.epoch) if due else None)
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        metrics = ctx.runner.metrics
+        if self.save_best not in metrics:
+            raise RunnerError(
+                f"Checkpoint(save_best={self.save_best!r}): validation produced "
+                f"{sorted(metrics)}, not {self.save_best!r}; name one of those"
+            )
+        self._fresh = True
+
+    def after_run(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        due = self.save_last or (not self.by_epoch and runner.iter % self.interval == 0)
+        fresh = runner.iter != self._saved_at  # not saved yet in this state
+        self._save(runner, self._last_name(runner) if due and fresh else None)
+
+    # -- state ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The kept interval checkpoints and the best score and file (part of checkpoints)."""
+        return {"kept": list(self.kept), "best_score": self.best_score, "best_file": self.best_file}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kept = [str(name) for name in state.get("kept", [])]
+        score = state.get("best_score")
+        self.best_score = None if score is None else float(score)
+        self.best_file = state.get("best_file")
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def save(self, runner: Any, name: str | None = None) -> Path | None:
+        """Save ``runner`` now as an interval checkpoint (``name`` or the usual one).
+
+        Returns the file on rank 0, None elsewhere. Training saves through the same path.
+        """
+        name = name or self._last_name(runner)
+        self._save(runner, name)
+        return _folder(runner) / name if runner.rank == 0 else None
+
+    def _save(self, runner: Any, name: str | None) -> None:
+        """Write ``name`` (if given) and a new best checkpoint (if the metric improved)."""
+        doomed: list[str] = []
+        best = self._new_best(runner, doomed)
+        if name is None and best is None:
+            return
+        if name is not None:
+            doomed += self._keep(name)
+            self._saved_at = runner.iter
+        payload = self._payload(runner)  # every rank: gathering RNG states is a collective
+        if runner.rank == 0:
+            names = [n for n in (name, best) if n is not None]
+            self._write(runner, names, payload, doomed)
+
+    def _new_best(self, runner: Any, doomed: list[str]) -> str | None:
+        """After a validation: the new best file's name if the metric improved, else None."""
+        if self.save_best is None or not self._fresh:
+            return None
+        self._fresh = False
+        value = float(runner.metrics[self.save_best])
+        if not _better(value, self.best_score, self.rule):
+            return None
+        previous, self.best_score = self.best_file, value
+        self.best_file = _best_name(self.save_best, self._stamp(runner))
+        if previous is not None and previous != self.best_file:
+            doomed.append(previous)
+        return self.best_file
+
+    def _keep(self, name: str) -> list[str]:
+        """Add ``name`` to the kept interval files; return those that fall out of max_keep."""
+        if name in self.kept:
+            self.kept.remove(name)
+        self.kept.append(name)
+        dropped: list[str] = []
+        while self.max_keep is not None and len(self.kept) > self.max_keep:
+            dropped.append(self.kept.pop(0))
+        return [n for n in dropped if n not in (self.best_file, name)]
+
+    def _payload(self, runner: Any) -> dict[str, Any]:
+        state = runner.state_dict()
+        if not self.save_optimizer:
+            state.pop("optimizer", None)
+        payload: dict[str, Any] = {
+            "format": _FORMAT,
+            "runner": state,
+            "rng": capture_all_ranks(_generators(runner)),
+        }
+        scaler = getattr(runner, "grad_scaler", None)
+        if scaler is not None:
+            payload["grad_scaler"] = scaler.state_dict()
+        _check_storable(payload, "checkpoint")
+        return payload
+
+    def _write(self, runner: Any, names: list[str], payload: Any, doomed: list[str]) -> None:
+        """Files, then the manifest, then deletions: never delete before ``latest`` moved."""
+        folder = _folder(runner)
+        for name in names:
+            record = _write_checkpoint(folder / name, payload)
+            self._records[name] = {**record, "epoch": runner.epoch, "iter": runner.iter}
+            self._latest = name
+        for name in doomed:
+            self._records.pop(name, None)
+        manifest = {
+            "format": _FORMAT,
+            "latest": self._latest,
+            "best": self.best_file,
+            "checkpoints": self._records,
+            "delete": doomed,
+        }
+        _write_manifest(folder, manifest)
+        _delete(folder, doomed)
+        for name in names:
+            _emit(runner, EVENT_SAVED, folder / name)
+
+    def _last_name(self, runner: Any) -> str:
+        if not self.by_epoch:
+            return self.filename_tmpl.format(runner.iter)
+        if runner.inner_iter == 0:
+            return self.filename_tmpl.format(runner.epoch)
+        return f"iter_{runner.iter}.pt"  # stopped inside an epoch: an epoch name would clash
+
+    def _stamp(self, runner: Any) -> str:
+        if self.by_epoch and runner.inner_iter == 0:
+            return f"epoch_{runner.epoch}"
+        return f"iter_{runner.iter}"
+
+    # -- resuming -------------------------------------------------------------------------
+
+    def _resume(self, runner: Any, folder: Path) -> None:
+        source = folder if self.resume == "auto" else Path(self.resume or folder)
+        found = _find(source)
+        if found is None:
+            get_logger().info("checkpoint.none_found", folder=str(source))
+            return
+        path, payload, manifest = found
+        state = dict(payload["runner"])
+        if "optimizer" not in state:  # saved with save_optimizer=False: keep the fresh one
+            state["optimizer"] = runner.optimizer.state_dict()
+        runner.load_state_dict(state)  # this aspect's kept/best come back through it too
+        scaler = getattr(runner, "grad_scaler", None)
+        if scaler is not None and "grad_scaler" in payload:
+            scaler.load_state_dict(payload["grad_scaler"])
+        if not restore_own_rank(payload.get("rng", []), runner.rank, _generators(runner)):
+            get_logger().warning("checkpoint.no_rng_state", path=str(path), rank=runner.rank)
+        same_folder = path.parent.resolve() == folder.resolve()
+        self._adopt(folder, manifest if same_folder else None, path, runner.rank == 0)
+        self._saved_at = runner.iter
+        get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
+        _emit(runner, EVENT_RESUMED, path)
+
+    def _adopt(self, folder: Path, manifest: Any, path: Path, writer: bool) -> None:
+        """Reconcile the restored kept/best lists with what the folder really holds."""
+        records = (manifest or {}).get("checkpoints") or {}
+        wanted = {*self.kept, self.best_file}
+        self._records = {
+            name: dict(record)
+            for name, record in records.items()
+            if name in wanted and (folder / name).is_file()
+        }
+        self.kept = [name for name in self.kept if name in self._records]
+        if self.best_file not in self._records:
+            self.best_file = self.best_score = None  # its file is gone: track afresh
+        self._latest = path.name if path.name in self._records else None
+        if writer:  # finish deletions a killed run decided on but did not get to
+            pending = (manifest or {}).get("delete") or []
+            _delete(folder, [name for name in pending if name not in self._records])
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+class _Unusable(Exception):
+    """A checkpoint that cannot be resumed from; the message says why."""
+
+
+class _HashingFile:
+    """A write-only file that sums what goes through it, so checksums need no second read."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        self.size += memoryview(data).nbytes
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Temp file in the same folder, flush + fsync, ``os.replace``, fsync the folder."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_checkpoint(path: Path, payload: Any) -> dict[str, Any]:
+    hashing: list[_HashingFile] = []
+
+    def write(file: IO[bytes]) -> None:
+        hashing.append(_HashingFile(file))
+        torch.save(payload, cast(IO[bytes], hashing[-1]))  # it only calls write and flush
+
+    _atomic_write(path, write)
+    return {"size": hashing[-1].size, "sha256": hashing[-1].sha256.hexdigest()}
+
+
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+    def write(file: IO[bytes]) -> None:
+        file.write(data)
+
+    _atomic_write(folder / LATEST, write)
+
+
+def _delete(folder: Path, names: list[str]) -> None:
+    for name in names:
+        (folder / name).unlink(missing_ok=True)
+
+
+def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The folder's manifest; None if there is none, ``{}`` (reported) if unreadable."""
+    path = folder / LATEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_bytes())
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
+            raise ValueError("not a checkpoint manifest")
+    except (OSError, ValueError) as exc:
+        _report(path, f"unreadable manifest: {exc}", "trying the checkpoint files in its folder")
+        return {}
+    return manifest
+
+
+def _candidates(folder: Path, manifest: dict[str, Any]) -> list[tuple[Path, Any]]:
+    """Files to try, newest first: ``latest``, then the others by iteration."""
+    records: dict[str, Any] = manifest.get("checkpoints") or {}
+    if not manifest:  # unreadable manifest: any complete file will do, newest first
+        files = [p for p in folder.glob("*.pt") if p.is_file()]
+        return [(p, None) for p in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)]
+    latest = manifest.get("latest")
+    order = sorted(records, key=lambda n: (n == latest, records[n].get("iter", -1)), reverse=True)
+    return [(folder / name, records[name]) for name in order]
+
+
+def _find(source: Path) -> tuple[Path, dict[str, Any], Any] | None:
+    """(path, payload, manifest) of the checkpoint to resume from; None if there is none."""
+    if source.is_file():
+        beside = _read_manifest(source.parent) or {}
+        record = (beside.get("checkpoints") or {}).get(source.name)
+        try:
+            return source, _load(source, record), beside
+        except _Unusable as exc:
+            raise RunnerError(
+                f"cannot resume from {str(source)!r}: {exc}; give another checkpoint or "
+                "resume='auto' to use the newest good one in work_dir"
+            ) from None
+    manifest = _read_manifest(source)
+    if manifest is None:
+        return None
+    candidates = _candidates(source, manifest)
+    for path, record in candidates:
+        try:
+            return path, _load(path, record), manifest
+        except _Unusable as exc:
+            _report(path, str(exc), "trying the previous one")
+    if candidates:
+        _report(source, "no usable checkpoint in this folder", "starting from scratch")
+    return None
+
+
+def _load(path: Path, record: Any) -> dict[str, Any]:
+    """Load ``path``, first checking its size and sha256 against the manifest record."""
+    if not path.is_file():
+        raise _Unusable("the file is missing")
+    if record is not None:
+        size = path.stat().st_size
+        if size != record.get("size"):
+            raise _Unusable(f"{size} bytes, the manifest says {record.get('size')} (truncated?)")
+        if _sha256(path) != record.get("sha256"):
+            raise _Unusable("sha256 differs from the manifest (corrupt)")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise _Unusable(f"torch.load failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
+        raise _Unusable("not an aspecthook checkpoint of this version")
+    return payload
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _report(path: Path, reason: str, action: str) -> None:
+    """Say which file is unusable and why, to the log and as a ``RuntimeWarning``."""
+    get_logger().warning("checkpoint.unusable", path=str(path), reason=reason, action=action)
+    message = f"checkpoint {path} is unusable ({reason}); {action}"
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _folder(runner: Any) -> Path:
+    work_dir = getattr(runner, "work_dir", None)
+    if work_dir is None:
+        raise RunnerError("Checkpoint needs a folder to write to: give the runner work_dir='...'")
+    return Path(work_dir)
+
+
+def _generators(runner: Any) -> dict[str, torch.Generator]:
+    """Private generators whose state is part of the run: the train loader's, if it has one."""
+    generator = getattr(getattr(runner, "train_loader", None), "generator", None)
+    return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
+
+
+def _emit(runner: Any, event: str, path: Path) -> None:
+    """Through the runner's weaver (its subscribers and global ones), else the default one."""
+    weaver = getattr(runner, "weaver", None) or default_weaver
+    weaver.emit(event, source=runner, path=str(path), epoch=runner.epoch, iter=runner.iter)
+
+
+def _better(value: float, best: float | None, rule: str | None) -> bool:
+    if math.isnan(value):
+        return False
+    if best is None:
+        return True
+    return value > best if rule == "greater" else value < best
+
+
+def _best_name(metric: str, stamp: str) -> str:
+    return f"best_{re.sub(r'[^A-Za-z0-9@.-]+', '_', metric).strip('_')}_{stamp}.pt"
+
+
+def _check_storable(value: Any, where: str) -> None:
+    """Raise if ``value`` holds anything ``torch.load(weights_only=True)`` cannot read back."""
+    bad = _unstorable(value, where)
+    if bad is not None:
+        raise RunnerError(
+            f"Checkpoint cannot store {bad}: checkpoints are read with "
+            "torch.load(weights_only=True), which loads only tensors, numbers, strings and "
+            "dicts/lists/tuples of them; convert it (float(x), torch.as_tensor(x)) in the "
+            "state_dict() that returns it"
+        )
+
+
+def _unstorable(value: Any, where: str) -> str | None:
+    kind = type(value)
+    if kind in _PLAIN or isinstance(value, (torch.Tensor, torch.dtype, torch.device)):
+        return None
+    if kind in (dict, OrderedDict):
+        items: Any = value.items()
+    elif kind in (list, tuple, set, torch.Size):
+        items = enumerate(value)
+    else:
+        return f"{where} (a {kind.__module__}.{kind.__qualname__})"
+    for key, item in items:
+        if type(key) not in _PLAIN:
+            return f"the key {key!r} in {where}"
+        bad = _unstorable(item, f"{where}[{key!r}]")
+        if bad is not None:
+            return bad
+    return None
+
+
+# -- option checks (all at construction) ------------------------------------------------------
+
+
+def _positive(option: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidOptionError(
+            f"Checkpoint({option}={value!r}) must be a positive int", option=option, value=value
+        )
+    return value
+
+
+def _rule(save_best: str | None, rule: str | None) -> str | None:
+    if save_best is None:
+        if rule is not None:
+            raise InvalidOptionError(
+                f"Checkpoint(rule={rule!r}) only applies with save_best='metric name'",
+                option="rule",
+                value=rule,
+            )
+        return None
+    return infer_rule(save_best, rule)
+
+
+def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
+    if filename_tmpl is None:
+        return "epoch_{}.pt" if by_epoch else "iter_{}.pt"
+    if "{}" not in filename_tmpl or "/" in filename_tmpl or filename_tmpl == LATEST:
+        raise InvalidOptionError(
+            f"Checkpoint(filename_tmpl={filename_tmpl!r}) must be a file name with one '{{}}' "
+            "for the epoch or iteration, e.g. 'epoch_{}.pt'",
+            option="filename_tmpl",
+            value=filename_tmpl,
+        )
+    return filename_tmpl
+
+
+def _resume_option(resume: str | os.PathLike[str] | None) -> str | Path | None:
+    if resume is None or resume == "auto":
+        return resume
+    if not isinstance(resume, (str, os.PathLike)):
+        raise InvalidOptionError(
+            f"Checkpoint(resume={resume!r}): give 'auto', a checkpoint path or None",
+            option="resume",
+            value=resume,
+        )
+    path = Path(resume)
+    if not path.exists():
+        raise CheckpointNotFoundError(
+            f"Checkpoint(resume={str(resume)!r}): no such file or folder; give an existing "
+            "checkpoint file (e.g. work_dir/epoch_3.pt) or its folder, resume='auto' to "
+            "continue from the newest checkpoint in work_dir when there is one, or "
+            "resume=None to start afresh",
+            path=str(resume),
+        )
+    return path

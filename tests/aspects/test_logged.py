@@ -1,0 +1,551 @@
+"""``Logged``: one structlog event per call, capped summaries, context, levels, configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from structlog.contextvars import get_contextvars, merge_contextvars
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook.aspects import Logged, configure_logging
+from aspecthook.aspects._logged import summarize
+from aspecthook.errors import InvalidOptionError
+
+MODULE = __name__
+
+# -- the subjects ------------------------------------------------------------------------
+
+
+def add(a: int, b: int = 1) -> int:
+    """Add b to a."""
+    return a + b
+
+
+def fail(message: str) -> None:
+    """Raise ValueError(message)."""
+    raise ValueError(message)
+
+
+def login(user: str, password: str, *, token: str = "", **extra: Any) -> str:
+    """Pretend to log in."""
+    return f"welcome {user}"
+
+
+def echo(value: Any) -> Any:
+    """Return value unchanged."""
+    return value
+
+
+def context_now() -> dict[str, Any]:
+    """The structlog context variables bound right now."""
+    return get_contextvars()
+
+
+def outer(n: int) -> int:
+    """Call inner."""
+    structlog.get_logger().info("outer.work")
+    return inner(n) + 1
+
+
+def inner(n: int) -> int:
+    """Log from inside a nested join point."""
+    structlog.get_logger().info("inner.work")
+    return n
+
+
+def count_up(n: int) -> Iterator[int]:
+    """Yield 0..n-1."""
+    yield from range(n)
+
+
+async def aadd(a: int, b: int = 1) -> int:
+    """Add b to a, asynchronously."""
+    await asyncio.sleep(0)
+    return a + b
+
+
+async def afail(message: str) -> None:
+    """Raise ValueError(message), asynchronously."""
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+class Service:
+    """Methods of every flavour."""
+
+    def method(self, x: int) -> int:
+        return x * 2
+
+    @classmethod
+    def cmethod(cls, x: int) -> int:
+        return x * 3
+
+    @staticmethod
+    def smethod(x: int) -> int:
+        return x * 4
+
+    async def amethod(self, x: int) -> int:
+        await asyncio.sleep(0)
+        return x * 5
+
+
+class FakeTensor:
+    """Has shape and dtype like a tensor; its repr must never be called."""
+
+    shape = (1000, 3)
+    dtype = "float32"
+
+    def __repr__(self) -> str:
+        raise AssertionError("a tensor's repr must not be called")
+
+
+class BadRepr:
+    """An object whose repr raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+class BrokenLogger:
+    """A logger whose every logging call raises."""
+
+    def bind(self) -> BrokenLogger:
+        return self
+
+    def is_enabled_for(self, level: int) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("the log sink is down")
+
+        return broken
+
+
+@ah.joinpoint("logged_test.declared")
+def declared(x: int) -> int:
+    """A declared join point."""
+    return x
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Every test starts and ends with structlog's default configuration."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+@contextlib.contextmanager
+def logged(*targets: Any, **options: Any) -> Iterator[Logged]:
+    """Weave one Logged aspect into every target for the block."""
+    aspect = Logged(**options)
+    with contextlib.ExitStack() as stack:
+        for target in targets:
+            stack.enter_context(ah.weave(target, aspect))
+        yield aspect
+
+
+# -- the event -----------------------------------------------------------------------------
+
+
+def test_one_event_per_call_with_joinpoint_args_result_outcome_duration() -> None:
+    """A call logs one 'call' event: join point, args by name, result, outcome, duration."""
+    with ah.weave(add, Logged()), capture_logs() as logs:
+        assert add(2, b=5) == 7
+    [entry] = logs
+    assert entry["event"] == "call"
+    assert entry["log_level"] == "info"
+    assert entry["joinpoint"] == f"{MODULE}.add"
+    assert entry["args"] == {"a": "2", "b": "5"}
+    assert entry["result"] == "7"
+    assert entry["outcome"] == "ok"
+    assert isinstance(entry["duration_ms"], float)
+    assert entry["duration_ms"] >= 0
+
+
+def test_event_name_and_what_is_summarised_are_configurable() -> None:
+    """event= renames the event; log_args=False and log_result=False leave them out."""
+    with (
+        ah.weave(add, Logged(event="add.called", log_args=False, log_result=False)),
+        capture_logs() as logs,
+    ):
+        add(1)
+    [entry] = logs
+    assert entry["event"] == "add.called"
+    assert "args" not in entry
+    assert "result" not in entry
+
+
+@pytest.mark.parametrize(
+    ("call", "expected", "joinpoint"),
+    [
+        (lambda: Service().method(2), 4, "Service.method"),
+        (lambda: Service.cmethod(2), 6, "Service.cmethod"),
+        (lambda: Service().cmethod(2), 6, "Service.cmethod"),
+        (lambda: Service.smethod(2), 8, "Service.smethod"),
+        (lambda: asyncio.run(Service().amethod(2)), 10, "Service.amethod"),
+    ],
+    ids=["method", "classmethod", "classmethod_via_instance", "staticmethod", "async_method"],
+)
+def test_methods_of_every_flavour(call: Callable[[], Any], expected: int, joinpoint: str) -> None:
+    """Methods log their arguments without self or cls, and their result."""
+    with ah.weave(Service, Logged()), capture_logs() as logs:
+        assert call() == expected
+    [entry] = logs
+    assert entry["joinpoint"] == f"{MODULE}.{joinpoint}"
+    assert entry["args"] == {"x": "2"}
+    assert entry["result"] == str(expected)
+
+
+def test_register_with_a_pointcut() -> None:
+    """Logged(pointcut=...) registered on the weaver logs the join points it selects."""
+    with ah.register(Logged(pointcut="logged_test.*")), capture_logs() as logs:
+        assert declared(3) == 3
+    assert [e["joinpoint"] for e in logs] == ["logged_test.declared"]
+
+
+def test_async_call_is_logged_when_the_coroutine_completes() -> None:
+    """An async call is logged with its result once awaited, not when the coroutine is made."""
+    with ah.weave(aadd, Logged()), capture_logs() as logs:
+        coroutine = aadd(1, 2)
+        assert logs == []
+        assert asyncio.run(coroutine) == 3
+    [entry] = logs
+    assert entry["result"] == "3"
+    assert entry["outcome"] == "ok"
+
+
+def test_async_failure_is_logged_and_reraised_unchanged() -> None:
+    """A failing async call logs the exception and re-raises that same object."""
+    with (
+        ah.weave(afail, Logged()),
+        capture_logs() as logs,
+        pytest.raises(ValueError, match="async boom") as raised,
+    ):
+        asyncio.run(afail("async boom"))
+    [entry] = logs
+    assert entry["outcome"] == "error"
+    assert entry["exc_info"] is raised.value
+
+
+def test_generator_function_logs_the_call_that_returns_the_generator() -> None:
+    """A generator function's call is logged once, with the generator as its result."""
+    with ah.weave(count_up, Logged()), capture_logs() as logs:
+        generator = count_up(3)
+        assert list(generator) == [0, 1, 2]
+    [entry] = logs
+    assert entry["result"].startswith("<generator object")
+    assert entry["args"] == {"n": "3"}
+
+
+# -- summaries -------------------------------------------------------------------------------
+
+
+def test_long_string_is_truncated_with_its_length() -> None:
+    """A 10,000-character string shows its length and a short excerpt."""
+    with ah.weave(echo, Logged()), capture_logs() as logs:
+        echo("x" * 10_000)
+    text = logs[0]["args"]["value"]
+    assert text.startswith("<str len=10000 'xxx")
+    assert len(text) < 200
+    assert logs[0]["result"] == text
+
+
+def test_big_list_is_summarised_by_type_and_length() -> None:
+    """A million-element list becomes '<list len=1000000>'."""
+    with ah.weave(echo, Logged()), capture_logs() as logs:
+        echo(list(range(1_000_000)))
+    assert logs[0]["args"] == {"value": "<list len=1000000>"}
+
+
+def test_array_like_is_summarised_by_type_shape_and_dtype() -> None:
+    """An object with shape and dtype shows them and is never repr'd, even inside a list."""
+    with ah.weave(echo, Logged()), capture_logs() as logs:
+        echo([FakeTensor()])
+    assert logs[0]["args"] == {"value": "[<FakeTensor shape=(1000, 3) dtype=float32>]"}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1, "1"),
+        ("ab", "'ab'"),
+        ([1, "two", None], "[1, 'two', None]"),
+        ({"k": (1, 2)}, "{'k': (1, 2)}"),
+        (b"x" * 100, "<bytes len=100 b'" + "x" * 77 + "...'>"),
+        ({1, 2, 3} | set(range(100)), "<set len=100>"),
+    ],
+)
+def test_summarize_keeps_small_values_and_caps_big_ones(value: Any, expected: str) -> None:
+    """Small values read as their repr; big ones are summarised."""
+    assert summarize(value) == expected
+
+
+def test_summarize_caps_deep_nesting_and_custom_sizes() -> None:
+    """Nesting deeper than three levels is elided and max_length/max_items are honoured."""
+    assert summarize([[[[1]]]]) == "[[[[...]]]]"
+    assert summarize(list(range(3)), max_items=2) == "<list len=3>"
+    assert summarize("abcdefghijklmnop", max_length=10) == "<str len=16 'ab...nop'>"
+
+
+def test_argument_whose_repr_raises_does_not_break_the_call() -> None:
+    """A repr that raises is shown as '<unrepresentable T>' and the call returns normally."""
+    bad = BadRepr()
+    with ah.weave(echo, Logged()), capture_logs() as logs:
+        assert echo(bad) is bad
+    assert logs[0]["args"] == {"value": "<unrepresentable BadRepr>"}
+    assert logs[0]["result"] == "<unrepresentable BadRepr>"
+
+
+def test_redacted_arguments_are_masked_wherever_they_are_passed() -> None:
+    """Named arguments in redact= show '***', positional, keyword or through **kwargs."""
+    aspect = Logged(redact=("password", "TOKEN", "api_key"))
+    with ah.weave(login, aspect), capture_logs() as logs:
+        login("ann", "hunter2", token="t0k", api_key="k3y", colour="blue")
+    assert logs[0]["args"] == {
+        "user": "'ann'",
+        "password": "***",
+        "token": "***",
+        "api_key": "***",
+        "colour": "'blue'",
+    }
+    assert "hunter2" not in repr(logs)
+
+
+# -- outcomes and levels ---------------------------------------------------------------------
+
+
+def test_exception_is_logged_with_exc_info_and_reraised_unchanged() -> None:
+    """A failure logs outcome='error' with the exception as exc_info, then re-raises it as is."""
+    with (
+        ah.weave(fail, Logged()),
+        capture_logs() as logs,
+        pytest.raises(ValueError, match="boom") as raised,
+    ):
+        fail("boom")
+    [entry] = logs
+    assert entry["outcome"] == "error"
+    assert entry["log_level"] == "error"
+    assert entry["exc_info"] is raised.value
+    assert "result" not in entry
+    assert raised.traceback[-1].name == "fail"  # the original traceback, down to the target
+
+
+def test_level_per_outcome() -> None:
+    """level= applies to successes and error_level= to failures."""
+    with logged(add, fail, level="debug", error_level="warning"), capture_logs() as logs:
+        add(1)
+        with pytest.raises(ValueError, match="x"):
+            fail("x")
+    assert [e["log_level"] for e in logs] == ["debug", "warning"]
+
+
+def test_disabled_level_skips_successes_but_still_logs_failures() -> None:
+    """Below the configured level, successes are not logged; failures at error_level are."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger("warning"))
+    with logged(add, fail), capture_logs() as logs:
+        add(1)
+        with pytest.raises(ValueError, match="x"):
+            fail("x")
+    assert [(e["joinpoint"], e["outcome"]) for e in logs] == [(f"{MODULE}.fail", "error")]
+    assert logs[0]["args"] == {"message": "'x'"}
+
+
+def test_fully_disabled_logs_nothing_and_binds_no_context() -> None:
+    """With both levels disabled the call just proceeds: no event and no context."""
+    with ah.weave(context_now, Logged()), capture_logs() as logs:
+        assert context_now()["joinpoint"] == f"{MODULE}.context_now"
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger("critical"))
+        assert context_now() == {}
+    assert len(logs) == 1
+
+
+def test_level_cache_follows_structlog_reconfiguration() -> None:
+    """The same aspect notices when structlog is configured with another level."""
+    with ah.weave(add, Logged()), capture_logs() as logs:
+        add(1)
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger("error"))
+        add(2)
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger("debug"))
+        add(3)
+    assert [e["args"]["a"] for e in logs] == ["1", "3"]
+
+
+def test_stdlib_logger_level_is_followed_as_it_changes() -> None:
+    """A stdlib-backed logger is asked per call, so logging.setLevel takes effect at once."""
+    structlog.configure(
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+    )
+    stdlib_logger = logging.getLogger("logged_test.stdlib")
+    aspect = Logged(logger=structlog.stdlib.get_logger("logged_test.stdlib"))
+    try:
+        with ah.weave(add, aspect), capture_logs() as logs:
+            stdlib_logger.setLevel(logging.WARNING)
+            add(1)
+            stdlib_logger.setLevel(logging.INFO)
+            add(2)
+    finally:
+        stdlib_logger.setLevel(logging.NOTSET)
+    assert [e["args"]["a"] for e in logs] == ["2"]
+
+
+# -- context -----------------------------------------------------------------------------------
+
+
+def test_nested_join_points_carry_the_outer_join_point_in_context() -> None:
+    """Logs inside a call carry joinpoint and joinpoint_stack; nesting keeps the outer visible."""
+    with logged(outer, inner), capture_logs(processors=[merge_contextvars]) as logs:
+        assert outer(5) == 6
+    by_event = {(e["event"], e["joinpoint"]): e for e in logs}
+    out, inn = f"{MODULE}.outer", f"{MODULE}.inner"
+    assert by_event["outer.work", out]["joinpoint_stack"] == (out,)
+    assert by_event["inner.work", inn]["joinpoint_stack"] == (out, inn)
+    assert by_event["call", inn]["joinpoint_stack"] == (out, inn)
+    assert by_event["call", out]["joinpoint_stack"] == (out,)
+    assert get_contextvars() == {}
+
+
+def test_context_is_restored_after_a_failure_and_keeps_outer_bindings() -> None:
+    """The call's context goes away even when it raises, and unrelated bindings stay."""
+    with (
+        ah.weave(fail, Logged()),
+        capture_logs(),
+        structlog.contextvars.bound_contextvars(request="r1", joinpoint="caller"),
+    ):
+        with pytest.raises(ValueError, match="x"):
+            fail("x")
+        assert get_contextvars() == {"request": "r1", "joinpoint": "caller"}
+
+
+# -- Logged's own failures -----------------------------------------------------------------------
+
+
+def test_failing_logger_does_not_break_the_call_and_is_reported() -> None:
+    """With errors='log' (the default) a logger that raises is reported as advice.failed."""
+    with ah.weave(add, Logged(logger=BrokenLogger())) as handle, capture_logs() as logs:
+        assert add(1) == 2
+    [failure] = [e for e in logs if e["event"] == "advice.failed"]
+    assert failure["aspect"] == "logged"
+    assert failure["joinpoint"] == f"{MODULE}.add"
+    [advice] = handle.items
+    assert advice.failures == 1
+
+
+def test_failing_logger_on_an_async_call_does_not_break_it() -> None:
+    """The same holds inside the coroutine of an async join point."""
+    with ah.weave(aadd, Logged(logger=BrokenLogger())), capture_logs() as logs:
+        assert asyncio.run(aadd(1)) == 2
+    assert [e["event"] for e in logs] == ["advice.failed"]
+
+
+def test_failing_logger_with_errors_raise_propagates() -> None:
+    """errors='raise' lets a failure of Logged itself propagate."""
+    with (
+        ah.weave(add, Logged(logger=BrokenLogger(), errors="raise")),
+        pytest.raises(RuntimeError, match="log sink is down"),
+    ):
+        add(1)
+
+
+def test_failing_logger_never_masks_the_target_exception() -> None:
+    """When both the target and the logger fail, the target's exception propagates."""
+    with (
+        ah.weave(fail, Logged(logger=BrokenLogger())),
+        capture_logs(),
+        pytest.raises(ValueError, match="target"),
+    ):
+        fail("target")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"level": "loud"}, "level='loud' is not a log level: use one of 'debug'"),
+        ({"error_level": 99}, "error_level=99 is not a log level"),
+        ({"max_items": 0}, "max_items=0 is not a positive int"),
+        ({"event": ""}, "event='' is not an event name"),
+        ({"redact": ("password", 3)}, r"redact=\('password', 3\) is not a list of argument names"),
+    ],
+)
+def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
+    """Bad options raise InvalidOptionError (a ValueError) naming the option."""
+    with pytest.raises(InvalidOptionError, match=match) as raised:
+        Logged(**options)
+    assert isinstance(raised.value, ValueError)
+    assert raised.value.option == next(iter(options))
+
+
+# -- configure_logging ---------------------------------------------------------------------------
+
+
+def test_json_lines_to_a_file_are_parseable(tmp_path: Path) -> None:
+    """format='json' writes one JSON object per line, tracebacks included as data."""
+    path = tmp_path / "calls.jsonl"
+    with configure_logging(format="json", file=path), logged(add, fail):
+        add(1)
+        with pytest.raises(ValueError, match="bad"):
+            fail("bad")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["event"], r["outcome"], r["level"]) for r in records] == [
+        ("call", "ok", "info"),
+        ("call", "error", "error"),
+    ]
+    assert records[0]["args"] == {"a": "1"}
+    assert records[0]["joinpoint_stack"] == [f"{MODULE}.add"]
+    assert "T" in records[0]["timestamp"]
+    [exception] = records[1]["exception"]
+    assert exception["exc_type"] == "ValueError"
+    assert exception["frames"][-1]["name"] == "fail"
+
+
+def test_console_format_is_plain_text_for_a_non_terminal_and_filters_by_level() -> None:
+    """format='console' renders readable lines without colour codes; level= filters."""
+    stream = io.StringIO()
+    with configure_logging(level="warning", file=stream), ah.weave(add, Logged()):
+        add(1)
+        structlog.get_logger().warning("careful", n=1)
+    text = stream.getvalue()
+    assert "careful" in text
+    assert "n=1" in text
+    assert "\x1b[" not in text
+    assert f"{MODULE}.add" not in text
+
+
+def test_configure_logging_handle_restores_the_previous_configuration() -> None:
+    """Removing the returned handle puts back what was configured before."""
+    processors = [structlog.processors.JSONRenderer()]
+    structlog.configure(processors=processors)
+    with configure_logging(format="json", file=io.StringIO()):
+        assert structlog.get_config()["processors"] is not processors
+    assert structlog.get_config()["processors"] is processors
+    structlog.reset_defaults()
+    with configure_logging(file=io.StringIO()):
+        assert structlog.is_configured()
+    assert not structlog.is_configured()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"format": "xml"}, "format='xml' is not a log format: use 'console'"),
+        ({"level": "verbose"}, "level='verbose' is not a log level"),
+    ],
+)
+def test_configure_logging_refuses_unknown_options(options: dict[str, Any], match: str) -> None:
+    """Unknown formats and levels raise InvalidOptionError and configure nothing."""
+    with pytest.raises(InvalidOptionError, match=match):
+        configure_logging(**options)
+    assert not structlog.is_configured()

@@ -1,0 +1,309 @@
+"""``Retry``: attempts, backoff with jitter, the exception filter and the give-up hook."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook.aspects import Logged, Retry
+from aspecthook.errors import InvalidOptionError
+
+MODULE = __name__
+
+
+class Flaky:
+    """Fails ``failures`` times (a new exception object each time), then returns 'done'."""
+
+    def __init__(self, failures: int, exc_type: type[Exception] = ConnectionError) -> None:
+        self.failures = failures
+        self.exc_type = exc_type
+        self.calls = 0
+        self.raised: list[Exception] = []
+
+    def step(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            exc = self.exc_type(f"failure {self.calls}")
+            self.raised.append(exc)
+            raise exc
+        return "done"
+
+
+FLAKY = Flaky(0)
+
+
+def fetch() -> str:
+    """A function that fails as FLAKY says."""
+    return FLAKY.step()
+
+
+async def afetch() -> str:
+    """The async twin of fetch."""
+    await asyncio.sleep(0)
+    return FLAKY.step()
+
+
+def stream(n: int) -> Iterator[int]:
+    """A generator that fails as FLAKY says while being iterated."""
+    yield from range(n)
+    FLAKY.step()
+
+
+class Client:
+    """A method that fails as its own Flaky says."""
+
+    def __init__(self, failures: int) -> None:
+        self.flaky = Flaky(failures)
+
+    def get(self, path: str) -> str:
+        return f"{self.flaky.step()} {path}"
+
+
+@pytest.fixture
+def flaky() -> Iterator[Any]:
+    """Install a fresh Flaky (set its failures in the test) for fetch and afetch."""
+    global FLAKY
+    FLAKY = Flaky(0)
+    yield FLAKY
+    FLAKY = Flaky(0)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Every test starts and ends with structlog's default configuration."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+def retry(**options: Any) -> tuple[Retry, list[float]]:
+    """A Retry that records its sleeps instead of sleeping."""
+    sleeps: list[float] = []
+    options.setdefault("sleep", sleeps.append)
+    return Retry(**options), sleeps
+
+
+# -- retrying ------------------------------------------------------------------------------
+
+
+def test_succeeds_after_failures_and_logs_each_retry(flaky: Flaky) -> None:
+    """Two failures then success: three calls, two sleeps, two 'retry.attempt' events."""
+    flaky.failures = 2
+    aspect, sleeps = retry(attempts=3)
+    with ah.weave(fetch, aspect), capture_logs() as logs:
+        assert fetch() == "done"
+    assert flaky.calls == 3
+    assert len(sleeps) == 2
+    assert [(e["event"], e["attempt"], e["log_level"]) for e in logs] == [
+        ("retry.attempt", 1, "warning"),
+        ("retry.attempt", 2, "warning"),
+    ]
+    assert logs[0]["joinpoint"] == f"{MODULE}.fetch"
+    assert logs[0]["attempts"] == 3
+    assert logs[0]["error"] == "ConnectionError: failure 1"
+
+
+def test_gives_up_after_attempts_with_the_last_exception_unchanged(flaky: Flaky) -> None:
+    """When every attempt fails, the last exception object propagates after `attempts` calls."""
+    flaky.failures = 10
+    aspect, sleeps = retry(attempts=4)
+    with (
+        ah.weave(fetch, aspect),
+        capture_logs() as logs,
+        pytest.raises(ConnectionError, match="failure 4") as raised,
+    ):
+        fetch()
+    assert flaky.calls == 4
+    assert raised.value is flaky.raised[-1]
+    assert raised.traceback[-1].name == "step"
+    assert len(sleeps) == 3
+    assert logs[-1]["event"] == "retry.gave_up"
+
+
+def test_exceptions_outside_the_filter_are_not_retried(flaky: Flaky) -> None:
+    """An exception that `on` does not match propagates from the first call."""
+    flaky.failures, flaky.exc_type = 5, KeyError
+    aspect, sleeps = retry(on=(ConnectionError, TimeoutError))
+    with ah.weave(fetch, aspect), pytest.raises(KeyError) as raised:
+        fetch()
+    assert flaky.calls == 1
+    assert sleeps == []
+    assert raised.value is flaky.raised[0]
+
+
+def test_a_single_exception_class_is_a_filter_too(flaky: Flaky) -> None:
+    """on= takes one exception class as well as a tuple, and subclasses match."""
+    flaky.failures = 1
+    aspect, _ = retry(on=OSError)  # ConnectionError is an OSError
+    with ah.weave(fetch, aspect), capture_logs():
+        assert fetch() == "done"
+    assert flaky.calls == 2
+
+
+def test_give_up_hook_is_called_with_the_context_and_the_last_exception(flaky: Flaky) -> None:
+    """give_up(ctx, exc) runs once, before the last exception propagates."""
+    flaky.failures = 10
+    seen: list[tuple[str, BaseException]] = []
+    aspect, _ = retry(attempts=2, give_up=lambda ctx, exc: seen.append((ctx.joinpoint.name, exc)))
+    with ah.weave(fetch, aspect), capture_logs(), pytest.raises(ConnectionError):
+        fetch()
+    assert seen == [(f"{MODULE}.fetch", flaky.raised[-1])]
+
+
+def test_give_up_is_not_called_on_success_or_for_unfiltered_errors(flaky: Flaky) -> None:
+    """The hook is only for running out of attempts."""
+    seen: list[BaseException] = []
+    flaky.failures = 1
+    aspect, _ = retry(attempts=2, on=ConnectionError, give_up=lambda ctx, exc: seen.append(exc))
+    with ah.weave(fetch, aspect), capture_logs():
+        assert fetch() == "done"
+        flaky.calls, flaky.failures, flaky.exc_type = 0, 1, KeyError
+        with pytest.raises(KeyError):
+            fetch()
+    assert seen == []
+
+
+def test_one_attempt_never_retries_but_gives_up(flaky: Flaky) -> None:
+    """attempts=1 calls once, sleeps never, and calls give_up on failure."""
+    flaky.failures = 1
+    seen: list[BaseException] = []
+    aspect, sleeps = retry(attempts=1, give_up=lambda ctx, exc: seen.append(exc))
+    with ah.weave(fetch, aspect), capture_logs(), pytest.raises(ConnectionError):
+        fetch()
+    assert (flaky.calls, sleeps, seen) == (1, [], flaky.raised)
+
+
+# -- backoff -----------------------------------------------------------------------------------
+
+
+def test_backoff_without_jitter_is_base_times_factor_to_the_retry(flaky: Flaky) -> None:
+    """With jitter=0 the sleeps are backoff * factor**i exactly."""
+    flaky.failures = 10
+    aspect, sleeps = retry(attempts=5, backoff=0.5, factor=3.0, jitter=0)
+    with ah.weave(fetch, aspect), capture_logs(), pytest.raises(ConnectionError):
+        fetch()
+    assert sleeps == [0.5, 1.5, 4.5, 13.5]
+
+
+def test_max_backoff_caps_the_delay(flaky: Flaky) -> None:
+    """max_backoff caps each delay."""
+    flaky.failures = 10
+    aspect, sleeps = retry(attempts=5, backoff=0.5, factor=3.0, jitter=0, max_backoff=2.0)
+    with ah.weave(fetch, aspect), capture_logs(), pytest.raises(ConnectionError):
+        fetch()
+    assert sleeps == [0.5, 1.5, 2.0, 2.0]
+    assert aspect.delay(5000) == 2.0  # factor**5000 overflows a float; the cap still holds
+
+
+def test_jitter_scales_the_delay_within_its_fraction() -> None:
+    """jitter=0.5 puts every delay within 50% of the exponential schedule, and varies it."""
+    aspect = Retry(backoff=1.0, factor=2.0, jitter=0.5)
+    delays = [aspect.delay(2) for _ in range(200)]
+    assert all(2.0 <= d <= 6.0 for d in delays)
+    assert len(set(delays)) > 1
+
+
+# -- flavours ---------------------------------------------------------------------------------
+
+
+def test_async_function_is_retried_with_async_sleep(flaky: Flaky) -> None:
+    """An async join point is awaited per attempt and sleeps through async_sleep."""
+    flaky.failures = 2
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    aspect = Retry(attempts=3, backoff=1.0, factor=2.0, jitter=0, async_sleep=fake_sleep)
+    with ah.weave(afetch, aspect), capture_logs() as logs:
+        assert asyncio.run(afetch()) == "done"
+    assert flaky.calls == 3
+    assert slept == [1.0, 2.0]
+    assert [e["event"] for e in logs] == ["retry.attempt", "retry.attempt"]
+
+
+def test_async_function_gives_up_with_the_last_exception(flaky: Flaky) -> None:
+    """An async join point that keeps failing raises its last exception unchanged."""
+    flaky.failures = 10
+    given_up: list[BaseException] = []
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    aspect = Retry(attempts=3, async_sleep=no_sleep, give_up=lambda c, e: given_up.append(e))
+    with (
+        ah.weave(afetch, aspect),
+        capture_logs(),
+        pytest.raises(ConnectionError, match="failure 3") as raised,
+    ):
+        asyncio.run(afetch())
+    assert raised.value is flaky.raised[-1]
+    assert given_up == [raised.value]
+
+
+def test_method_is_retried_on_its_instance() -> None:
+    """Retry woven into a method retries the bound call with the same arguments."""
+    aspect, sleeps = retry(attempts=3)
+    client = Client(failures=2)
+    with ah.weave(Client.get, aspect), capture_logs():
+        assert client.get("/x") == "done /x"
+    assert client.flaky.calls == 3
+    assert len(sleeps) == 2
+
+
+def test_generator_function_retries_the_call_not_the_iteration(flaky: Flaky) -> None:
+    """Creating a generator does not fail, so a failure while iterating is not retried."""
+    flaky.failures = 1
+    aspect, sleeps = retry(attempts=3)
+    with ah.weave(stream, aspect), pytest.raises(ConnectionError):
+        list(stream(2))
+    assert flaky.calls == 1
+    assert sleeps == []
+
+
+def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
+    """With Logged nested inside Retry (a lower priority), each attempt is one event."""
+    flaky.failures = 2
+    aspect, _ = retry(attempts=3)
+    with ah.weave(fetch, aspect, Logged(priority="LOW")), capture_logs() as logs:
+        assert fetch() == "done"
+    assert [(e["event"], e.get("outcome")) for e in logs] == [
+        ("call", "error"),
+        ("retry.attempt", None),
+        ("call", "error"),
+        ("retry.attempt", None),
+        ("call", "ok"),
+    ]
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"attempts": 0}, r"attempts=0 is not a number of calls: give an int >= 1"),
+        ({"attempts": 2.5}, r"attempts=2.5 is not a number of calls"),
+        ({"backoff": -1}, r"backoff=-1 is out of range: give backoff as seconds >= 0"),
+        ({"factor": 0.5}, r"factor=0.5 is out of range: give factor as a multiplier >= 1"),
+        ({"max_backoff": float("nan")}, r"max_backoff=nan is out of range"),
+        ({"jitter": 1.5}, r"jitter=1.5 is out of range: give jitter as a fraction"),
+        ({"on": ValueError("x")}, r"on=ValueError\('x'\) is not an exception class"),
+        ({"on": (KeyError, "x")}, r"is not an exception class or a tuple of them"),
+        ({"on": ()}, r"on=\(\) is not an exception class"),
+        ({"give_up": 3}, r"give_up=3 is not callable"),
+        ({"sleep": None}, r"sleep=None is not callable"),
+    ],
+)
+def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
+    """Bad options raise InvalidOptionError (a ValueError) naming the option and the fix."""
+    with pytest.raises(InvalidOptionError, match=match) as raised:
+        Retry(**options)
+    assert isinstance(raised.value, ValueError)
+    assert raised.value.option == next(iter(options))

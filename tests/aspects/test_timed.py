@@ -1,0 +1,563 @@
+"""Timed: timings per join point, the quantile sketch, the summary and the trace file."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Generator, Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook.aspects import Timed
+from aspecthook.aspects._timed import QuantileSketch, Summary, TimingRow
+from aspecthook.errors import AspectDefinitionError, InvalidOptionError
+
+
+def sleepy(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def quick(x: int) -> int:
+    return x + 1
+
+
+def failing(error: Exception) -> None:
+    raise error
+
+
+def outer() -> int:
+    time.sleep(0.002)
+    return inner() + inner()
+
+
+def inner() -> int:
+    time.sleep(0.001)
+    return 1
+
+
+async def sleepy_async(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+async def failing_async(error: Exception) -> None:
+    await asyncio.sleep(0)
+    raise error
+
+
+def numbers(n: int, pause: float = 0.0) -> Generator[int, Any, str]:
+    for i in range(n):
+        time.sleep(pause)
+        yield i
+    return "done"
+
+
+def echo() -> Generator[Any, Any, None]:
+    received = None
+    while True:
+        try:
+            received = yield received
+        except KeyError:
+            received = "caught"
+
+
+def broken_numbers(error: Exception) -> Iterator[int]:
+    yield 1
+    raise error
+
+
+class Model:
+    def forward(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @classmethod
+    def build(cls) -> str:
+        return cls.__name__
+
+    @staticmethod
+    def helper() -> int:
+        return 7
+
+
+def name(fn: Any) -> str:
+    """The join point name weave() gives a module-level function or method."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def row(timed: Timed, fn: Any) -> TimingRow:
+    """The summary row of ``fn``."""
+    (found,) = [r for r in timed.summary() if r.name == name(fn)]
+    return found
+
+
+# -- the sketch ------------------------------------------------------------------------
+
+
+def exact_quantile(values: list[float], q: float) -> float:
+    """The value of rank floor(q * (n - 1)): what the sketch promises to be within 1% of."""
+    ordered = sorted(values)
+    return ordered[math.floor(q * (len(ordered) - 1))]
+
+
+def assert_within_one_percent(estimate: float, exact: float) -> None:
+    assert abs(estimate - exact) <= 0.01 * exact * (1 + 1e-9), (estimate, exact)
+
+
+@settings(deadline=None)  # a loaded CI machine must not turn slowness into failures
+@given(
+    values=st.lists(
+        st.one_of(st.just(0.0), st.floats(min_value=1e-300, max_value=1e300)), min_size=1
+    ),
+    q=st.floats(min_value=0, max_value=1),
+)
+def test_sketch_quantile_within_one_percent(values: list[float], q: float) -> None:
+    """Any quantile of any non-negative data is within 1% of the exact quantile."""
+    sketch = QuantileSketch()
+    for value in values:
+        sketch.add(value)
+    assert_within_one_percent(sketch.quantile(q), exact_quantile(values, q))
+
+
+def test_sketch_quantiles_of_seeded_random_data() -> None:
+    """p50/p95/p99 of 50,000 log-normal durations are within 1%; min, max, total exact."""
+    rng = random.Random(1234)
+    values = [rng.lognormvariate(10, 2) for _ in range(50_000)]
+    sketch = QuantileSketch()
+    for value in values:
+        sketch.add(value)
+    qs = (0.5, 0.95, 0.99)
+    for q, estimate in zip(qs, sketch.quantiles(qs), strict=True):
+        assert_within_one_percent(estimate, exact_quantile(values, q))
+    assert (sketch.count, sketch.min, sketch.max) == (50_000, min(values), max(values))
+    assert sketch.total == pytest.approx(sum(values))
+
+
+def test_sketch_memory_stays_bounded() -> None:
+    """A million distinct durations need only a few hundred buckets."""
+    sketch = QuantileSketch()
+    for ns in range(1, 1_000_001):
+        sketch.add(ns)
+    assert sketch.count == 1_000_000
+    assert sketch.bucket_count <= 700  # log(1e6) / log(1.01 / 0.99) = 691
+    assert_within_one_percent(sketch.quantile(0.5), 500_000)
+
+
+def test_sketch_max_buckets_caps_memory_for_any_range() -> None:
+    """Beyond max_buckets the lowest buckets merge: memory capped, high quantiles exact."""
+    sketch = QuantileSketch(max_buckets=50)
+    values = [10.0**e for e in range(-100, 101)]
+    for value in values:
+        sketch.add(value)
+    assert sketch.bucket_count == 50
+    assert sketch.count == len(values)
+    assert_within_one_percent(sketch.quantile(0.99), exact_quantile(values, 0.99))
+    assert sketch.quantile(1) == 1e100
+
+
+def test_sketch_edge_cases() -> None:
+    """Empty gives nan, zeros count, negatives and quantiles outside 0..1 are refused."""
+    sketch = QuantileSketch()
+    assert math.isnan(sketch.quantile(0.5))
+    sketch.add(0)
+    assert sketch.quantile(0.5) == 0
+    with pytest.raises(ValueError, match="must be >= 0"):
+        sketch.add(-1)
+    with pytest.raises(ValueError, match=r"within 0\.\.1"):
+        sketch.quantile(1.5)
+
+
+# -- what is timed ---------------------------------------------------------------------
+
+
+def test_times_a_function() -> None:
+    """Count, total, mean, min, quantiles and max of a woven function's calls."""
+    timed = Timed()
+    with ah.weave(sleepy, timed):
+        for seconds in (0.01, 0.01, 0.02):
+            assert sleepy(seconds) == seconds
+    r = row(timed, sleepy)
+    assert (r.count, r.errors) == (3, 0)
+    assert r.min_s >= 0.009
+    assert r.p50_s >= 0.009
+    assert r.max_s >= 0.019
+    assert r.min_s <= r.p50_s <= r.p95_s <= r.p99_s <= r.max_s
+    assert r.mean_s == pytest.approx(r.total_s / 3)
+    assert r.total_s >= 0.039
+
+
+def test_times_methods() -> None:
+    """Instance, class and static methods are each timed under their own name."""
+    timed = Timed()
+    with ah.weave(Model, timed):
+        assert Model().forward(0.01) == 0.01
+        assert Model.build() == "Model"
+        assert Model().helper() == 7
+    assert row(timed, Model.forward).p50_s >= 0.009
+    assert {r.name for r in timed.summary()} == {
+        name(Model.forward),
+        name(Model.build),
+        name(Model.helper),
+    }
+
+
+def test_times_async_until_the_coroutine_completes() -> None:
+    """An async call is timed until it completes, not until the coroutine is made."""
+    timed = Timed()
+    with ah.weave(sleepy_async, timed):
+        assert asyncio.run(sleepy_async(0.02)) == 0.02
+    r = row(timed, sleepy_async)
+    assert r.count == 1
+    assert r.p50_s >= 0.019
+
+
+def test_async_exception_counted_and_reraised() -> None:
+    """An async call that raises counts as an error and its exception propagates as is."""
+    timed, error = Timed(), ValueError("boom")
+    with ah.weave(failing_async, timed), pytest.raises(ValueError, match="boom") as caught:
+        asyncio.run(failing_async(error))
+    assert caught.value is error
+    assert (row(timed, failing_async).count, row(timed, failing_async).errors) == (1, 1)
+
+
+def test_times_time_spent_inside_a_generator() -> None:
+    """A generator is timed across next() calls, without the consumer's time between them."""
+    timed = Timed()
+    with ah.weave(numbers, timed):
+        items = []
+        for item in numbers(2, pause=0.01):
+            items.append(item)
+            time.sleep(0.1)
+    assert items == [0, 1]
+    r = row(timed, numbers)
+    assert r.count == 1
+    assert 0.019 <= r.total_s < 0.15
+
+
+def test_generator_closed_early_or_dropped_is_recorded() -> None:
+    """A generator closed or garbage-collected before its end is recorded then."""
+    timed = Timed()
+    with ah.weave(numbers, timed):
+        gen = numbers(5)
+        assert next(gen) == 0
+        assert timed.summary() == []
+        gen.close()
+        assert row(timed, numbers).count == 1
+        dropped = numbers(5)
+        next(dropped)
+        del dropped
+        gc.collect()
+    assert (row(timed, numbers).count, row(timed, numbers).errors) == (2, 0)
+
+
+def test_woven_generator_behaves_like_the_original() -> None:
+    """send(), throw() and the return value reach the caller as with the original."""
+    timed = Timed()
+    with ah.weave(echo, timed), ah.weave(numbers, timed):
+        gen = echo()
+        assert next(gen) is None
+        assert gen.send("hello") == "hello"
+        assert gen.throw(KeyError("k")) == "caught"
+        gen.close()
+
+        def delegate() -> Generator[int, Any, str]:
+            return (yield from numbers(2))
+
+        outer_gen = delegate()
+        assert list(outer_gen) == [0, 1]
+        with pytest.raises(StopIteration) as stop:
+            next(numbers(0))
+        assert stop.value.value == "done"
+    assert row(timed, echo).count == 1
+    assert row(timed, numbers).count == 2
+
+
+def test_generator_exception_counted_and_reraised() -> None:
+    """A generator that raises while iterated counts an error; the exception propagates."""
+    timed, error = Timed(), ValueError("boom")
+    with ah.weave(broken_numbers, timed):
+        gen = broken_numbers(error)
+        assert next(gen) == 1
+        with pytest.raises(ValueError, match="boom") as caught:
+            next(gen)
+    assert caught.value is error
+    assert row(timed, broken_numbers).errors == 1
+
+
+def test_exceptions_counted_separately_and_reraised_unchanged() -> None:
+    """A raising call counts in count and errors; the same exception object propagates."""
+    timed, error = Timed(), ValueError("boom")
+    with ah.weave(failing, timed), ah.weave(quick, timed):
+        quick(1)
+        with pytest.raises(ValueError, match="boom") as caught:
+            failing(error)
+    assert caught.value is error
+    assert caught.value.__context__ is None
+    assert not caught.value.__suppress_context__
+    assert caught.traceback[-1].name == "failing"
+    assert (row(timed, failing).count, row(timed, failing).errors) == (1, 1)
+    assert row(timed, quick).errors == 0
+
+
+def test_outermost_around_advice() -> None:
+    """Timed runs outermost, so its time includes other around advice of the call."""
+    timed = Timed()
+
+    def slow_around(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        time.sleep(0.01)
+        return proceed()
+
+    with ah.weave(quick, around=slow_around), ah.weave(quick, timed):
+        assert quick(1) == 2
+    assert row(timed, quick).p50_s >= 0.009
+
+
+def test_thread_safe_counts() -> None:
+    """Calls from many threads at once are all counted."""
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        threads = [
+            threading.Thread(target=lambda: [quick(i) for i in range(500)]) for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert row(timed, quick).count == 4000
+
+
+# -- failures of Timed itself ----------------------------------------------------------
+
+
+def boom(*args: object) -> None:
+    raise RuntimeError("timing broke")
+
+
+def test_failing_timing_never_breaks_the_host_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With errors='log' a failure inside Timed is logged; results and exceptions pass."""
+    timed, error = Timed(), ValueError("boom")
+    monkeypatch.setattr(timed, "_record", boom)
+    with (
+        ah.weave(quick, timed),
+        ah.weave(failing, timed),
+        ah.weave(numbers, timed),
+        ah.weave(sleepy_async, timed),
+        capture_logs() as logs,
+    ):
+        assert quick(1) == 2
+        with pytest.raises(ValueError, match="boom") as caught:
+            failing(error)
+        assert list(numbers(2)) == [0, 1]
+        assert asyncio.run(sleepy_async(0)) == 0
+    assert caught.value is error
+    assert caught.value.__context__ is None
+    assert [entry["event"] for entry in logs] == ["advice.failed"] * 4
+    assert {entry["aspect"] for entry in logs} == {"timed"}
+
+
+def test_errors_raise_lets_a_timing_failure_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With errors='raise' a failure inside Timed propagates, for debugging the aspect."""
+    timed = Timed(errors="raise")
+    monkeypatch.setattr(timed, "_record", boom)
+    with ah.weave(quick, timed), pytest.raises(RuntimeError, match="timing broke"):
+        quick(1)
+
+
+# -- weaving and registering -----------------------------------------------------------
+
+
+def test_register_with_a_pointcut_and_remove() -> None:
+    """register(Timed(pointcut=...)) times the matching join points until removed."""
+
+    @ah.joinpoint("timed_test.train_step")
+    def train_step() -> str:
+        return "step"
+
+    @ah.joinpoint("timed_test.evaluate")
+    def evaluate() -> str:
+        return "eval"
+
+    timed = Timed(pointcut="timed_test.train_*")
+    handle = ah.register(timed)
+    assert (train_step(), evaluate()) == ("step", "eval")
+    handle.remove()
+    train_step()
+    assert [(r.name, r.count) for r in timed.summary()] == [("timed_test.train_step", 1)]
+
+
+def test_weave_and_remove_restore_the_original() -> None:
+    """weave(target, Timed()) times the target; remove() puts the original back."""
+    original = quick
+    timed = Timed()
+    handle = ah.weave(quick, timed)
+    assert quick is not original
+    quick(1)
+    handle.remove()
+    assert quick is original
+    quick(1)
+    assert row(timed, quick).count == 1
+
+
+def test_register_without_pointcut_is_refused() -> None:
+    """register(Timed()) without a pointcut says to give one or to weave it."""
+    with pytest.raises(AspectDefinitionError, match="pointcut"):
+        ah.register(Timed())
+
+
+def test_invalid_max_events_is_refused() -> None:
+    """max_events must be a non-negative int."""
+    with pytest.raises(InvalidOptionError, match="max_events"):
+        Timed(max_events=-1)
+
+
+# -- summary ---------------------------------------------------------------------------
+
+
+def test_summary_rows_sorted_by_total_time() -> None:
+    """Rows come slowest total first and carry every statistic by name."""
+    timed = Timed()
+    with ah.weave(quick, timed), ah.weave(sleepy, timed):
+        quick(1)
+        sleepy(0.01)
+    summary = timed.summary()
+    assert isinstance(summary, Summary)
+    assert [r.name for r in summary] == [name(sleepy), name(quick)]
+    assert list(summary[0].as_dict()) == [
+        "name",
+        "count",
+        "errors",
+        "total_s",
+        "mean_s",
+        "min_s",
+        "p50_s",
+        "p95_s",
+        "p99_s",
+        "max_s",
+    ]
+
+
+def test_summary_prints_a_table() -> None:
+    """str() of the summary and rich both render a table of the rows."""
+    from rich.console import Console
+
+    timed = Timed()
+    with ah.weave(sleepy, timed):
+        sleepy(0.01)
+    text = str(timed.summary())
+    for word in ("join point", "calls", "errors", "total", "p50", "p95", "p99", "max"):
+        assert word in text
+    assert name(sleepy) in text
+    assert " ms " in text
+    out = StringIO()
+    Console(file=out, width=200).print(timed.summary())
+    assert name(sleepy) in out.getvalue()
+
+
+def test_reset_forgets_everything() -> None:
+    """reset() empties the summary and the trace."""
+    timed = Timed(trace=True, max_events=1)
+    with ah.weave(quick, timed):
+        quick(1)
+        quick(1)
+        timed.reset()
+        assert (timed.summary(), timed.dropped_events) == ([], 0)
+        quick(1)
+    assert row(timed, quick).count == 1
+
+
+# -- chrome trace ----------------------------------------------------------------------
+
+
+def load_events(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The whole document and its complete events."""
+    document = json.loads(path.read_text())
+    return document, [e for e in document["traceEvents"] if e["ph"] == "X"]
+
+
+def test_chrome_trace_nests_nested_calls(tmp_path: Path) -> None:
+    """The trace file is Trace Event JSON; a callee's interval lies inside its caller's."""
+    timed = Timed(trace=True)
+    with ah.weave(outer, timed), ah.weave(inner, timed):
+        assert outer() == 2
+    path = timed.export_chrome_trace(tmp_path / "trace.json")
+    document, events = load_events(path)
+    assert document["displayTimeUnit"] == "ms"
+    assert [e["name"] for e in events] == [name(outer), name(inner), name(inner)]
+    for event in events:
+        assert event["cat"] == "aspecthook"
+        assert event["pid"] == os.getpid()
+        assert event["tid"] == threading.get_native_id()
+        assert event["ts"] >= 0
+        assert event["dur"] > 0
+    parent, first, second = events
+    for child in (first, second):
+        assert child["ts"] >= parent["ts"]
+        assert child["ts"] + child["dur"] <= parent["ts"] + parent["dur"] + 1e-6
+    assert first["ts"] + first["dur"] <= second["ts"] + 1e-6
+    assert parent["dur"] >= 4000  # microseconds: 2 ms + 2 x 1 ms of sleep
+
+
+def test_chrome_trace_thread_ids(tmp_path: Path) -> None:
+    """Each event carries the native id of the thread that made the call."""
+    timed = Timed(trace=True)
+    ids = []
+
+    def work() -> None:
+        ids.append(threading.get_native_id())
+        quick(1)
+
+    with ah.weave(quick, timed):
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+            thread.join()
+    _, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    assert sorted(e["tid"] for e in events) == sorted(ids)
+
+
+def test_trace_events_bounded_and_dropped_counted(tmp_path: Path) -> None:
+    """Past max_events calls are still timed but their events are dropped and counted."""
+    timed = Timed(trace=True, max_events=3)
+    with ah.weave(quick, timed):
+        for i in range(5):
+            quick(i)
+    document, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    assert len(events) == 3
+    assert timed.dropped_events == 2
+    assert document["otherData"]["dropped_events"] == 2
+    assert row(timed, quick).count == 5
+
+
+def test_no_trace_events_unless_asked(tmp_path: Path) -> None:
+    """Without trace=True no events are kept; the file is still valid and empty."""
+    timed = Timed()
+    with ah.weave(quick, timed):
+        quick(1)
+    _, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    assert events == []
+
+
+def test_trace_written_atomically(tmp_path: Path) -> None:
+    """Export replaces an existing file whole and leaves no temporary file behind."""
+    target = tmp_path / "trace.json"
+    target.write_text("old")
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        quick(1)
+    assert timed.export_chrome_trace(str(target)) == target
+    assert len(load_events(target)[1]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]

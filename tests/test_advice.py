@@ -1,0 +1,864 @@
+"""Advice: before / after / on_error / around semantics, the Advice handle, and options."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, InvalidOptionError
+
+
+@pytest.fixture
+def point(request: pytest.FixtureRequest) -> str:
+    """A join point name that no other test uses."""
+    return "test_advice." + re.sub(r"\W", "_", request.node.name)
+
+
+def _declare(weaver: ah.Weaver, name: str, fail: BaseException | None = None) -> Any:
+    """Declare a join point ``add(x, y=1)`` named ``name``; it raises ``fail`` when given.
+
+    ``add.calls`` records the arguments the target itself received.
+    """
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    @weaver.joinpoint(name)
+    def add(x: int, y: int = 1) -> int:
+        calls.append(((x,), {"y": y}))
+        if fail is not None:
+            raise fail
+        return x + y
+
+    add.calls = calls
+    return add
+
+
+# -- before ------------------------------------------------------------------------------------
+
+
+def test_before_runs_before_the_target_and_sees_the_call(weaver: ah.Weaver, point: str) -> None:
+    """Before advice gets ctx with the join point, target, args (list) and kwargs (dict)."""
+    add = _declare(weaver, point)
+    seen: list[Any] = []
+
+    @weaver.before(point)
+    def look(ctx: Any) -> None:
+        seen.append(
+            (ctx.joinpoint.name, ctx.target, ctx.instance, ctx.args, ctx.kwargs, ctx.result)
+        )
+        assert add.calls == []
+
+    assert add(2, y=3) == 5
+    assert seen == [(point, add.__wrapped__, None, [2], {"y": 3}, None)]
+    assert type(seen[0][3]) is list
+
+
+def test_before_rewrites_args_and_kwargs(weaver: ah.Weaver, point: str) -> None:
+    """Before advice may edit ctx.args in place, assign it, and edit ctx.kwargs."""
+    add = _declare(weaver, point)
+
+    @weaver.before(point)
+    def edit(ctx: Any) -> None:
+        ctx.args[0] = 10
+        ctx.kwargs["y"] = 20
+
+    assert add(1, y=2) == 30
+    edit.remove()
+
+    @weaver.before(point)
+    def assign(ctx: Any) -> None:
+        ctx.args = (100,)
+
+    assert add(1) == 101
+    assert add.calls[-1] == ((100,), {"y": 1})
+
+
+def test_skip_short_circuits_target_and_around_but_not_after(weaver: ah.Weaver, point: str) -> None:
+    """ctx.skip(value): target and around advice do not run, after advice does, value returns."""
+    add = _declare(weaver, point)
+    ran: list[str] = []
+
+    @weaver.before(point)
+    def short(ctx: Any) -> None:
+        ctx.skip("cached")
+
+    @weaver.around(point)
+    def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        ran.append("around")
+        return proceed()
+
+    @weaver.after(point)
+    def later(ctx: Any) -> None:
+        ran.append(f"after:{ctx.result}:{ctx.skipped}")
+
+    assert add(1) == "cached"
+    assert add.calls == []
+    assert ran == ["after:cached:True"]
+
+
+def test_skip_without_value_returns_none(weaver: ah.Weaver, point: str) -> None:
+    """ctx.skip() with no value makes the call return None."""
+    add = _declare(weaver, point)
+    weaver.before(point)(lambda ctx: ctx.skip())
+    assert add(1) is None
+    assert add.calls == []
+
+
+def test_before_raising_stops_the_call(weaver: ah.Weaver, point: str) -> None:
+    """A failing before advice (errors='raise', the default) propagates; the target never runs."""
+    add = _declare(weaver, point)
+
+    @weaver.before(point)
+    def fail(ctx: Any) -> None:
+        raise RuntimeError("advice broke")
+
+    with pytest.raises(RuntimeError, match="advice broke"):
+        add(1)
+    assert add.calls == []
+
+
+# -- after -------------------------------------------------------------------------------------
+
+
+def test_after_reads_and_replaces_the_result(weaver: ah.Weaver, point: str) -> None:
+    """After advice reads ctx.result and may replace it by assigning ctx.result."""
+    add = _declare(weaver, point)
+    seen: list[Any] = []
+
+    @weaver.after(point)
+    def replace(ctx: Any) -> None:
+        seen.append(ctx.result)
+        ctx.result = ctx.result * 100
+
+    assert add(1, y=2) == 300
+    assert seen == [3]
+
+
+def test_after_does_not_run_when_the_target_raises(weaver: ah.Weaver, point: str) -> None:
+    """After advice runs after a return, a skip or a recovery, never after an exception."""
+    add = _declare(weaver, point, fail=KeyError("k"))
+    ran: list[str] = []
+    weaver.after(point)(lambda ctx: ran.append("after"))
+    with pytest.raises(KeyError, match="k"):
+        add(1)
+    assert ran == []
+
+
+# -- on_error ----------------------------------------------------------------------------------
+
+
+def test_on_error_sees_the_exception_and_it_propagates_unchanged(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """Without recover or raise, the original exception object propagates with its traceback."""
+    original = KeyError("the original")
+    add = _declare(weaver, point, fail=original)
+    seen: list[Any] = []
+
+    @weaver.on_error(point)
+    def look(ctx: Any) -> None:
+        seen.append(ctx.exception)
+
+    with pytest.raises(KeyError, match="the original") as info:
+        add(1)
+    assert info.value is original
+    assert seen == [original]
+    frames = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+    assert "add" in frames
+    assert info.value.__cause__ is None
+
+
+def test_on_error_does_not_run_on_success(weaver: ah.Weaver, point: str) -> None:
+    """On-error advice runs only when the target raised."""
+    add = _declare(weaver, point)
+    ran: list[str] = []
+    weaver.on_error(point)(lambda ctx: ran.append("on_error"))
+    assert add(1) == 2
+    assert ran == []
+
+
+def test_recover_suppresses_and_after_sees_the_value(weaver: ah.Weaver, point: str) -> None:
+    """ctx.recover(value) suppresses the exception; value is the result and after advice runs."""
+    add = _declare(weaver, point, fail=ValueError("bad"))
+    ran: list[Any] = []
+
+    @weaver.on_error(point)
+    def fallback(ctx: Any) -> None:
+        ctx.recover(-1)
+
+    @weaver.after(point)
+    def later(ctx: Any) -> None:
+        ran.append((ctx.result, ctx.recovered))
+
+    assert add(1) == -1
+    assert ran == [(-1, True)]
+
+
+def test_on_error_raising_replaces_the_exception_chained(weaver: ah.Weaver, point: str) -> None:
+    """An on_error advice that raises replaces the exception, with __cause__ the original."""
+    original = KeyError("missing")
+    add = _declare(weaver, point, fail=original)
+
+    @weaver.on_error(point)
+    def translate(ctx: Any) -> None:
+        raise LookupError("translated")
+
+    with pytest.raises(LookupError, match="translated") as info:
+        add(1)
+    assert info.value is not original
+    assert info.value.__cause__ is original
+
+
+def test_on_error_explicit_cause_is_kept(weaver: ah.Weaver, point: str) -> None:
+    """A replacement raised `from` something else keeps that cause."""
+    add = _declare(weaver, point, fail=KeyError("k"))
+    other = OSError("disk")
+
+    @weaver.on_error(point)
+    def translate(ctx: Any) -> None:
+        raise RuntimeError("replaced") from other
+
+    with pytest.raises(RuntimeError, match="replaced") as info:
+        add(1)
+    assert info.value.__cause__ is other
+
+
+# -- around ------------------------------------------------------------------------------------
+
+
+def test_around_proceeds_and_returns_the_result(weaver: ah.Weaver, point: str) -> None:
+    """Around advice calls proceed() to run the target and returns the (changed) result."""
+    add = _declare(weaver, point)
+    ran: list[str] = []
+
+    @weaver.around(point)
+    def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        ran.append("enter")
+        result = proceed()
+        ran.append(f"exit:{result}")
+        return result * 10
+
+    assert add(1, y=2) == 30
+    assert ran == ["enter", "exit:3"]
+    assert len(add.calls) == 1
+
+
+def test_around_proceeds_with_new_arguments(weaver: ah.Weaver, point: str) -> None:
+    """proceed(*args, **kwargs) calls the rest of the chain with those arguments instead."""
+    add = _declare(weaver, point)
+
+    @weaver.around(point)
+    def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        return proceed(100, y=5)
+
+    assert add(1, y=2) == 105
+    assert add.calls == [((100,), {"y": 5})]
+
+
+def test_around_advice_nest(weaver: ah.Weaver, point: str) -> None:
+    """Several around advice nest: each proceed() enters the next, the innermost the target."""
+    add = _declare(weaver, point)
+    ran: list[str] = []
+
+    def make(label: str) -> Callable[..., Any]:
+        def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            ran.append(f"{label}>")
+            result = proceed(ctx.args[0] + 1)
+            ran.append(f"<{label}")
+            return result
+
+        return wrap
+
+    weaver.around(point, name="outer")(make("outer"))
+    weaver.around(point, name="inner")(make("inner"))
+    assert add(0) == 3  # two increments, then + y
+    assert ran == ["outer>", "inner>", "<inner", "<outer"]
+
+
+def test_around_exception_reaches_on_error(weaver: ah.Weaver, point: str) -> None:
+    """An exception raised through around advice is handled by on_error advice."""
+    add = _declare(weaver, point, fail=ValueError("inner"))
+    weaver.around(point)(lambda ctx, proceed: proceed())
+    weaver.on_error(point)(lambda ctx: ctx.recover(type(ctx.exception).__name__))
+    assert add(1) == "ValueError"
+
+
+# -- ctx.data ----------------------------------------------------------------------------------
+
+
+def test_ctx_data_is_shared_within_a_call_and_fresh_per_call(weaver: ah.Weaver, point: str) -> None:
+    """ctx.data is one dict for all advice of a call, and a new empty dict for the next call."""
+    add = _declare(weaver, point)
+    seen: list[dict[str, Any]] = []
+
+    @weaver.before(point)
+    def start(ctx: Any) -> None:
+        seen.append(dict(ctx.data))
+        ctx.data["started"] = ctx.args[0]
+
+    @weaver.around(point)
+    def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        ctx.data["around"] = True
+        return proceed()
+
+    @weaver.after(point)
+    def finish(ctx: Any) -> None:
+        seen.append(dict(ctx.data))
+
+    add(1)
+    add(2)
+    assert seen == [
+        {},
+        {"started": 1, "around": True},
+        {},
+        {"started": 2, "around": True},
+    ]
+
+
+# -- async join points -------------------------------------------------------------------------
+
+
+def _declare_async(weaver: ah.Weaver, name: str, fail: BaseException | None = None) -> Any:
+    calls: list[tuple[Any, ...]] = []
+
+    @weaver.joinpoint(name)
+    async def fetch(x: int, y: int = 1) -> int:
+        await asyncio.sleep(0)
+        calls.append((x, y))
+        if fail is not None:
+            raise fail
+        return x + y
+
+    fetch.calls = calls
+    return fetch
+
+
+def test_async_advice_is_awaited_on_async_joinpoints(weaver: ah.Weaver, point: str) -> None:
+    """async before/around/after advice is awaited, in order, around an async target."""
+    fetch = _declare_async(weaver, point)
+    ran: list[str] = []
+
+    @weaver.before(point)
+    async def before(ctx: Any) -> None:
+        await asyncio.sleep(0)
+        ran.append("before")
+        ctx.args[0] += 1
+
+    @weaver.around(point)
+    async def around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        ran.append("around>")
+        result = await proceed()
+        ran.append("<around")
+        return result * 10
+
+    @weaver.after(point)
+    async def after(ctx: Any) -> None:
+        await asyncio.sleep(0)
+        ran.append("after")
+        ctx.result += 1
+
+    assert asyncio.run(fetch(1)) == 31
+    assert ran == ["before", "around>", "<around", "after"]
+
+
+def test_sync_advice_works_on_async_joinpoints(weaver: ah.Weaver, point: str) -> None:
+    """Plain (sync) advice runs on async join points too, around included."""
+    fetch = _declare_async(weaver, point)
+    weaver.before(point)(lambda ctx: ctx.kwargs.update(y=10))
+    weaver.around(point)(lambda ctx, proceed: proceed())
+    weaver.after(point)(lambda ctx: setattr(ctx, "result", ctx.result * 2))
+    assert asyncio.run(fetch(1)) == 22
+
+
+def test_async_on_error_recovers_async_target(weaver: ah.Weaver, point: str) -> None:
+    """async on_error advice is awaited and can recover an async target's exception."""
+    fetch = _declare_async(weaver, point, fail=TimeoutError("slow"))
+
+    @weaver.on_error(point)
+    async def fallback(ctx: Any) -> None:
+        await asyncio.sleep(0)
+        ctx.recover(f"recovered from {type(ctx.exception).__name__}")
+
+    assert asyncio.run(fetch(1)) == "recovered from TimeoutError"
+
+
+def test_async_target_exception_propagates_unchanged(weaver: ah.Weaver, point: str) -> None:
+    """An async target's exception propagates as the same object when nothing recovers."""
+    original = ConnectionError("down")
+    fetch = _declare_async(weaver, point, fail=original)
+    weaver.on_error(point)(lambda ctx: None)
+    with pytest.raises(ConnectionError, match="down") as info:
+        asyncio.run(fetch(1))
+    assert info.value is original
+
+
+def test_async_skip_and_proceed_with_new_arguments(weaver: ah.Weaver, point: str) -> None:
+    """On async join points, proceed(new args) and ctx.skip(value) behave as on sync ones."""
+    fetch = _declare_async(weaver, point)
+
+    @weaver.around(point)
+    async def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        return await proceed(40, y=2)
+
+    assert asyncio.run(fetch(1)) == 42
+    assert fetch.calls == [(40, 2)]
+    weaver.before(point)(lambda ctx: ctx.skip("skipped"))
+    assert asyncio.run(fetch(1)) == "skipped"
+    assert fetch.calls == [(40, 2)]
+
+
+# -- the Advice object: callable, its own handle -----------------------------------------------
+
+
+def test_decorator_returns_a_callable_advice(weaver: ah.Weaver, point: str) -> None:
+    """A module-level advice decorator registers at once and returns a callable Advice."""
+
+    def log_call(ctx: Any) -> str:
+        """Log a call."""
+        return f"called with {ctx}"
+
+    advice = weaver.before(point)(log_call)
+    assert isinstance(advice, ah.Advice)
+    assert advice in weaver.registered
+    assert advice.active
+    assert advice("ctx") == "called with ctx"
+    assert advice.__name__ == "log_call"
+    assert advice.__doc__ == "Log a call."
+    assert advice.__wrapped__ is log_call
+
+
+class Recorder:
+    """Collects the arguments of each call it sees."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[Any]] = []
+
+    def record(self, ctx: Any) -> None:
+        self.seen.append(list(ctx.args))
+
+
+def test_bound_method_and_builtin_register_at_once(weaver: ah.Weaver, point: str) -> None:
+    """A bound method or a builtin given to an advice decorator is registered, not just marked."""
+    add = _declare(weaver, point)
+    recorder = Recorder()
+    results: list[Any] = []
+    from_method = weaver.before(point)(recorder.record)
+    from_builtin = weaver.after(point)(results.append)
+    assert isinstance(from_method, ah.Advice)
+    assert isinstance(from_builtin, ah.Advice)
+    add(4)
+    assert recorder.seen == [[4]]
+    assert len(results) == 1
+
+
+def test_advice_remove_is_idempotent(weaver: ah.Weaver, point: str) -> None:
+    """advice.remove() unregisters it; removing again does nothing."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    advice = weaver.before(point)(lambda ctx: ran.append(1))
+    add(1)
+    advice.remove()
+    advice.remove()
+    add(1)
+    assert ran == [1]
+    assert not advice.active
+    assert advice not in weaver.registered
+
+
+def test_advice_is_a_context_manager(weaver: ah.Weaver, point: str) -> None:
+    """`with advice:` keeps it registered for the block and removes it afterwards."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    with weaver.after(point)(lambda ctx: ran.append(ctx.result)) as advice:
+        add(1)
+    add(5)
+    assert ran == [2]
+    assert not advice.active
+
+
+def test_default_weaver_decorators(point: str) -> None:
+    """aspecthook.before & co. register on the default weaver and return removable Advice."""
+    ran: list[str] = []
+
+    @ah.joinpoint(point)
+    def work() -> str:
+        return "done"
+
+    @ah.before(point)
+    def first(ctx: Any) -> None:
+        ran.append("before")
+
+    @ah.after(point)
+    def then(ctx: Any) -> None:
+        ran.append("after")
+
+    assert work() == "done"
+    assert ran == ["before", "after"]
+    assert first in ah.default_weaver.registered
+    first.remove()
+    then.remove()
+    assert work() == "done"
+    assert ran == ["before", "after"]
+
+
+def test_advice_registered_before_the_joinpoint_exists(weaver: ah.Weaver, point: str) -> None:
+    """Advice for a name not declared yet applies once a join point with that name appears."""
+    ran: list[int] = []
+    weaver.before(point)(lambda ctx: ran.append(ctx.args[0]))
+    add = _declare(weaver, point)
+    add(7)
+    assert ran == [7]
+
+
+def test_advice_registered_for_a_glob_reaches_each_match(weaver: ah.Weaver, point: str) -> None:
+    """A glob pointcut reaches every matching join point, declared before or after it."""
+    first = _declare(weaver, f"{point}.one")
+    ran: list[str] = []
+    weaver.before(f"{point}.*")(lambda ctx: ran.append(ctx.joinpoint.name))
+    second = _declare(weaver, f"{point}.two")
+    first(1)
+    second(1)
+    assert ran == [f"{point}.one", f"{point}.two"]
+
+
+def test_module_level_decorator_without_pointcut_is_refused(weaver: ah.Weaver) -> None:
+    """@before() without a pointcut outside an Aspect body says to give a pointcut."""
+
+    def advice(ctx: Any) -> None:
+        pass
+
+    with pytest.raises(AspectDefinitionError, match=r"give a pointcut"):
+        weaver.before()(advice)
+
+
+def test_registering_the_same_advice_twice_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """An Advice registered already cannot be added again until removed."""
+    advice = weaver.before(point)(lambda ctx: None)
+    with pytest.raises(AspectDefinitionError, match="registered already"):
+        weaver.add(advice)
+
+
+# -- options: every / once / when / rank -------------------------------------------------------
+
+
+def test_every_runs_on_every_nth_call(weaver: ah.Weaver, point: str) -> None:
+    """every=n runs the advice on the n-th, 2n-th ... matching call."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    weaver.before(point, every=3)(lambda ctx: ran.append(ctx.args[0]))
+    for i in range(1, 8):
+        add(i)
+    assert ran == [3, 6]
+
+
+def test_every_counts_each_joinpoint_separately(weaver: ah.Weaver, point: str) -> None:
+    """every= counts calls per join point, not across all join points of a glob."""
+    one = _declare(weaver, f"{point}.one")
+    two = _declare(weaver, f"{point}.two")
+    ran: list[str] = []
+    weaver.before(f"{point}.*", every=2)(lambda ctx: ran.append(ctx.joinpoint.name))
+    one(1)
+    two(1)
+    one(1)
+    two(1)
+    assert ran == [f"{point}.one", f"{point}.two"]
+
+
+def test_once_runs_only_on_the_first_call(weaver: ah.Weaver, point: str) -> None:
+    """once=True runs the advice on the first matching call only."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    weaver.after(point, once=True)(lambda ctx: ran.append(ctx.result))
+    add(1)
+    add(2)
+    add(3)
+    assert ran == [2]
+
+
+def test_when_filters_calls_by_predicate(weaver: ah.Weaver, point: str) -> None:
+    """when=predicate(ctx) runs the advice only on calls where it returns true."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    weaver.before(point, when=lambda ctx: ctx.args[0] % 2 == 0)(lambda ctx: ran.append(ctx.args[0]))
+    for i in range(5):
+        add(i)
+    assert ran == [0, 2, 4]
+
+
+def test_filtered_around_still_runs_the_target(weaver: ah.Weaver, point: str) -> None:
+    """Around advice filtered out of a call is bypassed; the target still runs."""
+    add = _declare(weaver, point)
+    weaver.around(point, when=lambda ctx: ctx.args[0] > 10)(lambda ctx, proceed: -proceed())
+    assert add(1) == 2
+    assert add(20) == -21
+    assert len(add.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "advice_rank", "runs"),
+    [("0", 0, True), ("1", 0, False), ("1", 1, True), (None, 0, True), (None, 1, False)],
+)
+def test_rank_runs_only_on_that_process_rank(
+    weaver: ah.Weaver,
+    point: str,
+    monkeypatch: pytest.MonkeyPatch,
+    env: str | None,
+    advice_rank: int,
+    runs: bool,
+) -> None:
+    """rank=r runs the advice only when this process's rank ($RANK, default 0) is r."""
+    if env is None:
+        monkeypatch.delenv("RANK", raising=False)
+    else:
+        monkeypatch.setenv("RANK", env)
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    weaver.before(point, rank=advice_rank)(lambda ctx: ran.append(1))
+    add(1)
+    assert ran == ([1] if runs else [])
+
+
+def test_rank_is_read_at_call_time(
+    weaver: ah.Weaver, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank filter looks at the rank when the call happens, not at registration."""
+    monkeypatch.setenv("RANK", "3")
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    weaver.before(point, rank=0)(lambda ctx: ran.append(1))
+    add(1)
+    monkeypatch.setenv("RANK", "0")
+    add(1)
+    assert ran == [1]
+
+
+# -- options: errors= --------------------------------------------------------------------------
+
+
+def _failing(kind: str) -> Callable[..., Any]:
+    if kind == "around":
+
+        def fail_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            raise RuntimeError("advice failed")
+
+        return fail_around
+
+    def fail(ctx: Any) -> None:
+        raise RuntimeError("advice failed")
+
+    return fail
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "around"])
+def test_errors_log_logs_the_failure_and_the_call_continues(
+    weaver: ah.Weaver, point: str, kind: str
+) -> None:
+    """errors='log': the advice's exception is logged via structlog, counted, the call goes on."""
+    add = _declare(weaver, point)
+    advice = getattr(weaver, kind)(point, errors="log", name="flaky")(_failing(kind))
+    with capture_logs() as logs:
+        assert add(1) == 2
+        assert add(2) == 3
+    assert len(add.calls) == 2
+    assert advice.failures == 2
+    assert [entry["event"] for entry in logs] == ["advice.failed", "advice.failed"]
+    entry = logs[0]
+    assert entry["log_level"] == "error"
+    assert entry["advice"] == "flaky"
+    assert entry["joinpoint"] == point
+    assert entry["kind"] == kind
+    assert entry["exc_info"]
+
+
+def test_errors_log_on_error_advice_lets_the_original_exception_through(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A failing on_error advice with errors='log' is logged; the target's exception stands."""
+    original = KeyError("k")
+    add = _declare(weaver, point, fail=original)
+    advice = weaver.on_error(point, errors="log")(_failing("on_error"))
+    with capture_logs() as logs, pytest.raises(KeyError, match="k") as info:
+        add(1)
+    assert info.value is original
+    assert advice.failures == 1
+    assert logs[0]["event"] == "advice.failed"
+
+
+def test_errors_log_around_failing_after_proceed_keeps_the_result(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """errors='log' around advice failing after proceed(): the target ran once, result stands."""
+    add = _declare(weaver, point)
+
+    @weaver.around(point, errors="log")
+    def flaky(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        proceed()
+        raise RuntimeError("after proceed")
+
+    with capture_logs() as logs:
+        assert add(1) == 2
+    assert len(add.calls) == 1
+    assert flaky.failures == 1
+    assert len(logs) == 1
+
+
+def test_errors_log_does_not_swallow_the_targets_exception(weaver: ah.Weaver, point: str) -> None:
+    """errors='log' around advice: an exception of the target itself still propagates."""
+    add = _declare(weaver, point, fail=ValueError("target"))
+    advice = weaver.around(point, errors="log")(lambda ctx, proceed: proceed())
+    with capture_logs() as logs, pytest.raises(ValueError, match="target"):
+        add(1)
+    assert logs == []
+    assert advice.failures == 0
+
+
+def test_errors_raise_propagates_the_advice_failure(weaver: ah.Weaver, point: str) -> None:
+    """errors='raise' (the default) propagates a failing advice's exception to the caller."""
+    add = _declare(weaver, point)
+    weaver.after(point, errors="raise")(_failing("after"))
+    with pytest.raises(RuntimeError, match="advice failed"):
+        add(1)
+
+
+def test_async_errors_log(weaver: ah.Weaver, point: str) -> None:
+    """errors='log' works for async advice on async join points."""
+    fetch = _declare_async(weaver, point)
+
+    @weaver.before(point, errors="log")
+    async def flaky(ctx: Any) -> None:
+        raise RuntimeError("async advice failed")
+
+    with capture_logs() as logs:
+        assert asyncio.run(fetch(1)) == 2
+    assert flaky.failures == 1
+    assert logs[0]["event"] == "advice.failed"
+
+
+# -- options: name= ----------------------------------------------------------------------------
+
+
+def test_name_option_names_the_advice(weaver: ah.Weaver, point: str) -> None:
+    """name= names the advice for introspection; the default is the function's name."""
+    add = _declare(weaver, point)
+    named = weaver.before(point, name="warmup")(lambda ctx: None)
+
+    def plain(ctx: Any) -> None:
+        pass
+
+    unnamed = weaver.before(point)(plain)
+    assert named.name == "warmup"
+    assert unnamed.name == "plain"
+    assert weaver.describe(point).advice_names(point, "before") == ["warmup", "plain"]
+    assert add(1) == 2
+
+
+# -- signatures are checked at registration ----------------------------------------------------
+
+
+def _no_args() -> None:
+    pass
+
+
+def _two_required(ctx: Any, extra: Any) -> None:
+    pass
+
+
+def _keyword_only(*, ctx: Any) -> None:
+    pass
+
+
+def _only_ctx(ctx: Any) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("kind", "fn"),
+    [
+        ("before", _no_args),
+        ("after", _two_required),
+        ("on_error", _keyword_only),
+        ("around", _only_ctx),
+        ("around", _no_args),
+    ],
+)
+def test_bad_signature_is_refused_at_registration(
+    weaver: ah.Weaver, point: str, kind: str, fn: Callable[..., Any]
+) -> None:
+    """Advice whose signature cannot take ctx (ctx, proceed) is refused, printing it."""
+    expected = "(ctx, proceed)" if kind == "around" else "(ctx)"
+    shown = f"{fn.__name__}{inspect.signature(fn)}"
+    with pytest.raises(AdviceSignatureError, match=re.escape(shown)) as info:
+        getattr(weaver, kind)(point)(fn)
+    assert re.escape(expected) in re.escape(str(info.value))
+    assert info.value.expected == expected
+    assert weaver.registered == []
+
+
+def test_bad_signature_is_refused_before_any_call(weaver: ah.Weaver, point: str) -> None:
+    """The signature error comes at registration even when no join point exists yet."""
+    with pytest.raises(AdviceSignatureError, match=r"define it as def _no_args\(ctx\)"):
+        weaver.after(f"{point}.never_declared")(_no_args)
+
+
+def test_non_callable_advice_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """Something that is not callable cannot be advice."""
+    with pytest.raises(AdviceSignatureError, match="must be callable"):
+        weaver.before(point)(42)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda ctx, extra=None: None,
+        lambda *args: None,
+        lambda ctx, *rest, **options: None,
+    ],
+    ids=["default", "varargs", "extras"],
+)
+def test_compatible_signatures_are_accepted(
+    weaver: ah.Weaver, point: str, fn: Callable[..., Any]
+) -> None:
+    """Any signature that can be called as fn(ctx) is accepted for before advice."""
+    add = _declare(weaver, point)
+    weaver.before(point)(fn)
+    assert add(1) == 2
+
+
+# -- bad option values -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [
+        ("every", 0, "positive int"),
+        ("every", -3, "positive int"),
+        ("every", 1.5, "positive int"),
+        ("every", True, "positive int"),
+        ("every", "10", "positive int"),
+        ("rank", -1, "int >= 0"),
+        ("rank", "0", "int >= 0"),
+        ("rank", False, "int >= 0"),
+        ("errors", "ignore", "errors='raise'.*errors='log'"),
+        ("errors", None, "not a policy"),
+        ("when", 5, "not callable"),
+        ("order_after", 5, "tuple of aspect/advice names"),
+        ("order_before", [1], "tuple of aspect/advice names"),
+        ("priority_level", 1, r"unknown option.*valid options are"),
+    ],
+)
+def test_bad_option_values_are_refused(
+    weaver: ah.Weaver, point: str, option: str, value: object, match: str
+) -> None:
+    """A bad option value raises InvalidOptionError naming the option and saying what to give."""
+    with pytest.raises(InvalidOptionError, match=match) as info:
+        weaver.before(point, **{option: value})(lambda ctx: None)
+    assert info.value.option == option
+    assert info.value.value == value
+    assert weaver.registered == []

@@ -1,0 +1,619 @@
+"""``aspecthook run`` end to end: unmodified programs in a subprocess, as a user runs them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONFIG = """\
+weave:
+  - target: "json.*"
+    aspects: [Timed]
+"""
+
+# A program that uses json and a module of its own (woven lazily on import), and exits
+# with the code given as its first argument.
+PROGRAM = """\
+import json, sys
+print("helper imported before the program:", "helper" in sys.modules)
+import helper
+for i in range(20):
+    helper.work(json.dumps({"i": i}))
+print("argv:", json.dumps(sys.argv))
+if len(sys.argv) > 1:
+    sys.exit(int(sys.argv[1]))
+"""
+
+HELPER = """\
+import json
+
+def work(text):
+    return json.loads(text)["i"]
+"""
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run(
+    cwd: Path, *args: str, python: tuple[str, ...] = ("-m", "aspecthook", "run")
+) -> subprocess.CompletedProcess[str]:
+    """``python -m aspecthook run ARGS`` in ``cwd``; output captured as text."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "COLUMNS": "160"}
+    return subprocess.run(
+        [sys.executable, *python, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Plain ``python ARGS``: the behaviour ``aspecthook run`` must reproduce."""
+    return run(cwd, *args, python=())
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    """PROGRAM as prog.py next to helper.py, with CONFIG as aspects.yaml; returns the dir."""
+    write(tmp_path, "prog.py", PROGRAM)
+    write(tmp_path, "helper.py", HELPER)
+    write(tmp_path, "aspects.yaml", CONFIG)
+    return tmp_path
+
+
+# -- the program runs as with plain python ----------------------------------------------------
+
+
+def test_argv_is_passed_as_python_would(program: Path) -> None:
+    """sys.argv is [script, args...] exactly, including options named like ours."""
+    done = run(program, "--aspects", "aspects.yaml", "prog.py", "0", "--strict", "-m", "x")
+    assert done.returncode == 0, done.stderr
+    assert 'argv: ["prog.py", "0", "--strict", "-m", "x"]' in done.stdout
+
+
+def test_double_dash_ends_our_options(program: Path) -> None:
+    """Everything after -- is the program's command line."""
+    done = run(program, "--no-summary", "--", "prog.py", "--trace", "x")
+    assert done.returncode == 1  # int('--trace') fails in the program itself
+    assert "ValueError: invalid literal for int() with base 10: '--trace'" in done.stderr
+
+
+def test_main_module_file_and_path_as_python(tmp_path: Path) -> None:
+    """__name__, __file__, sys.argv[0] and sys.path[0] are what python gives the script."""
+    write(
+        tmp_path,
+        "sub/where.py",
+        """\
+        import sys
+        print(__name__, __file__, sys.argv[0], sys.path[0], __spec__, sep="|")
+        """,
+    )
+    ours = run(tmp_path, "sub/where.py")
+    plain = python(tmp_path, "sub/where.py")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout
+    assert plain.stdout.split("|")[:4] == [
+        "__main__",
+        str(tmp_path / "sub" / "where.py"),
+        "sub/where.py",
+        str(tmp_path / "sub"),
+    ]
+
+
+def test_exit_code_zero_at_normal_end(program: Path) -> None:
+    """A program that ends normally exits 0."""
+    done = run(program, "--aspects", "aspects.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+
+
+def test_sys_exit_code_is_the_exit_code(program: Path) -> None:
+    """sys.exit(3) in the program makes aspecthook exit 3."""
+    done = run(program, "--aspects", "aspects.yaml", "prog.py", "3")
+    assert done.returncode == 3, done.stderr
+
+
+def test_sys_exit_message_goes_to_stderr_with_code_1(tmp_path: Path) -> None:
+    """sys.exit('msg') prints msg on stderr and exits 1, as python does."""
+    write(tmp_path, "bye.py", "import sys\nprint('out')\nsys.exit('goodbye, cruel world')\n")
+    done = run(tmp_path, "bye.py")
+    assert done.returncode == 1
+    assert done.stdout == "out\n"
+    assert done.stderr == "goodbye, cruel world\n"
+
+
+def test_uncaught_exception_traceback_is_pythons(tmp_path: Path) -> None:
+    """An uncaught exception exits 1 with the traceback python prints, without our frames."""
+    write(
+        tmp_path,
+        "boom.py",
+        """\
+        def inner():
+            raise ValueError("bad thing")
+
+        inner()
+        """,
+    )
+    ours = run(tmp_path, "boom.py")
+    plain = python(tmp_path, "boom.py")
+    assert ours.returncode == plain.returncode == 1
+    assert ours.stderr == plain.stderr
+    assert f'File "{tmp_path / "boom.py"}", line 4, in <module>' in ours.stderr
+    assert "ValueError: bad thing" in ours.stderr
+    for foreign in ("runpy", "_cli.py", "aspecthook"):
+        assert foreign not in ours.stderr
+
+
+def test_uncaught_exception_uses_the_programs_excepthook(tmp_path: Path) -> None:
+    """An excepthook the program installs gets the exception, as under plain python."""
+    write(
+        tmp_path,
+        "hooked.py",
+        """\
+        import sys
+        sys.excepthook = lambda t, e, tb: print("hook:", t.__name__, tb.tb_frame.f_code.co_name)
+        raise KeyError("k")
+        """,
+    )
+    done = run(tmp_path, "hooked.py")
+    assert done.returncode == 1
+    assert done.stdout == "hook: KeyError <module>\n"
+
+
+def test_syntax_error_is_reported_as_python_does(tmp_path: Path) -> None:
+    """A program that does not compile prints python's SyntaxError report and exits 1."""
+    write(tmp_path, "broken.py", "def (:\n")
+    ours = run(tmp_path, "broken.py")
+    plain = python(tmp_path, "broken.py")
+    assert ours.returncode == plain.returncode == 1
+    assert ours.stderr == plain.stderr
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs POSIX signals")
+def test_keyboard_interrupt_exits_by_sigint(tmp_path: Path) -> None:
+    """An uncaught KeyboardInterrupt ends the process by SIGINT, as python does."""
+    write(tmp_path, "ctrl_c.py", "raise KeyboardInterrupt\n")
+    ours = run(tmp_path, "ctrl_c.py")
+    plain = python(tmp_path, "ctrl_c.py")
+    assert ours.returncode == plain.returncode == -signal.SIGINT
+    assert "KeyboardInterrupt" in ours.stderr
+
+
+def test_missing_script_exits_2(tmp_path: Path) -> None:
+    """A script that does not exist is reported like python does, exit code 2."""
+    done = run(tmp_path, "nope.py")
+    assert done.returncode == 2
+    assert "can't open file" in done.stderr
+    assert "nope.py" in done.stderr
+
+
+# -- -m module ---------------------------------------------------------------------------------
+
+
+def test_run_module_with_args(program: Path) -> None:
+    """-m module runs it as __main__ with argv[0] its file and the rest passed through."""
+    write(
+        program,
+        "pkg/__main__.py",
+        """\
+        import json, sys
+        import helper
+        print(__name__, json.dumps(sys.argv[1:]), sys.argv[0].endswith("__main__.py"))
+        sys.exit(helper.work(json.dumps({"i": 4})))
+        """,
+    )
+    write(program, "pkg/__init__.py", "")
+    done = run(program, "--aspects", "aspects.yaml", "-m", "pkg", "a", "-b")
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == '__main__ ["a", "-b"] True\n'
+    assert "json.loads" in done.stderr  # the summary covers the module's calls
+
+
+def test_run_missing_module(tmp_path: Path) -> None:
+    """-m with a module that does not exist says so, exit code 1, as python -m does."""
+    done = run(tmp_path, "-m", "no_such_module_xyz")
+    assert done.returncode == 1
+    assert done.stderr.endswith(": No module named no_such_module_xyz\n")
+
+
+def test_console_script_runs_the_same_command(program: Path) -> None:
+    """The installed 'aspecthook' script is the same command."""
+    script = Path(sys.executable).with_name("aspecthook")
+    if not script.exists():
+        pytest.skip("the aspecthook console script is not installed next to python")
+    done = subprocess.run(
+        [str(script), "run", "--aspects", "aspects.yaml", "prog.py", "5"],
+        cwd=program,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 5, done.stderr
+    assert "json.dumps" in done.stderr
+
+
+# -- weaving -----------------------------------------------------------------------------------
+
+
+def test_aspects_are_woven_before_the_programs_imports(program: Path) -> None:
+    """A module of the program is woven when the program imports it, not before."""
+    write(
+        program,
+        "lazy.yaml",
+        """\
+        weave:
+          - target: helper.work
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "lazy.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert "helper imported before the program: False" in done.stdout
+    row = next(line for line in done.stderr.splitlines() if "helper.work" in line)
+    assert row.split("│")[2].strip() == "20"  # calls
+
+
+def test_missing_target_is_a_warning_and_skipped(program: Path) -> None:
+    """A target that does not exist is reported on stderr; the program runs and its code
+    is the exit code."""
+    write(
+        program,
+        "missing.yaml",
+        """\
+        weave:
+          - target: no_such_pkg_xyz.thing
+            aspects: [Timed]
+          - target: "json.*"
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "missing.yaml", "prog.py", "7")
+    assert done.returncode == 7
+    assert (
+        "aspecthook: warning: missing.yaml: weave[0]: no_such_pkg_xyz.thing skipped: "
+        "no module named 'no_such_pkg_xyz'"
+    ) in done.stderr
+    assert "json.dumps" in done.stderr
+    assert "argv:" in done.stdout
+
+
+def test_missing_target_with_strict_exits_2(program: Path) -> None:
+    """With --strict a missing target is an error: exit 2 and the program does not run."""
+    write(
+        program,
+        "missing.yaml",
+        """\
+        weave:
+          - target: no_such_pkg_xyz.thing
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--strict", "--aspects", "missing.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "aspecthook: error: missing.yaml: weave[0]: cannot weave no_such_pkg_xyz.thing" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_attribute_of_lazy_module(program: Path) -> None:
+    """A missing function in a module imported later is reported when it fails (a warning),
+    and with strict: true in the file it exits 2."""
+    body = """\
+        weave:
+          - target: helper.no_such_function
+            aspects: [Timed]
+        """
+    write(program, "late.yaml", body)
+    done = run(program, "--aspects", "late.yaml", "prog.py", "6")
+    assert done.returncode == 6
+    assert "weave[0]: helper.no_such_function failed:" in done.stderr
+
+    write(program, "late_strict.yaml", "strict: true\n" + textwrap.dedent(body))
+    done = run(program, "--aspects", "late_strict.yaml", "prog.py")
+    assert done.returncode == 2
+    assert "helper.no_such_function" in done.stderr
+    assert "(strict mode)" in done.stderr
+
+
+def test_version_guard_skips_even_with_strict(program: Path) -> None:
+    """A requires: guard that does not hold is a skip with a warning, even with --strict."""
+    write(
+        program,
+        "guard.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            requires: "pytest>=999"
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--strict", "--aspects", "guard.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert "does not satisfy pytest>=999" in done.stderr
+
+
+def test_main_module_target_is_explained(program: Path) -> None:
+    """A __main__ target cannot be woven from outside; the warning says what to do."""
+    write(
+        program,
+        "main.yaml",
+        """\
+        weave:
+          - target: "__main__.*"
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "main.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert "move that code into a module the program imports" in done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_design_example_times_json_and_optimizer_step(tmp_path: Path) -> None:
+    """The documented config times and logs json.* and times torch's optimizer steps,
+    woven when the program imports torch."""
+    write(
+        tmp_path,
+        "aspects.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            aspects: [Timed, {type: Logged, level: debug}]
+          - target: "torch.optim.*.step"
+            requires: "torch>=2"
+            aspects: [Timed]
+        """,
+    )
+    write(
+        tmp_path,
+        "train.py",
+        """\
+        import json, sys
+        print("torch imported before the program:", "torch" in sys.modules)
+        import torch
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(4, 2)).sum().backward()
+            opt.step()
+        print(json.dumps({"done": True}))
+        """,
+    )
+    done = run(tmp_path, "--aspects", "aspects.yaml", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == 'torch imported before the program: False\n{"done": true}\n'
+    step = next(line for line in done.stderr.splitlines() if "SGD.step" in line)
+    assert step.split("│")[2].strip() == "3"
+    assert "joinpoint=json.dumps" in done.stderr  # Logged, on stderr
+
+
+# -- bad configuration ---------------------------------------------------------------------------
+
+
+def test_unknown_aspect_type_exits_2_naming_file_and_key(program: Path) -> None:
+    """A config error is one line naming the file, the key and the closest type; exit 2."""
+    write(
+        program,
+        "typo.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            aspects: [Timed]
+          - target: helper.work
+            aspects: [Timed, Loged]
+        """,
+    )
+    done = run(program, "--aspects", "typo.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(
+        "aspecthook: error: typo.yaml: weave[1].aspects[1].type: unknown aspect type 'Loged'; "
+        "did you mean 'Logged'?"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_wrong_aspect_parameter_exits_2(program: Path) -> None:
+    """A parameter the aspect does not take names it and the valid ones; exit 2."""
+    write(
+        program,
+        "param.toml",
+        """\
+        [[weave]]
+        target = "json.*"
+        aspects = [{type = "Timed", max_event = 10}]
+        """,
+    )
+    done = run(program, "--aspects", "param.toml", "prog.py")
+    assert done.returncode == 2
+    assert "param.toml: weave[0].aspects[0].max_event: Timed does not take 'max_event'" in (
+        done.stderr
+    )
+    assert "did you mean 'max_events'?" in done.stderr
+
+
+def test_malformed_yaml_exits_2(program: Path) -> None:
+    """A file that is not YAML is reported with its name and line; exit 2."""
+    write(program, "bad.yaml", "weave: [\n")
+    done = run(program, "--aspects", "bad.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stderr.startswith("aspecthook: error: bad.yaml: is not valid YAML: line 2")
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    """No program, an unknown command or an unknown option are usage errors (exit 2)."""
+    assert run(tmp_path).returncode == 2
+    assert "give the program to run" in run(tmp_path).stderr
+    assert run(tmp_path, python=("-m", "aspecthook", "walk")).returncode == 2
+    assert run(tmp_path, "--frobnicate", "x.py").returncode == 2
+    helped = run(tmp_path, "--help")
+    assert helped.returncode == 0
+    assert "--aspects FILE" in helped.stdout
+
+
+# -- at exit: summary and trace -----------------------------------------------------------------
+
+
+def test_summary_table_on_stderr(program: Path) -> None:
+    """At exit the Timed summary table goes to stderr with its columns; stdout is the
+    program's own."""
+    done = run(program, "--aspects", "aspects.yaml", "prog.py")
+    plain = python(program, "prog.py")
+    assert done.stdout == plain.stdout
+    assert "aspecthook: timings" in done.stderr
+    header = next(line for line in done.stderr.splitlines() if "join point" in line)
+    columns = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert columns == [
+        "join point",
+        "calls",
+        "errors",
+        "total",
+        "mean",
+        "min",
+        "p50",
+        "p95",
+        "p99",
+        "max",
+    ]
+    dumps = next(line for line in done.stderr.splitlines() if "│ json.dumps " in line)
+    assert dumps.split("│")[2].strip() == "21"  # 20 in the loop, 1 for argv
+
+
+def test_summary_also_after_exception_and_exit(program: Path) -> None:
+    """The summary is printed after sys.exit(n) and after an uncaught exception."""
+    assert "json.dumps" in run(program, "--aspects", "aspects.yaml", "prog.py", "9").stderr
+    failing = run(program, "--aspects", "aspects.yaml", "prog.py", "not-a-number")
+    assert failing.returncode == 1
+    assert failing.stderr.index("Traceback") < failing.stderr.index("json.dumps")
+
+
+def test_no_summary(program: Path) -> None:
+    """--no-summary, or summary: false in the file, prints no table."""
+    assert (
+        "timings" not in run(program, "--no-summary", "--aspects", "aspects.yaml", "prog.py").stderr
+    )
+    write(program, "quiet.yaml", "summary: false\n" + CONFIG)
+    assert "timings" not in run(program, "--aspects", "quiet.yaml", "prog.py").stderr
+
+
+def test_trace_file_is_written(program: Path) -> None:
+    """--trace writes Trace Event JSON with complete, nested events of every weave."""
+    write(
+        program,
+        "two.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            aspects: [Timed]
+          - target: helper.work
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "two.yaml", "--trace", "out/trace.json", "prog.py", "4")
+    assert done.returncode == 4, done.stderr
+    assert f"trace written to {program / 'out' / 'trace.json'}" in done.stderr
+    events = json.loads((program / "out" / "trace.json").read_text())["traceEvents"]
+    assert {e["ph"] for e in events} == {"X"}
+    names = [e["name"] for e in events]
+    assert names.count("helper.work") == 20
+    assert names.count("json.dumps") == 21
+    work = next(e for e in events if e["name"] == "helper.work")
+    inside = [
+        e
+        for e in events
+        if e["tid"] == work["tid"]
+        and work["ts"] <= e["ts"]
+        and e["ts"] + e["dur"] <= work["ts"] + work["dur"]
+    ]
+    assert "json.loads" in {e["name"] for e in inside}  # nested calls nest
+
+
+def test_trace_from_config_file_after_exception(program: Path) -> None:
+    """trace: in the file writes the trace at exit, also after an uncaught exception."""
+    (program / "out").mkdir()
+    write(
+        program,
+        "traced.toml",
+        'trace = "out/t.json"\n[[weave]]\ntarget = "json.*"\naspects = ["Timed"]\n',
+    )
+    done = run(program, "--aspects", "traced.toml", "prog.py", "x")
+    assert done.returncode == 1
+    events = json.loads((program / "out" / "t.json").read_text())["traceEvents"]
+    assert any(e["name"] == "json.dumps" for e in events)
+
+
+def test_threads_are_joined_before_the_summary(tmp_path: Path) -> None:
+    """Calls made by non-daemon threads still running at the end are in the summary."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(
+        tmp_path,
+        "threaded.py",
+        """\
+        import json, threading, time
+
+        def late():
+            time.sleep(0.2)
+            json.dumps([1])
+
+        threading.Thread(target=late).start()
+        """,
+    )
+    done = run(tmp_path, "--aspects", "aspects.yaml", "threaded.py")
+    assert done.returncode == 0, done.stderr
+    assert "json.dumps" in done.stderr
+
+
+def test_differently_configured_timers_share_one_table_and_trace(program: Path) -> None:
+    """Two Timed aspects with different parameters end up in one table and one trace file."""
+    write(
+        program,
+        "two_timers.yaml",
+        """\
+        weave:
+          - target: "json.dumps"
+            aspects: [Timed]
+          - target: helper.work
+            aspects: [{type: Timed, max_events: 5}]
+        """,
+    )
+    done = run(program, "--aspects", "two_timers.yaml", "--trace", "t.json", "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("aspecthook: timings") == 1
+    assert "│ json.dumps " in done.stderr
+    assert "│ helper.work " in done.stderr
+    names = [e["name"] for e in json.loads((program / "t.json").read_text())["traceEvents"]]
+    assert (names.count("json.dumps"), names.count("helper.work")) == (21, 5)
+
+
+def test_malformed_requires_is_a_config_error(program: Path) -> None:
+    """A requires: that is not a requirement points at that key; exit 2."""
+    write(
+        program,
+        "req.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            requires: "torch >>> 2"
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "req.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stderr.startswith("aspecthook: error: req.yaml: weave[0].requires: requires=")

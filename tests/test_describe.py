@@ -1,0 +1,225 @@
+"""describe(): what runs where, as rows a program can read and a table a person can."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook import Aspect, after
+
+ROW_FIELDS = (
+    "joinpoint",
+    "stage",
+    "order",
+    "advice",
+    "priority",
+    "aspect",
+    "filters",
+    "location",
+    "status",
+)
+
+
+@pytest.fixture
+def point(request: pytest.FixtureRequest) -> str:
+    """A join point name that no other test uses."""
+    return "test_describe." + re.sub(r"\W", "_", request.node.name)
+
+
+def _declare(weaver: ah.Weaver, name: str) -> Any:
+    @weaver.joinpoint(name)
+    def step(x: int = 1) -> int:
+        return x
+
+    return step
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = fn.__code__
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def test_rows_have_the_documented_fields(weaver: ah.Weaver, point: str) -> None:
+    """A row has join point, stage, order, advice, priority, aspect, filters, location, status."""
+    step = _declare(weaver, point)
+
+    def warmup(ctx: Any) -> None:
+        pass
+
+    weaver.before(point, priority="high", every=10)(warmup)
+    (row,) = ah.describe(point)
+    assert isinstance(row, ah.Row)
+    assert set(ROW_FIELDS) <= set(row.as_dict())
+    assert row.joinpoint == point
+    assert row.stage == "before"
+    assert row.order == 1
+    assert row.advice == "warmup"
+    assert row.priority == 30
+    assert row.aspect == ""
+    assert row.filters == "every=10"
+    assert row.location == _where(warmup)
+    assert row.status == "active"
+    assert step() == 1
+
+
+def test_rows_list_advice_in_run_order_per_stage(weaver: ah.Weaver, point: str) -> None:
+    """Within each stage, rows come in the order the advice runs, numbered from 1."""
+    step = _declare(weaver, point)
+    weaver.before(point, name="late", priority="low")(lambda ctx: None)
+    weaver.before(point, name="first", priority="highest")(lambda ctx: None)
+    weaver.before(point, name="middle")(lambda ctx: None)
+    weaver.after(point, name="after-a")(lambda ctx: None)
+    weaver.after(point, name="after-b", priority="high")(lambda ctx: None)
+    weaver.around(point, name="wrap")(lambda ctx, proceed: proceed())
+    weaver.on_error(point, name="oops")(lambda ctx: None)
+    rows = weaver.describe(point)
+    table = [(r.stage, r.order, r.advice, r.priority) for r in rows]
+    assert table == [
+        ("before", 1, "first", 0),
+        ("before", 2, "middle", 50),
+        ("before", 3, "late", 70),
+        ("around", 1, "wrap", 50),
+        ("after", 1, "after-b", 30),
+        ("after", 2, "after-a", 50),
+        ("on_error", 1, "oops", 50),
+    ]
+    assert rows.advice_names(point, "before") == ["first", "middle", "late"]
+    assert step() == 1
+
+
+def test_order_constraints_show_in_describe(weaver: ah.Weaver, point: str) -> None:
+    """describe() shows the order after order_after / order_before are resolved."""
+    step = _declare(weaver, point)
+    weaver.after(point, name="save")(lambda ctx: None)
+    weaver.after(point, name="ema", order_before=("save",))(lambda ctx: None)
+    assert weaver.describe(point).advice_names(point, "after") == ["ema", "save"]
+    assert step() == 1
+
+
+def test_aspect_and_filters_columns(weaver: ah.Weaver, point: str) -> None:
+    """Rows name the aspect of aspect advice and spell out its filters."""
+    step = _declare(weaver, point)
+
+    class Checkpoint(Aspect):
+        @after(point, every=100, rank=0, errors="log")
+        def save(self, ctx: Any) -> None:
+            pass
+
+    weaver.register(Checkpoint())
+    weaver.before(point, once=True, when=lambda ctx: True)(lambda ctx: None)
+    rows = {r.stage: r for r in weaver.describe(point)}
+    assert rows["after"].aspect == "checkpoint"
+    assert rows["after"].advice == "checkpoint.save"
+    assert rows["after"].filters == "every=100, rank=0, errors=log"
+    assert rows["before"].filters == "once, when=<lambda>"
+    assert step() == 1
+
+
+def test_joinpoint_without_advice_has_one_row(weaver: ah.Weaver, point: str) -> None:
+    """A join point with no advice is listed once, with an empty stage."""
+    step = _declare(weaver, point)
+    (row,) = ah.describe(point)
+    assert (row.joinpoint, row.stage, row.advice, row.status) == (point, "", "", "active")
+    assert row.location == _where(step.__wrapped__)
+
+
+def test_failures_are_counted(weaver: ah.Weaver, point: str) -> None:
+    """A failing errors='log' advice shows its failure count."""
+    step = _declare(weaver, point)
+
+    @weaver.before(point, errors="log")
+    def flaky(ctx: Any) -> None:
+        raise RuntimeError("flaky")
+
+    with capture_logs():
+        step()
+        step()
+    (row,) = weaver.describe(point)
+    assert row.failures == 2
+
+
+def test_describe_selects_by_pointcut(weaver: ah.Weaver, point: str) -> None:
+    """describe(pointcut) lists only the join points the pointcut selects."""
+    one = _declare(weaver, f"{point}.one")
+    two = _declare(weaver, f"{point}.two")
+    assert {r.joinpoint for r in ah.describe(f"{point}.*")} == {f"{point}.one", f"{point}.two"}
+    assert {r.joinpoint for r in ah.describe(f"{point}.one")} == {f"{point}.one"}
+    assert one() == two() == 1
+
+
+def test_str_renders_a_table(weaver: ah.Weaver, point: str) -> None:
+    """str(describe()) is a table with headers, the join point and its advice."""
+    step = _declare(weaver, point)
+    weaver.before(point, name="warmup")(lambda ctx: None)
+    text = str(ah.describe(point))
+    assert "join point" in text
+    assert "advice" in text
+    assert point in text
+    assert "warmup" in text
+    assert step() == 1
+
+
+def test_describe_is_a_list_of_rows(weaver: ah.Weaver, point: str) -> None:
+    """describe() returns a list of Row objects a program can read."""
+    step = _declare(weaver, point)
+    rows = ah.describe(point)
+    assert isinstance(rows, list)
+    assert all(isinstance(r, ah.Row) for r in rows)
+    assert rows.for_joinpoint(point) == list(rows)
+    assert step() == 1
+
+
+# -- unmatched advice --------------------------------------------------------------------------
+
+
+def test_advice_for_an_undeclared_name_is_unmatched_with_a_suggestion(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """Advice for a name no join point has is 'unmatched', with a did-you-mean for a close name."""
+    step = _declare(weaver, f"{point}.train_iter")
+
+    def warmup(ctx: Any) -> None:
+        pass
+
+    weaver.before(f"{point}.trian_iter")(warmup)
+    unmatched = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert len(unmatched) == 1
+    row = unmatched[0]
+    assert row.joinpoint == ""
+    assert row.stage == "before"
+    assert row.advice == "warmup"
+    assert row.location == _where(warmup)
+    assert f"no join point named '{point}.trian_iter'" in row.note
+    assert f"did you mean '{point}.train_iter'?" in row.note
+    assert "unmatched" in str(weaver.describe())
+    assert step() == 1
+
+
+def test_unmatched_without_a_close_name_has_no_suggestion(weaver: ah.Weaver) -> None:
+    """An unmatched name with nothing close to it gets no did-you-mean."""
+    weaver.after("zzqx_describe_nothing_like_it_0192")(lambda ctx: None)
+    (row,) = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert "no join point named" in row.note
+    assert "did you mean" not in row.note
+
+
+def test_advice_becomes_matched_when_its_joinpoint_appears(weaver: ah.Weaver, point: str) -> None:
+    """Once a join point with the name is declared, the advice is listed under it."""
+    weaver.after(point, name="late_bound")(lambda ctx: None)
+    assert [r.status for r in weaver.describe() if r.advice == "late_bound"] == ["unmatched"]
+    step = _declare(weaver, point)
+    (row,) = weaver.describe(point)
+    assert (row.joinpoint, row.advice, row.status) == (point, "late_bound", "active")
+    assert not [r for r in weaver.describe() if r.status == "unmatched"]
+    assert step() == 1
+
+
+def test_glob_advice_is_not_reported_unmatched(weaver: ah.Weaver) -> None:
+    """Advice with a glob that matches nothing yet is not an error to report."""
+    weaver.before("test_describe.no_such_family.*")(lambda ctx: None)
+    assert [r for r in weaver.describe() if r.status == "unmatched"] == []

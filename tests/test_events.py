@@ -1,0 +1,236 @@
+"""Events: on('name') / on('glob.*') subscribers and emit(name, **payload)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook import Aspect, on
+from aspecthook.errors import AdviceSignatureError
+
+
+@pytest.fixture
+def event(request: pytest.FixtureRequest) -> str:
+    """An event name prefix that no other test uses."""
+    return "test_events." + re.sub(r"\W", "_", request.node.name)
+
+
+def test_subscriber_receives_name_payload_and_source(weaver: ah.Weaver, event: str) -> None:
+    """A subscriber gets an Event with .name, .payload (the keyword arguments) and .source."""
+    got: list[ah.Event] = []
+    weaver.on(f"{event}.saved")(got.append)
+    owner = object()
+    returned = weaver.emit(f"{event}.saved", source=owner, path="/tmp/x.pt", step=3)
+    assert len(got) == 1
+    received = got[0]
+    assert received is returned
+    assert isinstance(received, ah.Event)
+    assert received.name == f"{event}.saved"
+    assert received.payload == {"path": "/tmp/x.pt", "step": 3}
+    assert received.source is owner
+
+
+def test_source_defaults_to_none(weaver: ah.Weaver, event: str) -> None:
+    """emit() without source= gives an Event whose source is None."""
+    assert weaver.emit(event, a=1).source is None
+
+
+def test_payload_keys_read_as_attributes(weaver: ah.Weaver, event: str) -> None:
+    """Payload keys can be read as attributes; a missing one lists the keys there are."""
+    evt = weaver.emit(event, path="p", step=2)
+    assert evt.path == "p"
+    assert evt.step == 2
+    with pytest.raises(AttributeError, match=r"no payload key 'epoch'.*\['path', 'step'\]"):
+        evt.epoch
+
+
+def test_emit_without_subscribers_returns_the_event(weaver: ah.Weaver, event: str) -> None:
+    """Emitting an event nobody subscribes to is fine and returns the Event."""
+    evt = weaver.emit(f"{event}.unheard", x=1)
+    assert evt.name == f"{event}.unheard"
+    assert evt.payload == {"x": 1}
+
+
+def test_exact_name_only_matches_that_name(weaver: ah.Weaver, event: str) -> None:
+    """on('a.b') receives 'a.b' and nothing else."""
+    got: list[str] = []
+    weaver.on(f"{event}.saved")(lambda e: got.append(e.name))
+    weaver.emit(f"{event}.saved")
+    weaver.emit(f"{event}.saved.extra")
+    weaver.emit(f"{event}.save")
+    assert got == [f"{event}.saved"]
+
+
+def test_glob_subscribes_to_a_family(weaver: ah.Weaver, event: str) -> None:
+    """on('ckpt.*') receives every event whose name matches the glob."""
+    got: list[str] = []
+    weaver.on(f"{event}.ckpt.*")(lambda e: got.append(e.name))
+    for name in ("ckpt.saved", "ckpt.loaded", "ckptx", "other.saved"):
+        weaver.emit(f"{event}.{name}")
+    assert got == [f"{event}.ckpt.saved", f"{event}.ckpt.loaded"]
+
+
+def test_subscribers_run_in_priority_order(weaver: ah.Weaver, event: str) -> None:
+    """Subscribers run in ascending priority, ties in registration order."""
+    got: list[str] = []
+    weaver.on(event, priority="low")(lambda e: got.append("low"))
+    weaver.on(event)(lambda e: got.append("normal-1"))
+    weaver.on(f"{event}*", priority="highest")(lambda e: got.append("highest"))
+    weaver.on(event)(lambda e: got.append("normal-2"))
+    weaver.emit(event)
+    assert got == ["highest", "normal-1", "normal-2", "low"]
+
+
+def test_events_reach_subscribers_of_every_global_weaver(weaver: ah.Weaver, event: str) -> None:
+    """aspecthook.emit reaches subscribers on the default weaver and on other global weavers."""
+    got: list[str] = []
+    ah.on(event)(lambda e: got.append("default"))
+    weaver.on(event)(lambda e: got.append("private"))
+    ah.emit(event)
+    weaver.emit(event)
+    assert got == ["default", "private", "default", "private"]
+
+
+def test_subscribing_after_an_emit_takes_effect(weaver: ah.Weaver, event: str) -> None:
+    """A subscriber added after earlier emits receives the next emits."""
+    got: list[int] = []
+    weaver.emit(event, n=0)
+    weaver.on(event)(lambda e: got.append(e.n))
+    weaver.emit(event, n=1)
+    assert got == [1]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_errors_log_policy_logs_and_later_subscribers_still_run(
+    weaver: ah.Weaver, event: str
+) -> None:
+    """errors='log': a failing subscriber is logged and counted; the others still run."""
+    got: list[str] = []
+
+    @weaver.on(event, errors="log", priority="high")
+    def broken(evt: Any) -> None:
+        raise RuntimeError("subscriber failed")
+
+    weaver.on(event)(lambda e: got.append("after"))
+    with capture_logs() as logs:
+        weaver.emit(event)
+        weaver.emit(event)
+    assert got == ["after", "after"]
+    assert broken.failures == 2
+    assert [entry["event"] for entry in logs] == ["advice.failed"] * 2
+    assert logs[0]["log_level"] == "error"
+    assert logs[0]["advice"] == "broken"
+    assert logs[0]["kind"] == "on"
+    assert logs[0]["joinpoint"] == event
+
+
+def test_errors_raise_propagates_and_stops_delivery(weaver: ah.Weaver, event: str) -> None:
+    """errors='raise' (default): a failing subscriber's exception reaches the emitter."""
+    got: list[str] = []
+
+    @weaver.on(event, priority="high")
+    def broken(evt: Any) -> None:
+        raise RuntimeError("subscriber failed")
+
+    weaver.on(event)(lambda e: got.append("after"))
+    with pytest.raises(RuntimeError, match="subscriber failed"):
+        weaver.emit(event)
+    assert got == []
+
+
+def test_subscriber_signature_is_checked_at_registration(weaver: ah.Weaver, event: str) -> None:
+    """A subscriber that cannot take the event is refused when it subscribes."""
+
+    def no_args() -> None:
+        pass
+
+    with pytest.raises(AdviceSignatureError, match=r"no_args\(\).*no_args\(event\)"):
+        weaver.on(event)(no_args)
+
+
+# -- filters -----------------------------------------------------------------------------------
+
+
+def test_every_and_once_count_emits(weaver: ah.Weaver, event: str) -> None:
+    """every=n and once=True filter emits as they filter calls."""
+    every: list[int] = []
+    once: list[int] = []
+    weaver.on(event, every=2)(lambda e: every.append(e.n))
+    weaver.on(event, once=True)(lambda e: once.append(e.n))
+    for n in range(5):
+        weaver.emit(event, n=n)
+    assert every == [1, 3]
+    assert once == [0]
+
+
+def test_when_filters_events(weaver: ah.Weaver, event: str) -> None:
+    """when=predicate(event) delivers only the events it accepts."""
+    got: list[float] = []
+    weaver.on(event, when=lambda e: e.loss < 1.0)(lambda e: got.append(e.loss))
+    for loss in (2.0, 0.5, 1.5, 0.1):
+        weaver.emit(event, loss=loss)
+    assert got == [0.5, 0.1]
+
+
+# -- removal -----------------------------------------------------------------------------------
+
+
+def test_remove_unsubscribes(weaver: ah.Weaver, event: str) -> None:
+    """subscriber.remove() stops delivery; removing twice is a no-op."""
+    got: list[str] = []
+    subscriber = weaver.on(event)(lambda e: got.append("got"))
+    weaver.emit(event)
+    subscriber.remove()
+    subscriber.remove()
+    weaver.emit(event)
+    assert got == ["got"]
+
+
+def test_subscriber_as_context_manager(weaver: ah.Weaver, event: str) -> None:
+    """`with subscriber:` receives events in the block only."""
+    got: list[int] = []
+    with weaver.on(event)(lambda e: got.append(e.n)):
+        weaver.emit(event, n=1)
+    weaver.emit(event, n=2)
+    assert got == [1]
+
+
+def test_aspect_subscribers_are_removed_with_the_aspect(weaver: ah.Weaver, event: str) -> None:
+    """An Aspect's @on methods subscribe per instance and its handle removes them."""
+
+    class Saved(Aspect):
+        def __init__(self) -> None:
+            super().__init__()
+            self.paths: list[str] = []
+
+        @on(f"{event}.saved")
+        def remember(self, evt: Any) -> None:
+            self.paths.append(evt.path)
+
+    first, second = Saved(), Saved()
+    handle = weaver.register(first)
+    weaver.register(second)
+    weaver.emit(f"{event}.saved", path="a")
+    handle.remove()
+    weaver.emit(f"{event}.saved", path="b")
+    assert first.paths == ["a"]
+    assert second.paths == ["a", "b"]
+
+
+def test_clear_removes_subscribers(event: str) -> None:
+    """weaver.clear() removes every subscriber registered through that weaver."""
+    got: list[str] = []
+    private = ah.Weaver("test_events.clear")
+    try:
+        private.on(event)(lambda e: got.append("got"))
+        private.clear()
+        private.emit(event)
+        assert got == []
+    finally:
+        private.close()

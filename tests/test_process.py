@@ -1,0 +1,448 @@
+"""Process event sources: process.start, process.exit, exception.uncaught and audit.<event>."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook import Glob, Name, Predicate, _process
+from aspecthook._pointcut import Pointcut
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def run_script(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as a script in a fresh interpreter (the one running the tests)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run(
+        [sys.executable, str(script), "arg1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def custom(request: pytest.FixtureRequest) -> str:
+    """A custom audit event name no other test raises (raise it with sys.audit)."""
+    return f"aspecthook_test.{request.node.name}"
+
+
+# -- process.start ------------------------------------------------------------------------
+
+
+def test_process_start_is_delivered_once_to_a_new_subscription(weaver: ah.Weaver) -> None:
+    """Subscribing to process.start delivers the event at once with this process's details."""
+    got: list[ah.Event] = []
+    weaver.on("process.start")(got.append)
+    assert len(got) == 1
+    event = got[0]
+    assert event.name == "process.start"
+    assert event.pid == os.getpid()
+    assert event.ppid == os.getppid()
+    assert event.argv == sys.argv
+    assert event.orig_argv == sys.orig_argv
+    assert event.executable == sys.executable
+    assert event.time <= time.time()
+
+
+def test_process_start_is_replayed_to_each_later_subscription(weaver: ah.Weaver) -> None:
+    """Each subscription gets process.start exactly once, whenever it subscribes."""
+    first: list[ah.Event] = []
+    second: list[ah.Event] = []
+    weaver.on("process.start")(first.append)
+    weaver.on("process.*")(second.append)
+    assert len(first) == 1
+    assert len(second) == 1
+    assert first[0].payload == second[0].payload
+
+
+def test_process_start_follows_priorities_within_one_registration(weaver: ah.Weaver) -> None:
+    """Advice registered together receives process.start in priority order."""
+    ran: list[str] = []
+
+    class Startup(ah.Aspect):
+        @ah.on("process.start", priority="LOW")
+        def late(self, event: ah.Event) -> None:
+            ran.append("late")
+
+        @ah.on("process.start", priority="HIGHEST")
+        def early(self, event: ah.Event) -> None:
+            ran.append("early")
+
+    weaver.register(Startup())
+    assert ran == ["early", "late"]
+
+
+def test_process_start_subscriber_failure_is_logged_with_errors_log(weaver: ah.Weaver) -> None:
+    """A failing process.start subscriber with errors='log' is logged, not raised."""
+
+    def broken(event: ah.Event) -> None:
+        raise RuntimeError("broken subscriber")
+
+    with capture_logs() as logs:
+        advice = weaver.on("process.start", errors="log")(broken)
+    assert advice.failures == 1
+    assert [entry["event"] for entry in logs] == ["advice.failed"]
+
+
+def test_process_start_subscriber_failure_raises_at_registration(weaver: ah.Weaver) -> None:
+    """With errors='raise' the subscriber's exception surfaces where it subscribed."""
+
+    def broken(event: ah.Event) -> None:
+        raise RuntimeError("broken subscriber")
+
+    with pytest.raises(RuntimeError, match="broken subscriber"):
+        weaver.on("process.start")(broken)
+
+
+def test_local_weaver_subscriptions_install_nothing() -> None:
+    """A runner's local weaver does not receive process events, so none is replayed."""
+    local = ah.Weaver("local", local=True)
+    got: list[ah.Event] = []
+    local.on("process.start")(got.append)
+    assert got == []
+    local.close()
+
+
+# -- process.exit -------------------------------------------------------------------------
+
+EXIT_SUBSCRIBER = """
+import aspecthook as ah
+
+@ah.on("process.exit")
+def bye(event):
+    exc = type(event.exc).__name__ if event.exc is not None else None
+    print("exit", event.exit_code, exc, event.pid, event.uptime >= 0, flush=True)
+"""
+
+
+def test_process_exit_is_emitted_at_a_normal_end(tmp_path: Path) -> None:
+    """process.exit is emitted once at a normal end; the status is unknown (None) and 0."""
+    result = run_script(tmp_path, EXIT_SUBSCRIBER + "print('body')\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "body"
+    assert lines[1:] == [f"exit None None {lines[1].split()[3]} True"]
+
+
+def test_process_exit_keeps_the_sys_exit_status(tmp_path: Path) -> None:
+    """After sys.exit(3) the event is emitted and the process still exits with 3."""
+    result = run_script(tmp_path, EXIT_SUBSCRIBER + "import sys\nsys.exit(3)\n")
+    assert result.returncode == 3
+    assert result.stdout.startswith("exit None None ")
+
+
+def test_process_exit_reports_the_uncaught_exception(tmp_path: Path) -> None:
+    """An uncaught exception is in the payload (exit_code 1); the traceback still prints."""
+    result = run_script(tmp_path, EXIT_SUBSCRIBER + "raise ValueError('bad input')\n")
+    assert result.returncode == 1
+    assert result.stdout.startswith("exit 1 ValueError ")
+    assert "ValueError: bad input" in result.stderr
+
+
+def test_process_exit_uses_a_noted_exit_code(tmp_path: Path) -> None:
+    """note_exit_code() (used by aspecthook run) sets the payload's exit_code."""
+    code = EXIT_SUBSCRIBER + "from aspecthook import _process\n_process.note_exit_code(7)\n"
+    result = run_script(tmp_path, code)
+    assert result.stdout.startswith("exit 7 None ")
+
+
+def test_failing_exit_subscriber_does_not_change_the_exit_status(tmp_path: Path) -> None:
+    """A process.exit subscriber that raises is reported by Python; the status stays."""
+    code = """
+    import sys
+    import aspecthook as ah
+
+    @ah.on("process.exit")
+    def bye(event):
+        raise RuntimeError("subscriber failed")
+
+    sys.exit(4)
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 4
+    assert "RuntimeError: subscriber failed" in result.stderr
+
+
+def test_process_exit_source_is_installed_once(tmp_path: Path) -> None:
+    """Several process.exit subscriptions share one atexit handler: one event each."""
+    code = """
+    import aspecthook as ah
+    for label in ("a", "b"):
+        ah.on("process.exit")(lambda event, label=label: print("exit", label, flush=True))
+    ah.on("process.*")(lambda event: print("glob", event.name, flush=True))
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "glob process.start",
+        "exit a",
+        "exit b",
+        "glob process.exit",
+    ]
+
+
+# -- exception.uncaught -------------------------------------------------------------------
+
+
+def test_uncaught_exception_is_emitted_then_printed(tmp_path: Path) -> None:
+    """An uncaught exception is emitted, then the previous hook prints it; status 1."""
+    code = """
+    import aspecthook as ah
+
+    @ah.on("exception.uncaught")
+    def seen(event):
+        print("uncaught", event.source, event.exc_type.__name__, event.exc,
+              event.thread.name, event.traceback is not None, flush=True)
+
+    raise KeyError("boom")
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 1
+    assert result.stdout == "uncaught sys.excepthook KeyError 'boom' MainThread True\n"
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "KeyError: 'boom'" in result.stderr
+
+
+def test_uncaught_exception_chains_to_the_hook_installed_before(tmp_path: Path) -> None:
+    """The wrapper calls whatever sys.excepthook was installed before subscribing."""
+    code = """
+    import sys
+    import aspecthook as ah
+
+    def mine(exc_type, exc, tb):
+        print("previous hook", exc_type.__name__, flush=True)
+        sys.exit(5)
+
+    sys.excepthook = mine
+    ah.on("exception.uncaught")(lambda event: print("event", flush=True))
+    assert sys.excepthook.previous is mine
+    raise OSError("disk")
+    """
+    result = run_script(tmp_path, code)
+    assert result.stdout.splitlines() == ["event", "previous hook OSError"]
+    assert result.returncode == 5  # the previous hook still decides how the process ends
+
+
+@pytest.fixture
+def fresh_excepthooks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Fake previous hooks and a not-yet-installed source; everything restored afterwards."""
+    previous: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: previous.append(args))
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: previous.append(exc))
+    others = _process._installed - {_process.EXCEPTION_UNCAUGHT}
+    monkeypatch.setattr(_process, "_installed", others)
+    return previous
+
+
+def test_thread_exception_is_emitted_and_chained(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """An exception escaping a thread is emitted with the thread, then the old hook runs."""
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    error = ValueError("in thread")
+
+    def work() -> None:
+        raise error
+
+    thread = threading.Thread(target=work, name="worker")
+    thread.start()
+    thread.join()
+    assert len(got) == 1
+    event = got[0]
+    assert event.source == "threading.excepthook"
+    assert event.thread is thread
+    assert event.exc is error
+    assert event.exc_type is ValueError
+    assert [args.exc_value for args in fresh_excepthooks] == [error]
+
+
+def test_excepthooks_are_wrapped_once(weaver: ah.Weaver, fresh_excepthooks: list[Any]) -> None:
+    """Many subscriptions install one wrapper per hook, each chaining to the old hook."""
+    old_thread, old_sys = threading.excepthook, sys.excepthook
+    for _ in range(3):
+        weaver.on("exception.*")(lambda event: None)
+    assert isinstance(threading.excepthook, _process.ChainedThreadExcepthook)
+    assert threading.excepthook.previous is old_thread
+    assert isinstance(sys.excepthook, _process.ChainedExcepthook)
+    assert sys.excepthook.previous is old_sys
+
+
+def test_failing_subscriber_never_swallows_the_exception(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """A subscriber that raises still lets the previous hook see the original exception."""
+
+    def broken(event: ah.Event) -> None:
+        raise RuntimeError("subscriber failed")
+
+    weaver.on("exception.uncaught")(broken)
+    original = ValueError("original")
+    args = SimpleNamespace(exc_type=ValueError, exc_value=original, exc_traceback=None, thread=None)
+    with pytest.raises(RuntimeError, match="subscriber failed"):
+        threading.excepthook(args)  # type: ignore[arg-type]
+    assert fresh_excepthooks == [args]
+    with pytest.raises(RuntimeError, match="subscriber failed"):
+        sys.excepthook(ValueError, original, None)
+    assert fresh_excepthooks[1] == (ValueError, original, None)
+
+
+# -- audit.<event> ------------------------------------------------------------------------
+
+
+def test_audit_open_is_emitted(weaver: ah.Weaver, tmp_path: Path) -> None:
+    """Opening a file emits audit.open with the audit event's arguments."""
+    got: list[ah.Event] = []
+    weaver.on("audit.open")(got.append)
+    path = tmp_path / "data.txt"
+    with open(path, "w") as handle:
+        handle.write("x")
+    opened = [e for e in got if e.args[0] == str(path)]
+    assert len(opened) == 1
+    assert opened[0].name == "audit.open"
+    assert opened[0].args[1] == "w"
+
+
+def test_audit_glob_subscription(weaver: ah.Weaver, custom: str) -> None:
+    """A glob subscription receives every audit event it matches."""
+    got: list[ah.Event] = []
+    weaver.on(f"audit.{custom}.*")(got.append)
+    sys.audit(f"{custom}.one", 1)
+    sys.audit(f"{custom}.two", 2, "b")
+    sys.audit(f"{custom}x.other", 3)
+    assert [(e.name, e.args) for e in got] == [
+        (f"audit.{custom}.one", (1,)),
+        (f"audit.{custom}.two", (2, "b")),
+    ]
+
+
+def test_audit_events_follow_priorities_and_errors_log(weaver: ah.Weaver, custom: str) -> None:
+    """Audit events go through emit: priority order, and errors='log' failures are logged."""
+    ran: list[str] = []
+
+    def broken(event: ah.Event) -> None:
+        ran.append("broken")
+        raise RuntimeError("subscriber failed")
+
+    weaver.on(f"audit.{custom}", priority="LOW")(lambda e: ran.append("low"))
+    weaver.on(f"audit.{custom}", priority="HIGH", errors="log")(broken)
+    with capture_logs() as logs:
+        sys.audit(custom)
+    assert ran == ["broken", "low"]
+    assert [entry["event"] for entry in logs] == ["advice.failed"]
+
+
+def test_raising_audit_subscriber_aborts_the_operation(weaver: ah.Weaver, custom: str) -> None:
+    """With errors='raise' a subscriber can veto an audited operation, as audit hooks do."""
+
+    def forbid(event: ah.Event) -> None:
+        raise PermissionError(f"{event.name} is not allowed in tests")
+
+    weaver.on(f"audit.{custom}")(forbid)
+    with pytest.raises(PermissionError, match="is not allowed in tests"):
+        sys.audit(custom)
+
+
+def test_removed_audit_subscription_gets_nothing(weaver: ah.Weaver, custom: str) -> None:
+    """After remove() the subscriber gets no more events and the dispatcher goes idle."""
+    got: list[ah.Event] = []
+    advice = weaver.on(f"audit.{custom}")(got.append)
+    sys.audit(custom)
+    advice.remove()
+    sys.audit(custom)
+    assert len(got) == 1
+    assert custom not in _process._audit_names
+
+
+def test_audit_subscriber_that_opens_files_does_not_recurse(
+    weaver: ah.Weaver, tmp_path: Path
+) -> None:
+    """Audited operations inside a subscriber are not delivered to it again."""
+    log = tmp_path / "log.txt"
+    seen: list[str] = []
+
+    def record(event: ah.Event) -> None:
+        seen.append(str(event.args[0]))
+        with open(log, "a") as handle:  # audited too: must not re-enter
+            handle.write("x")
+
+    weaver.on("audit.open")(record)
+    target = tmp_path / "target.txt"
+    target.write_text("y")
+    assert seen.count(str(target)) == 1
+    assert str(log) not in seen
+
+
+def test_audit_dispatcher_is_installed_once(weaver: ah.Weaver, custom: str) -> None:
+    """Subscribing to many audit names, exact and glob, adds one audit hook in all."""
+    for name in ("open", "socket.connect", "subprocess.Popen", f"{custom}.*"):
+        weaver.on(f"audit.{name}")(lambda event: None)
+    assert _process.audit_hooks_added == 1
+
+
+def test_audit_dispatcher_is_added_once_per_process(tmp_path: Path) -> None:
+    """In a fresh process, sys.addaudithook is called once, on the first audit subscription."""
+    code = """
+    import sys
+    added = []
+    real = sys.addaudithook
+    sys.addaudithook = lambda hook: (added.append(hook), real(hook))[1]
+
+    import aspecthook as ah
+    ah.on("process.start")(lambda event: None)
+    print(len(added))
+    first = ah.on("audit.open")(lambda event: None)
+    ah.on("audit.socket.*")(lambda event: None)
+    first.remove()
+    ah.on("audit.open")(lambda event: None)
+    print(len(added), added[0].__name__)
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["0", "1 _audit_hook"]
+
+
+# -- which subscriptions can reach audit events --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pointcut", "exact", "other"),
+    [
+        (Name("audit.open"), {"open"}, False),
+        (Name("audit.socket.connect"), {"socket.connect"}, False),
+        (Name("process.exit"), set(), False),
+        (Glob("audit.socket.*"), set(), True),
+        (Glob("*"), set(), True),
+        (Glob("a*"), set(), True),
+        (Glob("audit?open"), set(), True),
+        (Glob("[a-c]udit.*"), set(), True),
+        (Glob("[!a]*"), set(), False),
+        (Glob("process.*"), set(), False),
+        (Glob("aud?"), set(), False),
+        (Name("x") | Glob("audit.*"), set(), True),
+        (Name("audit.open") | Name("audit.exec"), {"open", "exec"}, False),
+        (Name("audit.open") & Predicate(lambda p: True), {"open"}, False),
+        (Glob("audit.*") & Name("process.exit"), set(), False),
+        (Predicate(lambda p: True), set(), True),
+        (~Name("x"), set(), True),
+    ],
+    ids=repr,
+)
+def test_audit_interest(pointcut: Pointcut, exact: set[str], other: bool) -> None:
+    """Exact audit names come from Name pointcuts; globs that can match audit.* set the flag."""
+    assert _process.audit_interest(pointcut) == (frozenset(exact), other)

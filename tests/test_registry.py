@@ -1,0 +1,342 @@
+"""aspecthook.registry: aspect types by name, lazy paths, plugins, checked parameters."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aspecthook.errors import (
+    AspectHookError,
+    AspectParameterError,
+    InvalidOptionError,
+    UnknownAspectError,
+)
+from aspecthook.registry import ASPECTS, ENTRY_POINT_GROUP, Parameters, Registry
+
+
+class Base:
+    """Stands in for ``Aspect``: keyword options every subclass passes on."""
+
+    def __init__(self, *, priority: int | None = None, name: str | None = None) -> None:
+        self.priority = priority
+        self.name = name
+
+
+class Stopwatch(Base):
+    """A configurable aspect-like class that forwards ``**kwargs`` to its base."""
+
+    def __init__(self, *, unit: str = "s", labels: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.unit = unit
+        self.labels = labels
+
+
+class Needy:
+    """A class with a required parameter."""
+
+    def __init__(self, target: str, *, level: str = "info") -> None:
+        self.target = target
+        self.level = level
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """A private registry with no plugin group."""
+    return Registry("aspect")
+
+
+@pytest.fixture
+def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An importable module ``ah_plugin_mod`` defining ``Plugged``; yields its name."""
+    (tmp_path / "ah_plugin_mod.py").write_text(
+        textwrap.dedent(
+            """
+            class Plugged:
+                def __init__(self, *, size=1):
+                    self.size = size
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "ah_plugin_mod"
+    sys.modules.pop("ah_plugin_mod", None)
+
+
+def _fake_entry_points(
+    monkeypatch: pytest.MonkeyPatch, *points: importlib.metadata.EntryPoint
+) -> list[str]:
+    """Make ``importlib.metadata.entry_points`` return ``points``; returns a call log."""
+    calls: list[str] = []
+
+    def entry_points(*, group: str) -> list[importlib.metadata.EntryPoint]:
+        calls.append(group)
+        return [ep for ep in points if ep.group == group]
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    return calls
+
+
+# -- register and get ------------------------------------------------------------------------
+
+
+def test_register_as_bare_decorator_uses_class_name(registry: Registry) -> None:
+    """@registry.register registers a class under its own name and returns it unchanged."""
+
+    @registry.register
+    class Probe:
+        pass
+
+    assert registry.get("Probe") is Probe
+    assert "Probe" in registry
+
+
+def test_register_decorator_with_name(registry: Registry) -> None:
+    """@registry.register(name=...) registers under that name only."""
+
+    @registry.register(name="probe")
+    class Probe:
+        pass
+
+    assert registry.get("probe") is Probe
+    assert registry.names() == ["probe"]
+
+
+def test_register_call_form_and_aliases(registry: Registry) -> None:
+    """register(cls, name=...) can give one class several names (OpenMMLab-style aliases)."""
+    registry.register(Stopwatch)
+    registry.register(Stopwatch, name="StopwatchHook")
+    assert registry.get("Stopwatch") is registry.get("StopwatchHook") is Stopwatch
+
+
+def test_register_same_thing_twice_is_a_no_op(registry: Registry) -> None:
+    """Registering the same class under the same name again changes nothing."""
+    registry.register(Stopwatch)
+    registry.register(Stopwatch)
+    assert registry.names() == ["Stopwatch"]
+
+
+def test_register_taken_name_is_refused_unless_replace(registry: Registry) -> None:
+    """A name taken by another class raises, and replace=True overrides it."""
+    registry.register(Stopwatch, name="Clock")
+    with pytest.raises(InvalidOptionError, match=r"'Clock' is already registered.*replace=True"):
+        registry.register(Needy, name="Clock")
+    registry.register(Needy, name="Clock", replace=True)
+    assert registry.get("Clock") is Needy
+
+
+def test_register_string_without_colon_is_refused(registry: Registry) -> None:
+    """A plain string is not a lazy path; the error shows the name= form instead."""
+    with pytest.raises(InvalidOptionError, match=r"register\(name='Timed'\)"):
+        registry.register("Timed")
+
+
+def test_register_lazy_path_imports_on_first_get(registry: Registry, plugin_module: str) -> None:
+    """register('pkg.mod:Name') imports nothing until the name is looked up."""
+    registry.register(f"{plugin_module}:Plugged")
+    assert plugin_module not in sys.modules
+    cls = registry.get("Plugged")
+    assert cls.__name__ == "Plugged"
+    assert plugin_module in sys.modules
+    assert registry.get("Plugged") is cls
+
+
+def test_get_explicit_module_path(registry: Registry, plugin_module: str) -> None:
+    """An unregistered 'package.module:Name' resolves by importing it."""
+    cls = registry.get(f"{plugin_module}:Plugged")
+    assert cls is sys.modules[plugin_module].Plugged
+
+
+def test_get_path_that_cannot_be_imported(registry: Registry) -> None:
+    """A path to a missing module says so and how to fix it."""
+    with pytest.raises(UnknownAspectError, match=r"cannot be loaded.*install the package"):
+        registry.get("no_such_module_xyz:Thing")
+
+
+def test_get_path_to_non_callable(registry: Registry) -> None:
+    """A path to something that cannot be called is refused."""
+    with pytest.raises(UnknownAspectError, match="cannot be called"):
+        registry.get("sys:version")
+
+
+def test_unknown_name_lists_known_and_closest(registry: Registry) -> None:
+    """An unknown type names the closest registered one and lists them all."""
+    registry.register(Stopwatch)
+    registry.register(Needy)
+    with pytest.raises(UnknownAspectError) as info:
+        registry.get("Stopwach")
+    assert info.value.suggestion == "Stopwatch"
+    assert info.value.known == ("Needy", "Stopwatch")
+    assert "did you mean 'Stopwatch'?" in str(info.value)
+    assert "Known types: Needy, Stopwatch" in str(info.value)
+    assert isinstance(info.value, LookupError)
+    assert isinstance(info.value, AspectHookError)
+
+
+def test_unknown_name_matches_case_insensitively(registry: Registry) -> None:
+    """A name differing only in case suggests the registered spelling."""
+    registry.register(Stopwatch)
+    with pytest.raises(UnknownAspectError, match="did you mean 'Stopwatch'"):
+        registry.get("STOPWATCH")
+
+
+# -- build -----------------------------------------------------------------------------------
+
+
+def test_build_from_mapping(registry: Registry) -> None:
+    """build({'type': name, **params}) calls the class with the params."""
+    registry.register(Stopwatch)
+    sw = registry.build({"type": "Stopwatch", "unit": "ms", "priority": 10})
+    assert isinstance(sw, Stopwatch)
+    assert (sw.unit, sw.priority) == ("ms", 10)
+
+
+def test_build_from_name_or_class(registry: Registry) -> None:
+    """A bare name builds with defaults; a class as 'type' is used directly."""
+    registry.register(Stopwatch)
+    assert registry.build("Stopwatch").unit == "s"
+    assert registry.build({"type": Needy, "target": "x"}).target == "x"
+
+
+def test_build_turns_lists_into_tuples_where_default_is_tuple(registry: Registry) -> None:
+    """YAML lists become tuples for parameters whose default is a tuple."""
+    registry.register(Stopwatch)
+    assert registry.build({"type": "Stopwatch", "labels": ["a", "b"]}).labels == ("a", "b")
+
+
+def test_build_wrong_parameter_lists_valid_ones(registry: Registry) -> None:
+    """A misspelt parameter names the aspect, the closest name and every valid one."""
+    registry.register(Stopwatch)
+    with pytest.raises(AspectParameterError) as info:
+        registry.build({"type": "Stopwatch", "unti": "ms"})
+    message = str(info.value)
+    assert "Stopwatch does not take 'unti' (did you mean 'unit'?)" in message
+    assert "its parameters are: unit, labels, priority, name" in message
+    assert info.value.valid == ("unit", "labels", "priority", "name")
+    assert info.value.parameters == ("unti",)
+    assert isinstance(info.value, TypeError)
+
+
+def test_build_missing_required_parameter(registry: Registry) -> None:
+    """A required parameter left out is named before the constructor runs."""
+    registry.register(Needy)
+    with pytest.raises(AspectParameterError, match="Needy needs 'target'"):
+        registry.build({"type": "Needy"})
+
+
+def test_build_without_type(registry: Registry) -> None:
+    """A mapping with no 'type' says so and lists the known types."""
+    registry.register(Needy)
+    with pytest.raises(UnknownAspectError, match=r"has no 'type' key.*Known types: Needy"):
+        registry.build({"level": "debug"})
+
+
+def test_build_propagates_constructor_errors(registry: Registry) -> None:
+    """An error raised by the constructor itself reaches the caller unchanged."""
+
+    @registry.register
+    class Picky:
+        def __init__(self, *, level: str = "info") -> None:
+            raise ValueError(f"bad level {level}")
+
+    with pytest.raises(ValueError, match="bad level loud"):
+        registry.build({"type": "Picky", "level": "loud"})
+
+
+def test_parameters_follow_kwargs_into_base_classes() -> None:
+    """Parameters.of walks **kwargs up the MRO; a factory with bare **kwargs is open."""
+    params = Parameters.of(Stopwatch)
+    assert params is not None
+    assert list(params.defaults) == ["unit", "labels", "priority", "name"]
+    assert not params.open
+
+    def anything(**kwargs: Any) -> None:
+        return None
+
+    loose = Parameters.of(anything)
+    assert loose is not None
+    assert loose.open
+    assert loose.check("anything", {"x": 1}) == {"x": 1}
+
+
+# -- plugins ---------------------------------------------------------------------------------
+
+
+def test_plugins_are_read_once_on_first_miss(
+    monkeypatch: pytest.MonkeyPatch, plugin_module: str
+) -> None:
+    """Entry points are listed on the first unknown name only, and imported on use."""
+    ep = importlib.metadata.EntryPoint("Plugged", f"{plugin_module}:Plugged", "test.group")
+    calls = _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    registry.register(Stopwatch)
+
+    assert registry.get("Stopwatch") is Stopwatch
+    assert calls == []  # a hit never reads the plugins
+    assert plugin_module not in sys.modules
+    assert registry.build({"type": "Plugged", "size": 3}).size == 3
+    assert calls == ["test.group"]
+    with pytest.raises(UnknownAspectError, match="Known types: Plugged, Stopwatch"):
+        registry.get("Nope")
+    assert calls == ["test.group"]  # read once
+
+
+def test_registered_name_wins_over_plugin(
+    monkeypatch: pytest.MonkeyPatch, plugin_module: str
+) -> None:
+    """A name registered in code shadows a plugin of the same name."""
+    ep = importlib.metadata.EntryPoint("Stopwatch", f"{plugin_module}:Plugged", "test.group")
+    _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    registry.names()  # plugins read first
+    registry.register(Stopwatch)
+    assert registry.get("Stopwatch") is Stopwatch
+
+
+def test_broken_plugin_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin whose module cannot be imported names the plugin and its group."""
+    ep = importlib.metadata.EntryPoint("Broken", "no_such_module_xyz:Thing", "test.group")
+    _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    with pytest.raises(UnknownAspectError, match=r"plugin 'no_such_module_xyz:Thing'.*test.group"):
+        registry.get("Broken")
+
+
+# -- the shipped registry ----------------------------------------------------------------------
+
+
+def test_aspects_registry_knows_the_shipped_aspects() -> None:
+    """ASPECTS has Timed, Logged, Retry, Counted and Recorder, and reads plugins."""
+    assert {"Counted", "Logged", "Recorder", "Retry", "Timed"} <= set(ASPECTS.names())
+    assert ASPECTS.group == ENTRY_POINT_GROUP == "aspecthook.aspects"
+
+
+def test_aspects_registry_resolves_to_the_real_classes() -> None:
+    """Each shipped name resolves to the class aspecthook.aspects (or .testing) exports."""
+    import aspecthook.aspects as aspects
+    import aspecthook.testing as testing
+
+    for name in ("Counted", "Logged", "Retry", "Timed"):
+        assert ASPECTS.get(name) is getattr(aspects, name)
+    assert ASPECTS.get("Recorder") is testing.Recorder
+    timed = ASPECTS.build({"type": "Timed", "trace": True})
+    assert timed.trace is True
+
+
+def test_importing_the_registry_imports_no_aspect() -> None:
+    """The shipped entries are lazy: importing the registry loads none of them."""
+    code = (
+        "import sys, aspecthook.registry\n"
+        "print(sorted(m for m in sys.modules if m.startswith('aspecthook.aspects.')"
+        " or m == 'aspecthook.testing' or m == 'torch'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,304 @@
+"""aspecthook.testing: the Recorder aspect and the pytest plugin's fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import aspecthook as ah
+from aspecthook.testing import Call, Recorder
+
+pytest_plugins = ["pytester"]
+
+
+def add(a: int, b: int = 0) -> int:
+    return a + b
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+async def slow_echo(value: str, delay: float) -> str:
+    await asyncio.sleep(delay)
+    return value
+
+
+class Shop:
+    def price(self, item: str, *, qty: int = 1) -> int:
+        return 3 * qty
+
+
+# -- Recorder -------------------------------------------------------------------------------
+
+
+def test_records_a_function_call(weaver: ah.Weaver) -> None:
+    """A woven function's call is recorded with name, arguments, result, order and thread."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    assert add(1, b=2) == 3
+    [call] = rec.calls
+    assert call == Call(
+        name=f"{__name__}.add",
+        args=(1,),
+        kwargs={"b": 2},
+        result=3,
+        exception=None,
+        index=0,
+        thread=threading.current_thread(),
+        names=frozenset({f"{__name__}.add"}),
+    )
+    assert call.ok
+    assert call.thread is threading.current_thread()
+
+
+def test_records_the_exception_and_lets_it_propagate(weaver: ah.Weaver) -> None:
+    """A raising call is recorded with its exception, which propagates unchanged."""
+    rec = Recorder()
+    weaver.weave(fail, rec)
+    with pytest.raises(ValueError, match="nope") as info:
+        fail("nope")
+    [call] = rec.calls
+    assert call.exception is info.value
+    assert call.result is None
+    assert not call.ok
+
+
+def test_records_method_calls_with_their_instance(weaver: ah.Weaver) -> None:
+    """On a method the instance is kept apart from the arguments."""
+    rec = Recorder()
+    weaver.weave(Shop, rec)
+    shop = Shop()
+    assert shop.price("tea", qty=2) == 6
+    call = rec.assert_called_with(f"{__name__}.Shop.price", "tea", qty=2)
+    assert call.instance is shop
+
+
+def test_records_async_calls_when_they_complete(weaver: ah.Weaver) -> None:
+    """An async call is recorded on completion, with its result and its start order."""
+    rec = Recorder()
+    weaver.weave(slow_echo, rec)
+
+    async def main() -> tuple[str, str]:
+        return await asyncio.gather(slow_echo("slow", 0.05), slow_echo("fast", 0.0))
+
+    assert list(asyncio.run(main())) == ["slow", "fast"]
+    assert [(c.args[0], c.result, c.index) for c in rec.calls] == [
+        ("slow", "slow", 0),
+        ("fast", "fast", 1),
+    ]
+
+
+def test_records_async_exceptions(weaver: ah.Weaver) -> None:
+    """An async call that raises is recorded with the exception."""
+    rec = Recorder()
+    weaver.weave(slow_echo, rec)
+    with pytest.raises(TypeError):
+        asyncio.run(slow_echo("x", "not a number"))  # type: ignore[arg-type]
+    [call] = rec.calls
+    assert isinstance(call.exception, TypeError)
+
+
+def test_pointcut_in_the_constructor(weaver: ah.Weaver) -> None:
+    """Recorder('glob') registered on a weaver records the declared join points it selects."""
+
+    @weaver.joinpoint("rec_test.load")
+    def load(path: str) -> str:
+        return path.upper()
+
+    @weaver.joinpoint("rec_test.save")
+    def save(path: str) -> None:
+        load(path)
+
+    @weaver.joinpoint("other.thing")
+    def other() -> None:
+        pass
+
+    rec = Recorder("rec_test.*")
+    weaver.register(rec)
+    save("a")
+    other()
+    assert rec.names() == ["rec_test.save", "rec_test.load"]  # in the order they started
+    assert [c.name for c in rec.calls_to("rec_test.load")] == ["rec_test.load"]
+
+
+def test_aliases_select_calls(weaver: ah.Weaver) -> None:
+    """A name given with weave(..., name=) selects the calls too."""
+    rec = Recorder()
+    weaver.weave(add, rec, name="summing")
+    add(1)
+    rec.assert_called("summing", times=1)
+    rec.assert_called("*.add")
+
+
+def test_assert_called_counts_and_explains(weaver: ah.Weaver) -> None:
+    """assert_called checks the count; a failure says what was recorded."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    add(2)
+    assert len(rec.assert_called("*.add", times=2)) == 2
+    with pytest.raises(AssertionError, match=r"called once, it was called 2 times; recorded 2"):
+        rec.assert_called("*.add", times=1)
+    with pytest.raises(AssertionError, match=r"at least once, it was called 0 times"):
+        rec.assert_called("missing")
+    rec.assert_not_called("missing")
+    with pytest.raises(AssertionError, match="called 0 times, it was called 2 times"):
+        rec.assert_not_called("*.add")
+
+
+def test_assert_called_with_checks_the_last_call(weaver: ah.Weaver) -> None:
+    """assert_called_with compares the arguments of the last matching call."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    add(2, b=5)
+    assert rec.assert_called_with("*.add", 2, b=5).result == 7
+    with pytest.raises(AssertionError, match=r"with \(1\), got \(2, b=5\)"):
+        rec.assert_called_with("*.add", 1)
+    with pytest.raises(AssertionError, match="nothing was recorded"):
+        Recorder().last()
+
+
+def test_clear_forgets_calls(weaver: ah.Weaver) -> None:
+    """clear() empties the record and restarts the order index."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    rec.clear()
+    assert rec.calls == []
+    add(2)
+    assert [c.index for c in rec] == [0]
+
+
+def test_innermost_by_default_sees_what_reaches_the_target(weaver: ah.Weaver) -> None:
+    """By default the Recorder is innermost: rewritten arguments and every retry attempt."""
+    inner, outer = Recorder(), Recorder(priority=ah.Priority.HIGHEST)
+
+    def twice(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        proceed()
+        return proceed(10)
+
+    weaver.weave(add, inner, outer, around=twice)
+    assert add(1) == 10
+    assert [c.args for c in inner.calls] == [(1,), (10,)]
+    assert [(c.args, c.result) for c in outer.calls] == [((1,), 10)]
+
+
+def test_records_calls_from_threads(weaver: ah.Weaver) -> None:
+    """Each call records the thread it ran in."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    thread = threading.Thread(target=add, args=(1,), name="adder")
+    thread.start()
+    thread.join()
+    assert rec.last().thread is thread
+
+
+# -- the pytest plugin --------------------------------------------------------------------
+
+
+def test_weaver_fixture_isolates_tests(pytester: pytest.Pytester) -> None:
+    """Registrations and weaves made on the default weaver in a test are gone after it."""
+    pytester.makepyfile(
+        """
+        import json
+        import aspecthook as ah
+        from aspecthook.testing import Recorder
+
+        ORIGINAL_DUMPS = json.dumps
+
+        def test_registers(weaver):
+            assert isinstance(weaver, ah.Weaver) and weaver is not ah.default_weaver
+            weaver.on("iso.event")(lambda event: None)
+            ah.on("iso.event")(lambda event: None)
+            ah.register(Recorder("iso.*"))
+            ah.weave("json.dumps", before=lambda ctx: None)
+            ah.weave("no_such_module_for_iso.f")  # skipped, but listed in describe()
+            assert json.dumps is not ORIGINAL_DUMPS
+
+        def test_nothing_leaked():
+            assert ah.default_weaver.registered == []
+            assert ah.default_weaver._subscribers("iso.event") == ()
+            assert json.dumps is ORIGINAL_DUMPS
+            assert not [r for r in ah.describe() if "iso" in str(r)]
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_without_the_fixture_registrations_leak(pytester: pytest.Pytester) -> None:
+    """The isolation is the fixture's doing: a test without it leaks into the next one."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        def test_leaks():
+            ah.on("leak.event")(lambda event: None)
+
+        def test_sees_the_leak():
+            assert len(ah.default_weaver._subscribers("leak.event")) == 1
+            ah.default_weaver.clear()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_fixture_keeps_registrations_made_before_the_test(pytester: pytest.Pytester) -> None:
+    """Advice registered at import stays: the fixture removes only what the test added."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        module_level = ah.on("kept.event")(lambda event: None)
+
+        def test_uses_fixture(weaver):
+            ah.on("kept.event")(lambda event: None)
+            assert len(ah.default_weaver._subscribers("kept.event")) == 2
+
+        def test_module_advice_is_still_there():
+            assert module_level.active
+            assert len(ah.default_weaver._subscribers("kept.event")) == 1
+            module_level.remove()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_recorder_fixture(pytester: pytest.Pytester) -> None:
+    """The recorder fixture gives a fresh Recorder whose weaves are undone after the test."""
+    pytester.makepyfile(
+        """
+        import json
+        import aspecthook as ah
+        from aspecthook.testing import Recorder
+
+        ORIGINAL_DUMPS = json.dumps
+
+        def test_records(recorder):
+            assert isinstance(recorder, Recorder) and len(recorder) == 0
+            ah.weave("json.dumps", recorder)
+            json.dumps([1])
+            recorder.assert_called_with("json.dumps", [1])
+
+        def test_unwoven():
+            assert json.dumps is ORIGINAL_DUMPS
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_plugin_is_registered_through_its_entry_point(pytester: pytest.Pytester) -> None:
+    """A plain pytest run in a new process lists the plugin's fixtures."""
+    result = pytester.runpytest_subprocess("--fixtures")
+    result.stdout.fnmatch_lines(
+        [
+            "*fixtures defined from aspecthook.testing*",
+            "isolate_default_weaver -- *",
+            "weaver -- *",
+            "recorder -- *",
+        ]
+    )

@@ -1,0 +1,1155 @@
+"""weave(): advice woven into existing functions, methods, classes, modules and instances."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import re
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import _weave_targets as targets
+import pytest
+import wrapt
+from _weave_targets import Child, Model
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook.errors import (
+    AdviceSignatureError,
+    AspectDefinitionError,
+    InvalidOptionError,
+    OrderingCycleError,
+    WeaveTargetError,
+)
+
+MOD = "_weave_targets"
+
+
+@pytest.fixture(autouse=True)
+def _originals_back() -> Iterator[None]:
+    """After every test (and the default weaver's cleanup) the targets are the originals."""
+    yield
+    ah.default_weaver.clear()
+    assert targets.changed() == []
+
+
+def chain(obj: Any) -> list[Any]:
+    """``obj`` and every object under it through ``__wrapped__``, outermost first."""
+    return list(wrapt.wrapper_chain(obj))
+
+
+def record(log: list[Any], tag: object) -> Callable[[ah.CallContext], None]:
+    """Advice that appends ``tag`` to ``log``."""
+
+    def advice(ctx: ah.CallContext) -> None:
+        log.append(tag)
+
+    return advice
+
+
+def statuses(target: str) -> list[str]:
+    """The statuses ``describe()`` shows for a weave target's rows."""
+    return [row.status for row in ah.describe() if row.joinpoint == target]
+
+
+# -- module functions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    [targets.add_one, f"{MOD}.add_one", f"{MOD}:add_one"],
+    ids=["object", "dotted", "colon"],
+)
+def test_weave_module_function(target: Any) -> None:
+    """A module function woven by object or path runs its advice and is put back after."""
+    original = targets.add_one
+    log: list[Any] = []
+    handle = ah.weave(target, before=lambda ctx: log.append(("before", tuple(ctx.args))))
+    assert targets.add_one is not original
+    assert targets.add_one(1) == 2
+    assert log == [("before", (1,))]
+    handle.remove()
+    assert targets.add_one is original
+
+
+def test_weave_function_under_functools_wraps() -> None:
+    """A module function decorated with functools.wraps is woven by object where it lives."""
+    original = targets.decorated
+    log: list[Any] = []
+    with ah.weave(targets.decorated, before=lambda ctx: log.append(ctx.args)):
+        assert targets.decorated.__wrapped__ is original
+        assert targets.decorated(1) == 101
+    assert log == [[1]]
+    assert targets.decorated is original
+
+
+def test_woven_function_keeps_metadata() -> None:
+    """The woven function still looks like the original: name, doc, __wrapped__."""
+    original = targets.add_one
+    with ah.weave(targets.add_one, before=lambda ctx: None):
+        assert targets.add_one.__name__ == "add_one"
+        assert targets.add_one.__qualname__ == "add_one"
+        assert targets.add_one.__wrapped__ is original
+
+
+def test_ctx_sees_target_args_and_result() -> None:
+    """Advice sees the original callable, the arguments and the result of the call."""
+    seen: list[Any] = []
+
+    def after(ctx: ah.CallContext) -> None:
+        seen.append((ctx.target, ctx.instance, ctx.args, ctx.kwargs, ctx.result))
+
+    with ah.weave(targets.add_one, after=after):
+        assert targets.add_one(x=4) == 5
+    assert seen == [(targets.add_one, None, [], {"x": 4}, 5)]
+
+
+# -- methods: the full matrix ---------------------------------------------------------------
+
+METHODS = ["forward", "build", "helper"]
+
+
+def _via(how: str, name: str) -> Any:
+    if how == "attribute":
+        return getattr(Model, name)  # a function, a bound classmethod, a function
+    if how == "descriptor":
+        return vars(Model)[name]  # the function, classmethod or staticmethod object
+    if how == "dotted":
+        return f"{MOD}.Model.{name}"
+    return f"{MOD}:Model.{name}"
+
+
+def _call(name: str) -> Any:
+    return getattr(Model(), name)(1) if name == "forward" else getattr(Model, name)(1)
+
+
+EXPECTED = {"forward": 11, "build": ("Model", 1), "helper": -1}
+
+
+@pytest.mark.parametrize("how", ["attribute", "descriptor", "dotted", "colon"])
+@pytest.mark.parametrize("name", METHODS)
+def test_weave_method_in_class_dict(name: str, how: str) -> None:
+    """Instance, class and static methods are woven in the class __dict__ however named."""
+    original = vars(Model)[name]
+    log: list[Any] = []
+    handle = ah.weave(_via(how, name), before=lambda ctx: log.append(ctx.instance))
+    proxy = vars(Model)[name]
+    assert proxy is not original
+    assert proxy.__wrapped__ is original
+    assert _call(name) == EXPECTED[name]
+    instance = log[0]
+    if name == "forward":
+        assert isinstance(instance, Model)
+    elif name == "build":
+        assert instance is Model
+    else:
+        assert instance is None
+    handle.remove()
+    assert vars(Model)[name] is original
+
+
+def test_woven_instance_method_binds_like_the_original() -> None:
+    """A woven instance method works through an instance, the class and a subclass."""
+    log: list[Any] = []
+    with ah.weave(f"{MOD}.Model.forward", before=lambda ctx: log.append((ctx.instance, ctx.args))):
+        obj, child = Model(), Child()
+        assert obj.forward(1) == 11
+        assert Model.forward(obj, 2) == 12
+        assert child.forward(3) == 13
+    assert log == [(obj, [1]), (obj, [2]), (child, [3])]
+
+
+def test_woven_classmethod_binds_like_the_original() -> None:
+    """A woven classmethod gets the class it is called through, also from instances."""
+    log: list[Any] = []
+    with ah.weave(f"{MOD}.Model.build", before=lambda ctx: log.append(ctx.instance)):
+        assert Model().build(1) == ("Model", 1)
+        assert Model.build(2) == ("Model", 2)
+        assert Child().build(3) == ("Child", 3)
+        assert Child.build(4) == ("Child", 4)
+    assert log == [Model, Model, Child, Child]
+
+
+def test_woven_staticmethod_binds_like_the_original() -> None:
+    """A woven staticmethod takes no self or cls wherever it is called from."""
+    log: list[Any] = []
+    with ah.weave(f"{MOD}.Model.helper", before=lambda ctx: log.append((ctx.instance, ctx.args))):
+        assert Model().helper(1) == -1
+        assert Model.helper(2) == -2
+        assert Child.helper(3) == -3
+    assert log == [(None, [1]), (None, [2]), (None, [3])]
+
+
+def test_bound_method_of_instance_weaves_only_that_instance() -> None:
+    """weave(obj.method) advises that object's method; other instances and the class not."""
+    woven_obj, other = Model(), Model()
+    log: list[Any] = []
+    handle = ah.weave(woven_obj.forward, before=lambda ctx: log.append(ctx.instance))
+    assert "forward" in vars(woven_obj)
+    assert vars(Model)["forward"] is targets.ORIGINALS["Model.forward"]
+    assert other.forward(1) == 11
+    assert log == []
+    assert woven_obj.forward(1) == 11
+    assert log == [woven_obj]
+    handle.remove()
+    assert "forward" not in vars(woven_obj)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_inherited_method_woven_on_subclass_only(name: str) -> None:
+    """'mod.Child.method' advises Child, not Model, and leaves no shadow on Child after."""
+    original = vars(Model)[name]
+    log: list[Any] = []
+    handle = ah.weave(f"{MOD}.Child.{name}", before=lambda ctx: log.append(ctx.instance))
+    assert vars(Model)[name] is original
+    assert name in vars(Child)
+    obj = Model()
+    assert getattr(obj, name)(1) == EXPECTED[name]
+    assert log == []
+    assert getattr(Child(), name)(1) is not None
+    assert len(log) == 1
+    handle.remove()
+    assert name not in vars(Child)
+    assert vars(Model)[name] is original
+
+
+# -- whole classes, modules and instances -----------------------------------------------------
+
+
+def test_weave_class_weaves_every_method() -> None:
+    """weave(cls) advises its instance, class and static methods, once each."""
+    log: list[Any] = []
+    handle = ah.weave(Model, before=lambda ctx: log.append(ctx.joinpoint.name))
+    assert Model().forward(1) == 11
+    assert Model.build(1) == ("Model", 1)
+    assert Model.helper(1) == -1
+    assert Child().forward(1) == 11
+    assert log == [
+        f"{MOD}.Model.forward",
+        f"{MOD}.Model.build",
+        f"{MOD}.Model.helper",
+        f"{MOD}.Model.forward",
+    ]
+    handle.remove()
+    assert targets.changed() == []
+
+
+def test_weave_module_weaves_its_own_functions() -> None:
+    """weave(module) advises the functions defined there, not imported ones or classes."""
+    log: list[Any] = []
+    handle = ah.weave(targets, after=lambda ctx: log.append(ctx.joinpoint.name))
+    assert targets.add_one(1) == 2
+    assert targets.double(2) == 4
+    assert targets.dumps is targets.ORIGINALS["dumps"]
+    assert vars(Model)["forward"] is targets.ORIGINALS["Model.forward"]
+    assert log == [f"{MOD}.add_one", f"{MOD}.double"]
+    handle.remove()
+    assert targets.changed() == []
+
+
+def test_weave_module_by_path() -> None:
+    """weave('pkg.mod') is the same as weave(module)."""
+    log: list[Any] = []
+    with ah.weave(MOD, before=record(log, "hit")):
+        targets.train_step(1)
+        targets.evaluate(1)
+    assert log == ["hit", "hit"]
+
+
+def test_weave_instance_affects_only_that_instance() -> None:
+    """weave(obj) advises obj's methods; another instance and the class stay untouched."""
+    obj, other = Model(), Model()
+    log: list[Any] = []
+    handle = ah.weave(obj, before=lambda ctx: log.append(ctx.instance))
+    assert obj.forward(1) == 11
+    assert other.forward(1) == 11
+    assert Child().forward(1) == 11
+    assert log == [obj]
+    assert vars(Model)["forward"] is targets.ORIGINALS["Model.forward"]
+    handle.remove()
+    assert "forward" not in vars(obj)
+    assert obj.forward(1) == 11
+    assert log == [obj]
+
+
+def test_weave_two_instances_separately() -> None:
+    """Each instance gets its own advice; removing one leaves the other woven."""
+    a, b = Model(), Model()
+    log: list[Any] = []
+    ha = ah.weave(a, before=record(log, "a"))
+    hb = ah.weave(b, before=record(log, "b"))
+    a.forward(1)
+    b.forward(1)
+    ha.remove()
+    a.forward(1)
+    b.forward(1)
+    hb.remove()
+    assert log == ["a", "b", "b"]
+    assert "forward" not in vars(a)
+    assert "forward" not in vars(b)
+
+
+# -- dotted paths and globs ----------------------------------------------------------------
+
+
+def test_glob_over_classes_weaves_every_match() -> None:
+    """'mod.*.forward' weaves forward of every class in the module."""
+    log: list[Any] = []
+    handle = ah.weave(f"{MOD}.*.forward", before=lambda ctx: log.append(ctx.joinpoint.name))
+    assert Model().forward(1) == 11
+    assert targets.Encoder().forward(1) == ("encoder", 1)
+    assert targets.Decoder().forward(1) == ("decoder", 1)
+    assert Child().forward(1) == 11
+    assert Model.build(1) == ("Model", 1)
+    assert log == [
+        f"{MOD}.Model.forward",
+        f"{MOD}.Encoder.forward",
+        f"{MOD}.Decoder.forward",
+        f"{MOD}.Model.forward",
+    ]
+    for obj in (Model, targets.Encoder, targets.Decoder):
+        assert len(chain(vars(obj)["forward"])) == 2
+    handle.remove()
+    assert targets.changed() == []
+
+
+def test_glob_over_functions_weaves_matching_names() -> None:
+    """'mod.train_*' weaves train_step and train_epoch and nothing else."""
+    log: list[Any] = []
+    with ah.weave(f"{MOD}.train_*", before=lambda ctx: log.append(ctx.joinpoint.name)):
+        targets.train_step(1)
+        targets.train_epoch(1)
+        targets.evaluate(1)
+        assert targets.evaluate is targets.ORIGINALS["evaluate"]
+    assert log == [f"{MOD}.train_step", f"{MOD}.train_epoch"]
+
+
+def test_glob_matching_nothing_is_skipped() -> None:
+    """A glob with no match is skipped non-strict and an error with strict=True."""
+    handle = ah.weave(f"{MOD}.nothing_*", before=lambda ctx: None)
+    assert statuses(f"{MOD}.nothing_*") == ["skipped"]
+    handle.remove()
+    assert statuses(f"{MOD}.nothing_*") == []
+    with pytest.raises(WeaveTargetError, match=r"nothing_\* matched nothing"):
+        ah.weave(f"{MOD}.nothing_*", before=lambda ctx: None, strict=True)
+    assert ah.default_weaver.registered == []
+
+
+def test_colon_path_says_where_the_module_ends() -> None:
+    """'pkg.mod:Class.method' weaves the method of the class in that module."""
+    log: list[Any] = []
+    with ah.weave(f"{MOD}:Encoder.forward", after=lambda ctx: log.append(ctx.result)):
+        targets.Encoder().forward(7)
+    assert log == [("encoder", 7)]
+
+
+# -- kinds of advice and aspects -------------------------------------------------------------
+
+
+def test_keyword_advice_of_every_kind() -> None:
+    """before=, after=, on_error= and around= functions all run at the woven target."""
+    log: list[Any] = []
+
+    def around(ctx: ah.CallContext, proceed: Callable[..., Any]) -> Any:
+        log.append("around-in")
+        result = proceed()
+        log.append("around-out")
+        return result
+
+    def on_error(ctx: ah.CallContext) -> None:
+        log.append(("error", type(ctx.exception).__name__))
+        ctx.recover(-1)
+
+    with ah.weave(
+        f"{MOD}.fail",
+        before=record(log, "before"),
+        after=record(log, "after"),
+        on_error=on_error,
+        around=around,
+    ):
+        assert targets.fail(1) == -1
+    assert log == ["before", "around-in", ("error", "ValueError"), "after"]
+
+
+def test_keyword_advice_accepts_lists_and_options() -> None:
+    """A list of functions per kind is accepted; options such as priority apply to them."""
+    log: list[Any] = []
+    with (
+        ah.weave(targets.add_one, before=record(log, "late")),
+        ah.weave(
+            targets.add_one,
+            before=[record(log, "early-1"), record(log, "early-2")],
+            priority="HIGH",
+        ),
+    ):
+        targets.add_one(1)
+    assert log == ["early-1", "early-2", "late"]
+
+
+def test_options_without_functions_are_refused() -> None:
+    """Options with no before=/after=/... function to apply to raise InvalidOptionError."""
+    with pytest.raises(InvalidOptionError, match="none were given"):
+        ah.weave(targets.add_one, priority="HIGH")
+    assert targets.changed() == []
+
+
+def test_bad_advice_signature_is_refused_before_weaving() -> None:
+    """A before= function that cannot take ctx is refused and nothing is woven."""
+    with pytest.raises(AdviceSignatureError, match=r"cannot be called as"):
+        ah.weave(targets.add_one, before=lambda: None)
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+
+
+def test_weave_aspect_instance() -> None:
+    """An Aspect's pointcut-less advice applies to the weave target."""
+    log: list[Any] = []
+
+    class Traced(ah.Aspect):
+        @ah.before()
+        def enter(self, ctx: ah.CallContext) -> None:
+            log.append(("enter", ctx.joinpoint.name))
+
+        @ah.around()
+        def wrap(self, ctx: ah.CallContext, proceed: Callable[..., Any]) -> Any:
+            return proceed() * 100
+
+        @ah.after()
+        def leave(self, ctx: ah.CallContext) -> None:
+            log.append(("leave", ctx.result))
+
+    with ah.weave(targets.add_one, Traced()):
+        assert targets.add_one(1) == 200
+    assert log == [("enter", f"{MOD}.add_one"), ("leave", 200)]
+
+
+def test_weave_advice_object_positionally() -> None:
+    """An Advice passed positionally is copied onto the weave target, options kept."""
+    log: list[Any] = []
+    advice = ah.Advice("before", record(log, "copy"), None, once=True)
+    with ah.weave(targets.add_one, advice):
+        targets.add_one(1)
+        targets.add_one(1)
+    assert log == ["copy"]
+    assert not advice.active
+
+
+def test_weave_rejects_a_function_as_aspect() -> None:
+    """A plain function given positionally is refused with a hint to use before=/after=."""
+    with pytest.raises(AspectDefinitionError, match=r"before=/after=/on_error=/around="):
+        ah.weave(targets.add_one, record([], "x"))
+    assert targets.changed() == []
+    assert ah.default_weaver.registered == []
+
+
+def test_aspect_woven_into_several_places_comes_off_with_one_remove() -> None:
+    """One handle of one weave over many targets removes all of them."""
+    log: list[Any] = []
+
+    class Counted(ah.Aspect):
+        @ah.before()
+        def count(self, ctx: ah.CallContext) -> None:
+            log.append(ctx.joinpoint.name)
+
+    handle = ah.weave(f"{MOD}.*", Counted())
+    targets.add_one(1)
+    Model().forward(1)
+    Model.build(1)
+    targets.Encoder().forward(1)
+    assert log == [
+        f"{MOD}.add_one",
+        f"{MOD}.Model.forward",
+        f"{MOD}.Model.build",
+        f"{MOD}.Encoder.forward",
+    ]
+    handle.remove()
+    targets.add_one(1)
+    Model().forward(1)
+    assert len(log) == 4
+    assert targets.changed() == []
+
+
+def test_same_aspect_instance_woven_into_two_targets() -> None:
+    """An aspect instance woven twice gets one handle each; each removes its own weave."""
+    log: list[Any] = []
+
+    class Tag(ah.Aspect):
+        @ah.before()
+        def tag(self, ctx: ah.CallContext) -> None:
+            log.append(ctx.joinpoint.name)
+
+    aspect = Tag()
+    first = ah.weave(targets.add_one, aspect)
+    second = ah.weave(targets.double, aspect)
+    targets.add_one(1)
+    targets.double(1)
+    first.remove()
+    targets.add_one(1)
+    targets.double(1)
+    second.remove()
+    assert log == [f"{MOD}.add_one", f"{MOD}.double", f"{MOD}.double"]
+
+
+# -- name= aliases --------------------------------------------------------------------------
+
+
+def test_name_alias_reaches_module_level_advice() -> None:
+    """weave(target, name='alias') lets @before('alias') advice run at the target."""
+    log: list[Any] = []
+
+    @ah.before("weave_alias_iter")
+    def on_iter(ctx: ah.CallContext) -> None:
+        log.append((ctx.joinpoint.name, tuple(ctx.args)))
+
+    handle = ah.weave(f"{MOD}.train_step", name="weave_alias_iter")
+    assert targets.train_step(3) == ("train_step", 3)
+    assert log == [(f"{MOD}.train_step", (3,))]
+    rows = ah.describe("weave_alias_iter")
+    assert [(r.joinpoint, r.stage, r.advice) for r in rows] == [
+        (f"{MOD}.train_step", "before", "on_iter")
+    ]
+    assert "weave_alias_iter" in rows[0].note
+    handle.remove()
+    assert targets.train_step is targets.ORIGINALS["train_step"]
+    assert on_iter.active
+    targets.train_step(4)
+    assert len(log) == 1
+
+
+def test_name_alias_before_advice_registered() -> None:
+    """Advice registered after the alias weave also reaches the target."""
+    log: list[Any] = []
+    with ah.weave(targets.evaluate, name="weave_alias_eval"):
+
+        @ah.after("weave_alias_eval")
+        def done(ctx: ah.CallContext) -> None:
+            log.append(ctx.result)
+
+        targets.evaluate(2)
+        done.remove()
+        targets.evaluate(3)
+    assert log == [("evaluate", 2)]
+
+
+def test_alias_of_one_weave_goes_with_it() -> None:
+    """Removing the aliasing weave drops the alias while another weave stays."""
+    log: list[Any] = []
+    ah.before("weave_alias_gone")(record(log, "alias"))
+    keep = ah.weave(targets.add_one, before=record(log, "keep"))
+    alias = ah.weave(targets.add_one, name="weave_alias_gone")
+    targets.add_one(1)
+    alias.remove()
+    targets.add_one(1)
+    keep.remove()
+    assert log == ["alias", "keep", "keep"]
+
+
+# -- woven() ---------------------------------------------------------------------------------
+
+
+def test_woven_context_manager() -> None:
+    """with woven(target, ...): weaves for the block only, even when the block raises."""
+    log: list[Any] = []
+    with ah.woven(targets.double, after=lambda ctx: log.append(ctx.result)) as handle:
+        assert targets.double(2) == 4
+        assert handle.active
+    assert not handle.active
+    assert targets.double is targets.ORIGINALS["double"]
+    with pytest.raises(RuntimeError, match="inside"), ah.woven(targets.double, after=len):
+        raise RuntimeError("inside")
+    assert targets.double is targets.ORIGINALS["double"]
+    assert log == [4]
+
+
+# -- exactly one proxy -------------------------------------------------------------------------
+
+
+def test_one_proxy_however_many_weaves() -> None:
+    """Weaving the same callable through many routes leaves one proxy over the original."""
+    original = targets.ORIGINALS["Model.forward"]
+    log: list[Any] = []
+
+    class Tag(ah.Aspect):
+        @ah.before()
+        def tag(self, ctx: ah.CallContext) -> None:
+            log.append("aspect")
+
+    handles = [
+        ah.weave(Model.forward, before=record(log, "object")),
+        ah.weave(f"{MOD}.Model.forward", before=record(log, "dotted")),
+        ah.weave(f"{MOD}:Model.forward", Tag()),
+        ah.weave(Model, before=record(log, "class")),
+        ah.weave(f"{MOD}.*.forward", before=record(log, "glob")),
+        ah.weave(vars(Model)["forward"], after=record(log, "proxy")),
+    ]
+    proxy = vars(Model)["forward"]
+    assert proxy.__wrapped__ is original
+    assert chain(proxy) == [proxy, original]
+    assert Model().forward(1) == 11
+    assert log == ["object", "dotted", "aspect", "class", "glob", "proxy"]
+    for handle in handles:
+        handle.remove()
+    assert vars(Model)["forward"] is original
+
+
+def test_one_proxy_for_function_woven_repeatedly() -> None:
+    """A module function woven five times has one proxy whose __wrapped__ is the original."""
+    original = targets.add_one
+    handles = [ah.weave(f"{MOD}.add_one", before=lambda ctx: None) for _ in range(5)]
+    assert targets.add_one.__wrapped__ is original
+    assert chain(targets.add_one) == [targets.add_one, original]
+    for handle in handles:
+        handle.remove()
+    assert targets.add_one is original
+
+
+def test_weave_declared_joinpoint_adds_no_proxy() -> None:
+    """Weaving a declared join point adds advice to its own proxy and leaves it declared."""
+    log: list[Any] = []
+
+    @ah.joinpoint("weave_declared_point")
+    def step(x: int) -> int:
+        return x * 3
+
+    handle = ah.weave(step, before=record(log, "woven"))
+    assert chain(step) == [step, step.__wrapped__]
+    assert step(2) == 6
+    handle.remove()
+    assert step(2) == 6
+    assert log == ["woven"]
+    assert [r.joinpoint for r in ah.describe("weave_declared_point")] == ["weave_declared_point"]
+
+
+# -- stale references ---------------------------------------------------------------------
+
+
+def test_weave_stale_reference_to_removed_proxy() -> None:
+    """A proxy kept from an earlier, removed weave weaves its place again when woven."""
+    log: list[Any] = []
+    with ah.weave(targets.add_one, before=record(log, "first")):
+        stale = targets.add_one
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    with ah.weave(stale, before=record(log, "again")):
+        assert targets.add_one(1) == 2
+        assert chain(targets.add_one)[-1] is targets.ORIGINALS["add_one"]
+    assert log == ["again"]
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+
+
+def test_weave_stale_bound_reference_to_removed_proxy() -> None:
+    """Model.method taken while Model was woven still locates the method afterwards."""
+    log: list[Any] = []
+    with ah.weave(Model, before=record(log, "class")):
+        stale = Model.forward
+    with ah.weave(stale, before=record(log, "again")):
+        assert Model().forward(1) == 11
+    assert log == ["again"]
+    assert vars(Model)["forward"] is targets.ORIGINALS["Model.forward"]
+
+
+# -- removal -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_remove_in_any_order(order: tuple[int, ...]) -> None:
+    """Each remove() takes off exactly its own advice; after the last the original is back."""
+    original = targets.add_one
+    log: list[Any] = []
+    handles = [ah.weave(targets.add_one, before=record(log, i)) for i in range(3)]
+    live = {0, 1, 2}
+    for i in order:
+        handles[i].remove()
+        live.discard(i)
+        log.clear()
+        assert targets.add_one(1) == 2
+        assert log == sorted(live)
+    assert targets.add_one is original
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_remove_method_weaves_in_any_order(order: tuple[int, ...]) -> None:
+    """Weaves of a method, of its class and of an inherited path come off in any order."""
+    handles = [
+        ah.weave(Model.build, before=lambda ctx: None),
+        ah.weave(Model, after=lambda ctx: None),
+        ah.weave(f"{MOD}.Child.forward", before=lambda ctx: None),
+    ]
+    for i in order:
+        handles[i].remove()
+    assert targets.changed() == []
+    assert "forward" not in vars(Child)
+
+
+def test_remove_twice_is_a_no_op() -> None:
+    """A second remove() of a handle does nothing, even after the target was woven again."""
+    log: list[Any] = []
+    first = ah.weave(targets.add_one, before=record(log, "first"))
+    first.remove()
+    second = ah.weave(targets.add_one, before=record(log, "second"))
+    first.remove()
+    ah.unweave(first)
+    targets.add_one(1)
+    assert log == ["second"]
+    second.remove()
+    second.remove()
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+
+
+def test_unweave_is_handle_remove() -> None:
+    """unweave(handle) removes what the handle added."""
+    handle = ah.weave(targets.double, before=lambda ctx: None)
+    ah.unweave(handle)
+    assert not handle.active
+    assert targets.double is targets.ORIGINALS["double"]
+
+
+def test_weaver_clear_unweaves(weaver: ah.Weaver) -> None:
+    """clear() on a private weaver removes its weaves and puts the originals back."""
+    log: list[Any] = []
+    weaver.weave(targets.add_one, before=record(log, "private"))
+    weaver.weave(Model, before=record(log, "private"))
+    targets.add_one(1)
+    weaver.clear()
+    targets.add_one(1)
+    assert log == ["private"]
+    assert targets.changed() == []
+
+
+def test_private_weaver_and_default_weaver_share_the_proxy(weaver: ah.Weaver) -> None:
+    """Weaves through two weavers use one proxy; each removal leaves the other's advice."""
+    log: list[Any] = []
+    private = weaver.weave(targets.add_one, before=record(log, "private"))
+    default = ah.weave(targets.add_one, before=record(log, "default"))
+    assert len(chain(targets.add_one)) == 2
+    targets.add_one(1)
+    private.remove()
+    targets.add_one(1)
+    default.remove()
+    assert log == ["private", "default", "default"]
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+
+
+# -- foreign wrappers on top -------------------------------------------------------------------
+
+
+def _foreign(log: list[Any]) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        log.append("foreign")
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def test_foreign_wrap_function_wrapper_survives_our_removal() -> None:
+    """A wrapt wrapper another library adds on top stays; ours is spliced out from under it."""
+    original = targets.add_one
+    log: list[Any] = []
+    ours = ah.weave(targets.add_one, before=record(log, "ours"))
+    foreign = wrapt.wrap_function_wrapper(targets, "add_one", _foreign(log))
+    assert targets.add_one(1) == 2
+    assert log == ["foreign", "ours"]
+    ours.remove()
+    assert targets.add_one is foreign
+    assert foreign.__wrapped__ is original
+    log.clear()
+    assert targets.add_one(1) == 2
+    assert log == ["foreign"]
+    wrapt.unwrap_object(targets, "add_one", foreign)
+    assert targets.add_one is original
+
+
+def test_weave_again_under_foreign_wrapper_finds_our_proxy() -> None:
+    """Weaving through a foreign wrapper adds to our existing proxy instead of a new one."""
+    original = targets.double
+    log: list[Any] = []
+    first = ah.weave(f"{MOD}.double", before=record(log, "first"))
+    targets.double = wrapt.FunctionWrapper(targets.double, _foreign(log))  # type: ignore[assignment]
+    foreign = targets.double
+    second = ah.weave(f"{MOD}.double", before=record(log, "second"))
+    assert [type(e).__name__ for e in chain(targets.double)] == [
+        "FunctionWrapper",
+        "JoinPointProxy",
+        "function",
+    ]
+    assert targets.double(2) == 4
+    assert log == ["foreign", "first", "second"]
+    second.remove()
+    first.remove()
+    assert targets.double is foreign
+    assert chain(foreign) == [foreign, original]
+    targets.double = original  # type: ignore[assignment]
+
+
+def test_foreign_wrapper_on_method_survives_our_removal() -> None:
+    """A foreign wrapper on a woven method stays when ours goes, wrapping the original."""
+    original = vars(Model)["forward"]
+    log: list[Any] = []
+    ours = ah.weave(f"{MOD}.Model.forward", after=record(log, "ours"))
+    foreign = wrapt.wrap_function_wrapper(targets, "Model.forward", _foreign(log))
+    assert Model().forward(1) == 11
+    assert log == ["foreign", "ours"]
+    ours.remove()
+    assert vars(Model)["forward"] is foreign
+    assert foreign.__wrapped__ is original
+    wrapt.unwrap_object(targets, "Model.forward", foreign)
+    assert vars(Model)["forward"] is original
+
+
+def test_plain_wrapper_on_top_does_not_break_removal() -> None:
+    """Under a non-wrapt wrapper our proxy cannot be spliced out; remove() still works.
+
+    The advice comes off, nothing raises, the proxy left in place passes calls straight
+    through, and weaving again through the plain wrapper reaches the same proxy.
+    """
+    original = targets.add_one
+    log: list[Any] = []
+    alias_advice = ah.before("weave_alias_plain")(record(log, "alias"))
+    handle = ah.weave(targets.add_one, before=record(log, "ours"), name="weave_alias_plain")
+    proxy = targets.add_one
+
+    @functools.wraps(proxy)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return proxy(*args, **kwargs)
+
+    targets.add_one = plain
+    try:
+        assert targets.add_one(1) == 2
+        assert log == ["alias", "ours"]
+        with capture_logs() as logs:
+            handle.remove()
+        assert [entry["event"] for entry in logs] == ["weave.unwrap_failed"]
+        assert targets.add_one(1) == 2
+        assert log == ["alias", "ours"]
+        assert ah.default_weaver.registered == [alias_advice]
+        with ah.weave(f"{MOD}.add_one", after=record(log, "again")):
+            assert chain(targets.add_one) == [plain, proxy, original]
+            targets.add_one(1)
+        assert log == ["alias", "ours", "again"]
+    finally:
+        targets.add_one = original
+
+
+# -- modules imported later ------------------------------------------------------------------
+
+_module_numbers = itertools.count()
+
+
+@pytest.fixture
+def new_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
+    """Write a module (or package) under tmp_path, importable but not imported; returns its name."""
+    made: list[str] = []
+
+    def make(source: str, *, package: bool = False, sub: str = "") -> str:
+        name = f"ah_lazy_{next(_module_numbers)}"
+        if package:
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "__init__.py").write_text("")
+            (tmp_path / name / f"{sub}.py").write_text(textwrap.dedent(source))
+        else:
+            (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()
+        made.append(name)
+        return name
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield make
+    for module in list(sys.modules):
+        if module.split(".")[0] in made:
+            del sys.modules[module]
+
+
+LAZY_SOURCE = """
+    def func(x):
+        return x * 10
+
+    class Greeter:
+        def hello(self, name):
+            return "hello " + name
+"""
+
+
+def _import(name: str) -> types.ModuleType:
+    __import__(name)
+    return sys.modules[name]
+
+
+def test_weave_module_not_imported_yet(new_module: Callable[..., str]) -> None:
+    """A path into a module not imported yet is pending, then woven on import."""
+    name = new_module(LAZY_SOURCE)
+    log: list[Any] = []
+    handle = ah.weave(f"{name}.func", before=lambda ctx: log.append(tuple(ctx.args)))
+    assert name not in sys.modules
+    assert statuses(f"{name}.func") == ["pending import"]
+    module = _import(name)
+    original = module.func.__wrapped__
+    assert module.func(2) == 20
+    assert log == [(2,)]
+    assert statuses(f"{name}.func") == ["active"]
+    handle.remove()
+    assert module.func is original
+    assert module.func(3) == 30
+    assert log == [(2,)]
+
+
+def test_colon_path_into_module_not_imported_yet(new_module: Callable[..., str]) -> None:
+    """'mod:Class.method' into a module imported later is woven when it is imported."""
+    name = new_module(LAZY_SOURCE)
+    log: list[Any] = []
+    handle = ah.weave(f"{name}:Greeter.hello", after=lambda ctx: log.append(ctx.result))
+    assert statuses(f"{name}:Greeter.hello") == ["pending import"]
+    module = _import(name)
+    original = vars(module.Greeter)["hello"].__wrapped__
+    assert module.Greeter().hello("you") == "hello you"
+    assert log == ["hello you"]
+    handle.remove()
+    assert vars(module.Greeter)["hello"] is original
+
+
+def test_pending_weave_removed_before_import(new_module: Callable[..., str]) -> None:
+    """A pending weave removed before the import never weaves anything."""
+    name = new_module(LAZY_SOURCE)
+    handle = ah.weave(f"{name}.func", before=lambda ctx: pytest.fail("advice ran"))
+    handle.remove()
+    assert statuses(f"{name}.func") == []
+    module = _import(name)
+    assert not isinstance(module.func, wrapt.FunctionWrapper)
+    assert module.func(1) == 10
+
+
+def test_glob_into_module_not_imported_yet(new_module: Callable[..., str]) -> None:
+    """A glob in the last part of a path into a later module weaves its matches then."""
+    name = new_module(LAZY_SOURCE)
+    log: list[Any] = []
+    with ah.weave(f"{name}.*.hello", before=lambda ctx: log.append(ctx.joinpoint.name)):
+        module = _import(name)
+        module.Greeter().hello("a")
+        module.func(1)
+    assert log == [f"{name}.Greeter.hello"]
+    assert not isinstance(vars(module.Greeter)["hello"], wrapt.FunctionWrapper)
+
+
+def test_submodule_not_imported_yet(new_module: Callable[..., str]) -> None:
+    """'pkg.sub.func' with pkg imported but not pkg.sub stays pending until pkg.sub imports."""
+    name = new_module(LAZY_SOURCE, package=True, sub="sub")
+    _import(name)
+    log: list[Any] = []
+    with capture_logs() as logs:
+        handle = ah.weave(f"{name}.sub.func", before=lambda ctx: log.append(ctx.args))
+    assert logs == []
+    assert statuses(f"{name}.sub.func") == ["pending import"]
+    sub = _import(f"{name}.sub")
+    assert sub.func(1) == 10
+    assert log == [[1]]
+    handle.remove()
+    assert not isinstance(sub.func, wrapt.FunctionWrapper)
+
+
+def test_submodule_of_package_not_imported_yet(new_module: Callable[..., str]) -> None:
+    """'pkg.sub.func' with neither imported is woven when pkg.sub is imported."""
+    name = new_module(LAZY_SOURCE, package=True, sub="sub")
+    log: list[Any] = []
+    handle = ah.weave(f"{name}.sub.func", before=lambda ctx: log.append(ctx.args), strict=True)
+    assert statuses(f"{name}.sub.func") == ["pending import"]
+    sub = _import(f"{name}.sub")
+    assert sub.func(2) == 20
+    assert log == [[2]]
+    handle.remove()
+    assert not isinstance(sub.func, wrapt.FunctionWrapper)
+
+
+def test_lazy_weave_of_missing_attribute_fails_on_import(new_module: Callable[..., str]) -> None:
+    """A later module without the attribute shows the weave as failed, and logs it."""
+    name = new_module(LAZY_SOURCE)
+    handle = ah.weave(f"{name}.no_such_func", before=lambda ctx: None)
+    with capture_logs() as logs:
+        _import(name)
+    assert statuses(f"{name}.no_such_func") == ["failed"]
+    assert [entry["event"] for entry in logs] == ["weave.failed"]
+    handle.remove()
+    assert statuses(f"{name}.no_such_func") == []
+
+
+# -- version guards ----------------------------------------------------------------------------
+
+
+def test_requires_met_weaves() -> None:
+    """requires= satisfied by the installed distribution weaves as usual."""
+    log: list[Any] = []
+    with ah.weave(targets.add_one, before=record(log, "hit"), requires="pytest>=1"):
+        targets.add_one(1)
+    assert log == ["hit"]
+
+
+@pytest.mark.parametrize(
+    ("requires", "reason"),
+    [
+        ("pytest<1", r"pytest \S+ does not satisfy pytest<1"),
+        ("aspecthook-no-such-dist>=1", "aspecthook-no-such-dist is not installed"),
+    ],
+)
+def test_requires_not_met_skips_and_logs(requires: str, reason: str) -> None:
+    """An unmet version guard skips the weave, logs why and shows it as skipped."""
+    with capture_logs() as logs:
+        handle = ah.weave(targets.add_one, before=lambda ctx: None, requires=requires)
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+    assert [(entry["event"], entry["target"]) for entry in logs] == [
+        ("weave.skipped", f"{MOD}.add_one")
+    ]
+    assert re.fullmatch(reason, logs[0]["reason"])
+    rows = [r for r in ah.describe() if r.status == "skipped"]
+    assert [(r.joinpoint, r.note) for r in rows] == [(f"{MOD}.add_one", logs[0]["reason"])]
+    handle.remove()
+    handle.remove()
+    assert [r for r in ah.describe() if r.status == "skipped"] == []
+
+
+def test_requires_not_met_with_strict_raises() -> None:
+    """strict=True turns an unmet version guard into WeaveTargetError."""
+    with pytest.raises(WeaveTargetError, match=r"pytest .* does not satisfy pytest<1.*strict"):
+        ah.weave(targets.add_one, before=lambda ctx: None, requires="pytest<1", strict=True)
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+
+
+@pytest.mark.parametrize("requires", ["not a requirement !!", "pytest>>1", ""])
+def test_bad_requirement_is_an_invalid_option(requires: str) -> None:
+    """A requires= string that is no requirement raises InvalidOptionError naming it."""
+    with pytest.raises(InvalidOptionError, match=r"requires=.* is not a requirement") as info:
+        ah.weave(targets.add_one, before=lambda ctx: None, requires=requires)
+    assert info.value.option == "requires"
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+
+
+def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> None:
+    """clear() of the weaver that made a skipped weave removes its describe() row too."""
+    weaver.weave(targets.add_one, before=lambda ctx: None, requires="pytest<1")
+    assert [r.status for r in weaver.describe() if r.joinpoint == f"{MOD}.add_one"] == ["skipped"]
+    weaver.clear()
+    assert [r for r in ah.describe() if r.status == "skipped"] == []
+
+
+# -- missing and unlocatable targets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("nosuchmodule_xyz.f", "no module named 'nosuchmodule_xyz'"),
+        ("json.no_such_function", "json has no attribute path 'no_such_function'"),
+        (f"{MOD}.Model.no_such_method", "has no attribute path 'Model.no_such_method'"),
+    ],
+)
+def test_missing_target_is_skipped(target: str, reason: str) -> None:
+    """A missing module or attribute is skipped (not raised), logged and described."""
+    with capture_logs() as logs:
+        handle = ah.weave(target, before=lambda ctx: None)
+    assert handle.active
+    assert [entry["event"] for entry in logs] == ["weave.skipped"]
+    rows = [r for r in ah.describe() if r.joinpoint == target]
+    assert [r.status for r in rows] == ["skipped"]
+    assert reason in rows[0].note
+    assert ah.default_weaver.registered == []
+    handle.remove()
+    assert statuses(target) == []
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nosuchmodule_xyz.f", r"cannot weave nosuchmodule_xyz\.f: no module named"),
+        ("json.no_such_function", r"json has no attribute path 'no_such_function'.*strict"),
+    ],
+)
+def test_missing_target_with_strict_raises(target: str, message: str) -> None:
+    """strict=True raises WeaveTargetError (a LookupError) naming the target."""
+    with pytest.raises(WeaveTargetError, match=message) as info:
+        ah.weave(target, before=lambda ctx: None, strict=True)
+    assert info.value.target == target
+    assert isinstance(info.value, LookupError)
+    assert statuses(target) == []
+    assert ah.default_weaver.registered == []
+
+
+def test_local_function_cannot_be_located() -> None:
+    """A local function has no place to be replaced: the error says what to weave instead."""
+
+    def local(x: int) -> int:
+        return x
+
+    with pytest.raises(WeaveTargetError, match=r"cannot find where .*<locals>.local.*weave the"):
+        ah.weave(local, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+
+
+def test_function_removed_from_its_module_cannot_be_located() -> None:
+    """A function no longer reachable where it was defined cannot be woven."""
+    stray = types.FunctionType(targets.add_one.__code__, targets.__dict__, "stray")
+    stray.__qualname__ = "stray"
+    with pytest.raises(WeaveTargetError, match=r"cannot find where 'stray' is defined"):
+        ah.weave(stray, before=lambda ctx: None)
+
+
+@pytest.mark.parametrize("target", [42, None, 1.5])
+def test_unweavable_object_is_refused(target: Any) -> None:
+    """Something that is neither code, a holder of code nor a path is refused."""
+    with pytest.raises(WeaveTargetError, match=r"give a function, method, class, module"):
+        ah.weave(target, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+
+
+# -- failures leave nothing half-patched -------------------------------------------------------
+
+
+def test_ordering_cycle_while_weaving_leaves_nothing_behind() -> None:
+    """A weave refused for an ordering cycle patches nothing and registers nothing."""
+
+    class First(ah.Aspect):
+        order_after = ("second",)
+
+        @ah.before()
+        def go(self, ctx: ah.CallContext) -> None: ...
+
+    class Second(ah.Aspect):
+        order_after = ("first",)
+
+        @ah.before()
+        def go(self, ctx: ah.CallContext) -> None: ...
+
+    with pytest.raises(OrderingCycleError, match="cycle"):
+        ah.weave(f"{MOD}.*", First(), Second())
+    assert targets.changed() == []
+    assert ah.default_weaver.registered == []
+    assert [r for r in ah.describe() if r.joinpoint.startswith(MOD)] == []
+
+
+def test_failure_on_a_later_target_unwinds_the_earlier_ones() -> None:
+    """When the n-th target of a glob cannot be woven, the ones before it are put back."""
+
+    class Early(ah.Aspect):
+        order_after = ("late",)
+
+        @ah.before(f"{MOD}.train_epoch")
+        def go(self, ctx: ah.CallContext) -> None: ...
+
+    class Late(ah.Aspect):
+        order_after = ("early",)
+
+        @ah.before(f"{MOD}.train_epoch")
+        def go(self, ctx: ah.CallContext) -> None: ...
+
+    # Matches no join point yet, so the cycle only shows when train_epoch is woven, after
+    # train_step (defined first) already was.
+    registered = ah.register([Early(), Late()])
+    with pytest.raises(OrderingCycleError, match=r"early -> late|late -> early"):
+        ah.weave(f"{MOD}.train_*", before=lambda ctx: None)
+    assert targets.changed() == []
+    assert [r for r in ah.describe() if r.joinpoint.startswith(MOD)] == []
+    registered.remove()
+    assert ah.default_weaver.registered == []

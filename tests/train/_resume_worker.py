@@ -1,0 +1,196 @@
+"""The fault-injection test's training run, which kills itself with SIGKILL where told to.
+
+``python _resume_worker.py WORK_DIR OUT_FILE`` trains :func:`build_runner`'s configuration
+with ``Checkpoint(resume='auto')`` in ``WORK_DIR``. ``RESUME_KILL=<mode>:<k>`` makes it
+die by ``SIGKILL`` (no cleanup, no ``finally``, as with the OOM killer or a lost node):
+
+- ``iter:k`` in the middle of iteration ``k + 1`` (in its backward pass);
+- ``save:k`` inside ``torch.save`` of iteration ``k``'s checkpoint, with half the temp
+  file written;
+- ``replace:k`` with iteration ``k``'s checkpoint whole in its temp file, before
+  ``os.replace`` gives it its name;
+- ``latest:k`` with that checkpoint in place, before the manifest ``latest`` moves to it;
+- ``prune:k`` after ``latest`` moved, before the old checkpoints are deleted.
+
+A run that finishes writes :func:`snapshot` to ``OUT_FILE``. Every resume prints a JSON
+line ``{"resumed": "<file>", "iter": n}``. The test imports this module too, to train
+the same configuration in one go.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy
+import torch
+from _fixtures import make_dataset, make_loader, make_model
+
+import aspecthook as ah
+from aspecthook import Aspect, CallContext, Event, Priority
+from aspecthook.train import Runner
+from aspecthook.train.aspects import EMA, Checkpoint, Evaluate, LRSchedule
+
+N_ITERS = 60  # 96 samples in batches of 8: 12 iterations an epoch, the run ends on epoch 5's edge
+INTERVAL = 3  # a checkpoint every 3 iterations; kills between them replay up to 2
+MAX_KEEP = 2
+KILL_MODES = ("iter", "save", "replace", "latest", "prune")
+
+
+class LossHistory(Aspect):
+    """Records every iteration's loss and LR; part of checkpoints, so the history of a
+    resumed run is complete only if the resume was exact."""
+
+    priority = Priority.LOW
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+        self.lrs: list[float] = []
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        runner = ctx.runner
+        self.losses.append(runner.outputs["loss"].item())
+        self.lrs.append(float(runner.optimizer.param_groups[0]["lr"]))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"losses": list(self.losses), "lrs": list(self.lrs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.losses, self.lrs = list(state["losses"]), list(state["lrs"])
+
+
+def noisy_step(runner: Runner, batch: Any) -> torch.Tensor:
+    """Cross-entropy on inputs jittered with python, numpy and torch random numbers, so an
+    RNG restored wrongly (any of the three) changes the result."""
+    x, y = batch
+    scale = 0.05 * random.random() + 0.05 * float(numpy.random.rand())
+    x = x + scale * torch.randn_like(x)
+    return torch.nn.functional.cross_entropy(runner.model(x), y)
+
+
+def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    return float((outputs.argmax(dim=1) == targets).float().mean())
+
+
+def build_runner(work_dir: str | os.PathLike[str]) -> Runner:
+    """Shuffling, dropout, SGD with momentum, warm-up + cosine LR per iteration, EMA,
+    validation every 10 iterations, a checkpoint every 3 (keeping 2, plus the best)."""
+    model = make_model(features=6, hidden=32, dropout=0.2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-4)
+    features = 6
+    return Runner(
+        model,
+        optimizer,
+        make_loader(make_dataset(96, features), batch_size=8, shuffle=True),
+        val_loader=make_loader(make_dataset(32, features, seed=1), batch_size=16),
+        loss_fn=torch.nn.functional.cross_entropy,
+        train_step=noisy_step,
+        max_iters=N_ITERS,
+        seed=1234,
+        work_dir=work_dir,
+        aspects=[
+            LRSchedule(
+                lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=N_ITERS),
+                by_epoch=False,
+                warmup="linear",
+                warmup_iters=8,
+            ),
+            EMA(decay=0.9),
+            Evaluate(10, by_epoch=False, metrics={"acc": accuracy}),
+            LossHistory(),
+            Checkpoint(
+                INTERVAL, by_epoch=False, max_keep=MAX_KEEP, save_best="val/acc", resume="auto"
+            ),
+        ],
+    )
+
+
+def snapshot(runner: Runner) -> dict[str, Any]:
+    """What must match bit for bit: weights, optimizer, scheduler, EMA, metrics, history."""
+    state = runner.state_dict()
+    return {
+        "model": state["model"],
+        "optimizer": state["optimizer"],
+        "scheduler": state["scheduler"],
+        "counters": state["counters"],
+        "metrics": state["metrics"],
+        "ema": state["aspects"]["ema"],
+        "history": state["aspects"]["loss_history"],
+        "best": state["aspects"]["checkpoint"],
+    }
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _KillInBackward(Aspect):
+    priority = Priority.LOWEST
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def before_backward(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at:
+            _die()
+
+
+def _arm(runner: Runner, mode: str, at: int) -> None:
+    """Make the run die as ``mode`` says once it reaches iteration ``at``."""
+    if mode == "iter":
+        runner.add_aspect(_KillInBackward(at))
+        return
+    real_save, real_replace, real_unlink = torch.save, os.replace, os.unlink
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        if mode == "save" and runner.iter == at:
+            buffer = io.BytesIO()
+            real_save(obj, buffer, *args, **kwargs)
+            f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            f.flush()
+            _die()
+        real_save(obj, f, *args, **kwargs)
+
+    def replace(src: Any, dst: Any) -> None:
+        name = Path(dst).name
+        if runner.iter == at and (
+            (mode == "replace" and name == f"iter_{at}.pt") or (mode == "latest" and name == "latest")
+        ):
+            _die()
+        real_replace(src, dst)
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if mode == "prune" and runner.iter == at and Path(path).suffix == ".pt":
+            _die()
+        real_unlink(path, *args, **kwargs)
+
+    torch.save, os.replace, os.unlink = save, replace, unlink  # type: ignore[assignment]
+
+
+def main(work_dir: str, out_file: str) -> None:
+    torch.set_num_threads(1)
+    runner = build_runner(work_dir)
+    kill = os.environ.get("RESUME_KILL")
+    if kill:
+        mode, at = kill.split(":")
+        _arm(runner, mode, int(at))
+
+    def report(event: Event) -> None:
+        print(json.dumps({"resumed": Path(event.path).name, "iter": event.iter}), flush=True)
+
+    with ah.on("checkpoint.resumed")(report):
+        runner.run()
+    torch.save(snapshot(runner), out_file)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

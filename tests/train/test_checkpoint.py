@@ -1,0 +1,419 @@
+"""Checkpoint: which files survive, the best one by a rule, crash-safe writes, resume checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import torch
+from _fixtures import make_runner, one_thread, params
+from structlog.testing import capture_logs
+
+import aspecthook as ah
+from aspecthook import Aspect, CallContext, Event
+from aspecthook.errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
+from aspecthook.train import aspects
+from aspecthook.train.aspects import Checkpoint, Evaluate
+
+# 16 samples in batches of 4: 4 iterations per epoch.
+N, BATCH = 16, 4
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "latest").read_text())
+    return data
+
+
+def _load_latest(folder: Path) -> dict[str, Any]:
+    """The checkpoint ``latest`` names, after checking its size and sha256 against it."""
+    manifest = _manifest(folder)
+    path = folder / manifest["latest"]
+    record = manifest["checkpoints"][manifest["latest"]]
+    data = path.read_bytes()
+    assert len(data) == record["size"]
+    assert hashlib.sha256(data).hexdigest() == record["sha256"]
+    payload: dict[str, Any] = torch.load(path, weights_only=True)
+    return payload
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+@pytest.fixture
+def saved() -> Iterator[list[Event]]:
+    """Every ``checkpoint.saved`` event of the test."""
+    events: list[Event] = []
+    handle = ah.on("checkpoint.saved")(events.append)
+    yield events
+    handle.remove()
+
+
+def _scripted(values: list[float]) -> Any:
+    """A metric returning ``values`` in turn (one validation batch per validation)."""
+    it = iter(values)
+    return lambda outputs, targets: next(it)
+
+
+# -- which files survive -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("save_last", "expected"),
+    [
+        (True, {"epoch_4.pt", "epoch_5.pt", "latest"}),
+        (False, {"epoch_2.pt", "epoch_4.pt", "latest"}),
+    ],
+)
+def test_interval_two_of_five_epochs_keeps_the_newest_two(
+    tmp_path: Path, save_last: bool, expected: set[str]
+) -> None:
+    """interval=2, 5 epochs, max_keep=2: epochs 2 and 4 are saved, 5 too with save_last."""
+    checkpoint = Checkpoint(2, max_keep=2, save_last=save_last)
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=5, aspects=[checkpoint]).run()
+    assert _files(tmp_path) == expected
+    manifest = _manifest(tmp_path)
+    assert set(manifest["checkpoints"]) == expected - {"latest"}
+    assert manifest["latest"] == max(expected - {"latest"})
+    assert checkpoint.kept == sorted(expected - {"latest"})
+
+
+def test_saved_event_names_each_file_with_its_epoch_and_iteration(
+    tmp_path: Path, saved: list[Event]
+) -> None:
+    """``checkpoint.saved`` carries the path, epoch and iteration of every file written."""
+    checkpoint = Checkpoint(2, max_keep=2)
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=5, aspects=[checkpoint]).run()
+    assert [(Path(e.path).name, e.epoch, e.iter) for e in saved] == [
+        ("epoch_2.pt", 2, 8),
+        ("epoch_4.pt", 4, 16),
+        ("epoch_5.pt", 5, 20),
+    ]
+
+
+def test_by_iteration_saves_every_interval_and_the_last(tmp_path: Path) -> None:
+    """by_epoch=False, interval=3, 10 iterations: iter_3, 6, 9 and the last, iter_10."""
+    checkpoint = Checkpoint(3, by_epoch=False)
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=10, aspects=[checkpoint]).run()
+    assert _files(tmp_path) == {"iter_3.pt", "iter_6.pt", "iter_9.pt", "iter_10.pt", "latest"}
+    assert _load_latest(tmp_path)["runner"]["counters"]["iter"] == 10
+
+
+def test_a_run_stopped_inside_an_epoch_saves_its_last_state_by_iteration(tmp_path: Path) -> None:
+    """by_epoch with max_iters=6 (mid-epoch 2): the last file is iter_6, not a 2nd epoch_1."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=6, aspects=[Checkpoint()]).run()
+    assert _files(tmp_path) == {"epoch_1.pt", "iter_6.pt", "latest"}
+
+
+# -- the best checkpoint -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "best_epoch"),
+    [
+        ("acc", [0.2, 0.5, 0.4, 0.7, 0.6], 4),
+        ("my_loss", [0.5, 0.3, 0.4, 0.35, 0.6], 2),
+    ],
+)
+def test_save_best_keeps_only_the_best_by_the_inferred_rule(
+    tmp_path: Path, name: str, values: list[float], best_epoch: int
+) -> None:
+    """'acc' is better when greater, '..loss' when less; max_keep=1 never prunes the best."""
+    evaluate = Evaluate(metrics={name: _scripted(values)})
+    checkpoint = Checkpoint(max_keep=1, save_best=f"val/{name}")
+    runner = make_runner(
+        tmp_path, n=8, batch_size=8, val=True, max_epochs=5, aspects=[evaluate, checkpoint]
+    )
+    runner.run()
+    best = f"best_val_{name}_epoch_{best_epoch}.pt"
+    assert _files(tmp_path) == {best, "epoch_5.pt", "latest"}
+    payload = torch.load(tmp_path / best, weights_only=True)
+    assert payload["runner"]["metrics"][f"val/{name}"] == values[best_epoch - 1]
+    assert payload["runner"]["counters"]["epoch"] == best_epoch
+    assert checkpoint.best_score == values[best_epoch - 1]
+    assert _manifest(tmp_path)["best"] == best
+
+
+@pytest.mark.parametrize(
+    ("metric", "rule"),
+    [
+        ("val/acc", "greater"),
+        ("val/top1", "greater"),
+        ("val/AR@100", "greater"),
+        ("val/auc", "greater"),
+        ("val/precision", "greater"),
+        ("val/mAP", "greater"),
+        ("val/mIoU", "greater"),
+        ("val/loss", "less"),
+    ],
+)
+def test_rule_is_inferred_from_the_metric_name(metric: str, rule: str) -> None:
+    """acc/top/AR@/auc/precision/mAP/mIoU go up, loss goes down."""
+    assert Checkpoint(save_best=metric).rule == rule
+
+
+def test_an_unknown_metric_name_asks_for_a_rule() -> None:
+    """A name that says nothing about its direction is an error that asks for rule=."""
+    with pytest.raises(InvalidOptionError, match="rule='greater' or rule='less'"):
+        Checkpoint(save_best="val/wobble")
+    assert Checkpoint(save_best="val/wobble", rule="less").rule == "less"
+
+
+def test_a_missing_best_metric_is_an_error_at_the_first_validation(tmp_path: Path) -> None:
+    """save_best naming a metric validation does not produce says which ones it does."""
+    runner = make_runner(
+        tmp_path, val=True, max_epochs=2, aspects=[Checkpoint(save_best="val/acc")]
+    )
+    with pytest.raises(RunnerError, match=r"\['val/loss'\], not 'val/acc'"):
+        runner.run()
+    assert runner.epoch == 1
+
+
+# -- crash safety --------------------------------------------------------------------------
+
+
+def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each save: fsync + replace the file, fsync + replace ``latest``, then delete old ones."""
+    ops: list[str] = []
+    real_replace, real_unlink, real_fsync = os.replace, os.unlink, os.fsync
+
+    def replace(src: Any, dst: Any) -> None:
+        ops.append(f"replace {Path(dst).name}")
+        real_replace(src, dst)
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        ops.append(f"unlink {Path(path).name}")
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "fsync", lambda fd: ops.append("fsync") or real_fsync(fd))
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint(max_keep=1)])
+    runner.run()
+    monkeypatch.undo()
+    save = ["fsync", "replace {}", "fsync", "fsync", "replace latest", "fsync"]
+    expected = [op.format("epoch_1.pt") for op in save]
+    expected += [op.format("epoch_2.pt") for op in save] + ["unlink epoch_1.pt"]
+    expected += [op.format("epoch_3.pt") for op in save] + ["unlink epoch_2.pt"]
+    assert ops == expected
+
+
+def test_latest_always_names_a_readable_checkpoint(tmp_path: Path) -> None:
+    """At every save the file ``latest`` names matches its size and sha256 and loads."""
+    seen: list[int] = []
+
+    def check(event: Event) -> None:
+        payload = _load_latest(tmp_path)
+        seen.append(payload["runner"]["counters"]["iter"])
+        assert Path(event.path).name == _manifest(tmp_path)["latest"]
+
+    with ah.on("checkpoint.saved")(check):
+        checkpoint = Checkpoint(2, by_epoch=False, max_keep=1)
+        make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=7, aspects=[checkpoint]).run()
+    assert seen == [2, 4, 6, 7]
+
+
+def test_stale_temp_files_of_a_killed_write_are_removed_at_start(tmp_path: Path) -> None:
+    """A temp file left by a write that died is deleted when the next run starts."""
+    stale = tmp_path / ".epoch_3.pt.abc123.ckpt-tmp"
+    stale.write_bytes(b"half a checkpoint")
+    make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint()]).run()
+    assert not stale.exists()
+
+
+# -- resume --------------------------------------------------------------------------------
+
+
+def _damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # one flipped bit: same size, only the checksum can tell
+        data[len(data) // 2] ^= 1
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped"])
+def test_a_damaged_latest_checkpoint_is_reported_and_the_previous_one_used(
+    tmp_path: Path, how: str
+) -> None:
+    """The warning and the log name the damaged file; the run resumes from epoch 3 and ends
+    where an uninterrupted run ends."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=4, aspects=[Checkpoint()]).run()
+    damaged = tmp_path / "epoch_4.pt"
+    _damage(damaged, how)
+    resumed: list[Event] = []
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=4, aspects=[Checkpoint(resume="auto")]
+    )
+    with (
+        ah.on("checkpoint.resumed")(resumed.append),
+        capture_logs() as logs,
+        pytest.warns(RuntimeWarning, match=re.escape(str(damaged))),
+    ):
+        runner.run()
+    assert [Path(e.path).name for e in resumed] == ["epoch_3.pt"]
+    assert any(
+        log["event"] == "checkpoint.unusable" and log["path"] == str(damaged) for log in logs
+    )
+    reference = make_runner(None, n=N, batch_size=BATCH, max_epochs=4)
+    reference.run()
+    for a, b in zip(params(runner), params(reference), strict=True):
+        assert torch.equal(a, b)
+    _load_latest(tmp_path)  # epoch_4.pt was written again, whole
+
+
+def test_resume_auto_in_an_empty_folder_starts_afresh(tmp_path: Path) -> None:
+    """resume='auto' with no checkpoint yet trains from the start (the first run of a job)."""
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(resume="auto")])
+    runner.run()
+    assert runner.iter == 4
+
+
+def test_a_finished_run_resumed_trains_no_further(tmp_path: Path) -> None:
+    """Resuming the last checkpoint of a finished run restores it and runs no iteration."""
+    first = make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint()])
+    first.run()
+    again = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint(resume="auto")]
+    )
+    before = _files(tmp_path)
+    again.run()
+    assert (again.epoch, again.iter) == (2, 8)
+    assert all(torch.equal(a, b) for a, b in zip(params(first), params(again), strict=True))
+    assert _files(tmp_path) == before
+
+
+def test_resume_from_an_explicit_file(tmp_path: Path) -> None:
+    """resume=path loads that checkpoint even when newer ones exist."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint()]).run()
+    runner = make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_epochs=1,
+        aspects=[Checkpoint(resume=tmp_path / "epoch_1.pt", save_last=False)],
+    )
+    resumed: list[Event] = []
+    with ah.on("checkpoint.resumed")(resumed.append):
+        runner.run()
+    assert [(Path(e.path).name, e.epoch, e.iter) for e in resumed] == [("epoch_1.pt", 1, 4)]
+
+
+def test_a_damaged_explicit_resume_file_is_an_error(tmp_path: Path) -> None:
+    """An explicitly named checkpoint that fails its checksum stops the run before training."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint()]).run()
+    _damage(tmp_path / "epoch_1.pt", "bit-flipped")
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(resume=tmp_path / "epoch_1.pt")]
+    )
+    with pytest.raises(RunnerError, match="cannot resume from .*epoch_1.pt.*sha256"):
+        runner.run()
+    assert runner.iter == 0
+
+
+def test_a_resume_path_that_does_not_exist_fails_at_construction(tmp_path: Path) -> None:
+    """Before any runner or training exists, with what to do instead."""
+    missing = tmp_path / "nope" / "epoch_3.pt"
+    with pytest.raises(CheckpointNotFoundError, match="resume='auto'") as info:
+        Checkpoint(resume=missing)
+    assert isinstance(info.value, RunnerError)
+    assert isinstance(info.value, FileNotFoundError)
+    assert info.value.path == str(missing)
+
+
+def test_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
+    """Model, optimizer, scheduler, counters, aspects, grad scaler and RNG states all load
+    with torch.load(weights_only=True)."""
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, dropout=0.5, aspects=[Checkpoint()])
+    runner.scheduler = torch.optim.lr_scheduler.StepLR(runner.optimizer, step_size=2)
+    runner.grad_scaler = torch.amp.GradScaler("cpu", init_scale=512.0)  # type: ignore[attr-defined]
+    runner.run()
+    payload = torch.load(tmp_path / "epoch_1.pt", weights_only=True)
+    state = payload["runner"]
+    assert set(state) >= {"model", "optimizer", "scheduler", "counters", "metrics", "aspects"}
+    assert state["aspects"]["checkpoint"] == {
+        "kept": ["epoch_1.pt"],
+        "best_score": None,
+        "best_file": None,
+    }
+    assert "base_seed" in state["aspects"]["dist_sampler_seed"]
+    assert payload["grad_scaler"]["scale"] == 512.0
+    assert set(payload["rng"][0]) >= {"python", "numpy", "torch"}
+
+
+def test_save_optimizer_false_leaves_the_optimizer_out_and_still_resumes(tmp_path: Path) -> None:
+    """Without the optimizer the file holds the rest; resuming keeps a fresh optimizer."""
+    make_runner(
+        tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(save_optimizer=False)]
+    ).run()
+    assert "optimizer" not in torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint(resume="auto")]
+    )
+    runner.run()
+    assert runner.epoch == 2
+
+
+class _NumpyState(Aspect):
+    """An aspect whose state holds a numpy scalar, which weights_only loading rejects."""
+
+    def before_train_iter(self, ctx: CallContext) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ema_loss": numpy.float64(0.5)}
+
+
+def test_state_that_weights_only_cannot_load_is_an_error_before_training(tmp_path: Path) -> None:
+    """The error names where the value sits, and no iteration runs."""
+    runner = make_runner(tmp_path, aspects=[_NumpyState(), Checkpoint()])
+    with pytest.raises(RunnerError, match=r"\['_numpy_state'\]\['ema_loss'\].*numpy"):
+        runner.run()
+    assert runner.iter == 0
+
+
+def test_checkpoint_without_work_dir_is_an_error_before_training() -> None:
+    """Checkpoints need a folder; the error says to give work_dir."""
+    runner = make_runner(None, aspects=[Checkpoint()])
+    with pytest.raises(RunnerError, match="work_dir="):
+        runner.run()
+    assert runner.iter == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"interval": 0}, "interval=0"),
+        ({"max_keep": 0}, "max_keep=0"),
+        ({"filename_tmpl": "ckpt.pt"}, "one '{}'"),
+        ({"rule": "greater"}, "only applies with save_best"),
+        ({"save_best": "val/acc", "rule": "up"}, "rule='up'"),
+        ({"resume": 3}, "'auto', a checkpoint path or None"),
+    ],
+)
+def test_bad_options_fail_at_construction(kwargs: dict[str, Any], match: str) -> None:
+    """Each bad option is named with what it should be."""
+    with pytest.raises(InvalidOptionError, match=re.escape(match)):
+        Checkpoint(**kwargs)
+
+
+def test_openmmlab_name_is_an_alias() -> None:
+    """``CheckpointHook`` is ``Checkpoint`` for configs written for OpenMMLab."""
+    assert aspects.CheckpointHook is Checkpoint
+    assert "Checkpoint" in aspects.__all__

@@ -1,0 +1,237 @@
+"""Exact resume: killed anywhere (SIGKILL, even mid-write) and resumed, a run ends bit for bit
+where an uninterrupted one ends; consumed batches are skipped without loading them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import torch
+from _fixtures import CountingDataset, make_runner, one_thread, params
+from _resume_worker import INTERVAL, KILL_MODES, N_ITERS, build_runner, snapshot
+from torch.utils.data import DataLoader
+
+from aspecthook import Aspect, CallContext
+from aspecthook.train import Runner
+from aspecthook.train._rng import capture, restore, restore_own_rank
+from aspecthook.train.aspects import Checkpoint
+
+WORKER = Path(__file__).with_name("_resume_worker.py")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+def assert_identical(a: Any, b: Any, where: str = "state") -> None:
+    """Equal types and values all the way down; tensors by ``torch.equal`` and dtype."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), f"{where} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def _latest_is_readable(folder: Path) -> int:
+    """Check the file ``latest`` names against its size and sha256, load it; its iteration."""
+    import hashlib
+
+    manifest = json.loads((folder / "latest").read_text())
+    record = manifest["checkpoints"][manifest["latest"]]
+    data = (folder / manifest["latest"]).read_bytes()
+    assert len(data) == record["size"], f"{manifest['latest']} is truncated"
+    assert hashlib.sha256(data).hexdigest() == record["sha256"]
+    payload = torch.load(io.BytesIO(data), weights_only=True)
+    return int(payload["runner"]["counters"]["iter"])
+
+
+def _kill_plan(rng: random.Random) -> list[tuple[str, int, int | None]]:
+    """(mode, iteration, the iteration the next run resumes from) for each kill, in order.
+
+    Checkpoint-write kills happen at checkpoint iterations (multiples of INTERVAL from the
+    third on, so there is something to prune); ``iter`` kills anywhere after the first.
+    """
+    points = sorted(rng.sample(range(3 * INTERVAL, N_ITERS + 1, INTERVAL), len(KILL_MODES)))
+    plan: list[tuple[str, int, int | None]] = []
+    for mode, at in zip(rng.sample(KILL_MODES, len(KILL_MODES)), points, strict=True):
+        if mode == "iter":
+            at = min(at + rng.randrange(INTERVAL), N_ITERS - 1)
+            resume = at - at % INTERVAL
+        else:
+            resume = at if mode == "prune" else at - INTERVAL
+        plan.append((mode, at, resume))
+    return plan
+
+
+def _worker(work_dir: Path, out: Path, kill: str | None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RESUME_KILL": kill or ""}
+    return subprocess.run(
+        [sys.executable, str(WORKER), str(work_dir), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _resumed_from(stdout: str) -> list[int]:
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"resumed"')]
+    return [int(line["iter"]) for line in lines]
+
+
+def test_killed_runs_resumed_end_bit_for_bit_equal_to_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL mid-iteration, inside torch.save, before os.replace, before ``latest`` moves
+    and before pruning, at random iterations: every kill leaves a readable ``latest``, each
+    run resumes where expected, and the end state (weights, optimizer, scheduler, EMA,
+    metrics, every loss and LR) and files equal those of one run in one go."""
+    seed = int(os.environ.get("RESUME_TEST_SEED", random.randrange(2**32)))
+    plan = _kill_plan(random.Random(seed))
+    context = f"RESUME_TEST_SEED={seed}, plan={plan}"
+    reference_dir, work_dir, out = tmp_path / "ref", tmp_path / "run", tmp_path / "final.pt"
+    reference = build_runner(reference_dir)
+    reference.run()
+    expected = snapshot(reference)
+
+    previous_resume: int | None = None
+    for mode, at, resume in plan:
+        done = _worker(work_dir, out, f"{mode}:{at}")
+        assert done.returncode == -9, f"{context}: {mode}:{at} was not killed\n{done.stderr}"
+        assert _resumed_from(done.stdout) == ([previous_resume] if previous_resume else []), context
+        assert _latest_is_readable(work_dir) == resume, f"{context}: after {mode}:{at}"
+        previous_resume = resume
+    done = _worker(work_dir, out, None)
+    assert done.returncode == 0, f"{context}\n{done.stderr}"
+    assert _resumed_from(done.stdout) == [previous_resume], context
+
+    assert_identical(torch.load(out, weights_only=True), expected, "final")
+    assert len(expected["history"]["losses"]) == N_ITERS
+    assert {p.name for p in work_dir.iterdir()} == {p.name for p in reference_dir.iterdir()}
+
+
+class _Crash(Aspect):
+    """Raises in the backward pass of iteration ``at + 1`` (an in-process 'kill')."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def before_backward(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at:
+            raise KeyboardInterrupt
+
+
+def _shuffled(work_dir: Path, *extra: Aspect) -> Runner:
+    checkpoint = Checkpoint(5, by_epoch=False, resume="auto")
+    return make_runner(
+        work_dir, shuffle=True, dropout=0.3, max_iters=20, seed=7, aspects=[*extra, checkpoint]
+    )
+
+
+def test_resuming_inside_an_epoch_replays_the_same_batches_and_dropout(tmp_path: Path) -> None:
+    """Crashed in epoch 2 (iteration 13) and resumed from iteration 10, the run ends with
+    the same weights and optimizer state as one that never stopped."""
+    crashed = _shuffled(tmp_path / "run", _Crash(12))
+    with pytest.raises(KeyboardInterrupt):
+        crashed.run()
+    resumed = _shuffled(tmp_path / "run")
+    resumed.run()
+    reference = _shuffled(tmp_path / "ref")
+    reference.run()
+    assert_identical(params(resumed), params(reference), "params")
+    assert_identical(resumed.optimizer.state_dict(), reference.optimizer.state_dict(), "optim")
+
+
+def test_resume_skips_consumed_batches_without_loading_them(tmp_path: Path) -> None:
+    """Resumed at iteration 9,000 of a 10,000-batch epoch, ``__getitem__`` runs only for the
+    last 1,000 batches, and they are the last 1,000 of that epoch's shuffled order."""
+
+    def runner_for(data: CountingDataset, checkpoint: Checkpoint) -> Runner:
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        loader = DataLoader(data, batch_size=1, shuffle=True)
+        return Runner(
+            model,
+            optimizer,
+            loader,
+            loss_fn=torch.nn.functional.mse_loss,
+            max_iters=10_000,
+            seed=3,
+            work_dir=tmp_path,
+            aspects=[checkpoint],
+        )
+
+    saver = Checkpoint(by_epoch=False, interval=10_000, save_last=False)
+    first = runner_for(CountingDataset(10_000), saver)
+    first.iter = first.inner_iter = 9_000  # as if 9,000 iterations had run
+    saver.save(first)
+    data = CountingDataset(10_000)
+    runner = runner_for(data, Checkpoint(by_epoch=False, interval=10_000, resume="auto"))
+    runner.run()
+    assert runner.iter == 10_000
+    assert data.calls == 1_000
+    order = torch.randperm(10_000, generator=torch.Generator().manual_seed(3)).tolist()
+    assert data.seen == order[9_000:]
+
+
+# -- RNG states --------------------------------------------------------------------------
+
+
+def _draws(generator: torch.Generator) -> tuple[float, float, list[float], list[float]]:
+    return (
+        random.random(),
+        float(numpy.random.rand()),
+        torch.rand(3).tolist(),
+        torch.rand(3, generator=generator).tolist(),
+    )
+
+
+def test_rng_states_restore_python_numpy_torch_and_named_generators() -> None:
+    """After restore() every generator repeats the draws made after capture()."""
+    generator = torch.Generator().manual_seed(5)
+    state = capture({"loader": generator})
+    first = _draws(generator)
+    restore(state, {"loader": generator})
+    assert _draws(generator) == first
+
+
+def test_rng_states_survive_a_weights_only_round_trip() -> None:
+    """Captured states are plain data: saved and loaded with weights_only they still restore."""
+    buffer = io.BytesIO()
+    torch.save([capture()], buffer)
+    first = _draws(torch.Generator())
+    buffer.seek(0)
+    states = torch.load(buffer, weights_only=True)
+    assert restore_own_rank(states, 0)
+    assert _draws(torch.Generator())[:3] == first[:3]
+
+
+def test_a_rank_the_checkpoint_has_no_state_for_keeps_its_generators() -> None:
+    """restore_own_rank says False and touches nothing for a rank beyond the saved ones."""
+    states = [capture()]
+    expected = torch.get_rng_state()
+    random_state = random.getstate()
+    assert not restore_own_rank(states, 1)
+    assert torch.equal(torch.get_rng_state(), expected)
+    assert random.getstate() == random_state
