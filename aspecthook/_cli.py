@@ -232,7 +232,8 @@ class Session:
             return
         # A requires= guard that does not hold is the config's own "only if installed":
         # a skip, never an error, even with --strict.
-        strict = self.strict and not self._guard_fails(spec)
+        guard_fails = self._guard_fails(spec)
+        strict = self.strict and not guard_fails
         with LOCK:
             before = list(WEAVES)
         try:

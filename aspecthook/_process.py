@@ -43,11 +43,12 @@ sees what is emitted on it, so process events do not reach advice registered the
     subscribed names and one flag that is set while a glob or predicate subscription may
     match some ``audit.*`` name, and returns. (``on('*')`` may match audit names, so it
     receives them too.) Both are supersets, recomputed from the registry when an event
-    gets past them after subscriptions changed. Audited operations performed while a
-    subscriber of that thread runs (a logger opening a file) are not delivered, which
-    also keeps a subscriber from recursing into itself. An exception from a subscriber
-    with ``errors='raise'`` aborts the audited operation, as Python's audit hooks do:
-    ``on('audit.socket.connect')`` can forbid network access in tests; use
+    gets past them after subscriptions changed; a name the flag lets through that no
+    subscriber matches is remembered until they change. Audited operations performed
+    while a subscriber of that thread runs (a logger opening a file) are not delivered,
+    which also keeps a subscriber from recursing into itself. An exception from a
+    subscriber with ``errors='raise'`` aborts the audited operation, as Python's audit
+    hooks do: ``on('audit.socket.connect')`` can forbid network access in tests; use
     ``errors='log'`` to only observe.
 """
 
@@ -71,6 +72,7 @@ from ._registry import LOCK, REGISTRY
 
 if TYPE_CHECKING:
     from ._advice import Advice
+    from ._weaver import Weaver
 
 __all__ = [
     "AUDIT_PREFIX",
@@ -105,14 +107,19 @@ _exit_code: int | None = None
 _audit_names: frozenset[str] = _NO_NAMES
 _audit_any = False
 _audit_version = -1
+_audit_unmatched: set[str] = set()  # names a glob let through that no subscriber matched
 _audit_state = threading.local()
 _uncaught_state = threading.local()
 
 
-def _emit(name: str, source: Any = None, **payload: Any) -> Event:
-    from ._weaver import default_weaver
+def _default_weaver() -> Weaver:
+    from ._weaver import default_weaver  # not at the top: _weaver imports this module
 
-    return default_weaver.emit(name, source=source, **payload)
+    return default_weaver
+
+
+def _emit(name: str, source: Any = None, **payload: Any) -> Event:
+    return _default_weaver().emit(name, source=source, **payload)
 
 
 # -- installing ------------------------------------------------------------------------------
@@ -367,7 +374,7 @@ def _class_end(pattern: str, start: int) -> int:
 
 def _refresh_audit() -> None:
     """Recompute the dispatcher's names and flag from every global weaver's subscriptions."""
-    global _audit_names, _audit_any, _audit_version
+    global _audit_names, _audit_any, _audit_version, _audit_unmatched
     with LOCK:
         version = REGISTRY.event_version
         names: set[str] = set()
@@ -378,7 +385,9 @@ def _refresh_audit() -> None:
                     exact, more = audit_interest(advice.pointcut)
                     names.update(exact)
                     other = other or more
-        _audit_names, _audit_any, _audit_version = frozenset(names), other, version
+        _audit_names, _audit_any = frozenset(names), other
+        _audit_unmatched = set()
+        _audit_version = version
 
 
 def _audit_hook(event: str, args: tuple[Any, ...]) -> None:
@@ -391,15 +400,24 @@ def _audit_hook(event: str, args: tuple[Any, ...]) -> None:
 
 
 def _audit_dispatch(event: str, args: tuple[Any, ...]) -> None:
+    if _audit_version != REGISTRY.event_version:
+        _refresh_audit()  # subscriptions changed: the supersets may have shrunk
+    # Read once: a refresh replaces the set, so a miss found against older subscriptions
+    # lands in the discarded one.
+    unmatched = _audit_unmatched
+    if event in unmatched:
+        return  # a glob or predicate let it through before, and nobody matched it
     state = _audit_state
     if getattr(state, "busy", False):
         return  # audited operations done by our own emit (a logger opening a file)
     state.busy = True
     try:
-        if _audit_version != REGISTRY.event_version:
-            _refresh_audit()  # subscriptions changed: the superset may have shrunk
-        if event in _audit_names or _audit_any:
-            _emit(AUDIT_PREFIX + event, args=args)
+        weaver = _default_weaver()
+        name = AUDIT_PREFIX + event
+        if weaver._subscribers(name):
+            weaver.emit(name, args=args)
+        else:
+            unmatched.add(event)
     finally:
         state.busy = False
 

@@ -35,10 +35,11 @@ _OPTIONS = frozenset(
 def _in_class_body(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is being defined in a class body (its qualname says so).
 
-    Only a plain function can be: a bound method (``recorder.record``) or a builtin
-    (``list.append``) has a dotted qualname too, and is advice to register at once.
+    Only a function (or a static/class method object) can be: a bound method
+    (``recorder.record``) or a builtin (``list.append``) has a dotted qualname too, and is
+    advice to register at once.
     """
-    if not inspect.isfunction(fn):
+    if inspect.ismethod(fn) or not inspect.isfunction(getattr(fn, "__func__", fn)):
         return False
     qualname = getattr(fn, "__qualname__", "")
     owner, _, _ = qualname.rpartition(".")

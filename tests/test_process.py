@@ -347,6 +347,19 @@ def test_audit_events_follow_priorities_and_errors_log(weaver: ah.Weaver, custom
     assert [entry["event"] for entry in logs] == ["advice.failed"]
 
 
+def test_new_subscription_receives_a_name_a_glob_let_through_before(
+    weaver: ah.Weaver, custom: str
+) -> None:
+    """A name no subscriber matched is skipped only until the subscriptions change."""
+    got: list[ah.Event] = []
+    weaver.on(f"audit.{custom}.*")(got.append)
+    sys.audit(f"{custom}_other")  # through the glob flag, matched by nobody: remembered
+    assert f"{custom}_other" in _process._audit_unmatched
+    weaver.on(f"audit.{custom}_other")(got.append)
+    sys.audit(f"{custom}_other")
+    assert [e.name for e in got] == [f"audit.{custom}_other"]
+
+
 def test_raising_audit_subscriber_aborts_the_operation(weaver: ah.Weaver, custom: str) -> None:
     """With errors='raise' a subscriber can veto an audited operation, as audit hooks do."""
 

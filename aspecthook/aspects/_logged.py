@@ -22,6 +22,7 @@ an ``async`` join point.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import reprlib
@@ -35,6 +36,7 @@ from typing import Any, TextIO
 
 import structlog
 import structlog._config
+import structlog.tracebacks
 
 from .. import around
 from .._advice import Advice, AdviceKind, _filter, _log_failure
@@ -83,6 +85,10 @@ _STACK: ContextVar[tuple[str, ...]] = ContextVar("aspecthook_logged_stack", defa
 # -- summaries ---------------------------------------------------------------------------
 
 
+_SCALARS = frozenset((bool, float, complex, type(None)))
+_BIG_INT = 10**18
+
+
 class _Summary(reprlib.Repr):
     """``reprlib`` with our caps: long text and big containers become type and length,
     array-likes (``shape`` and ``dtype``) type, shape and dtype, and a failing ``repr``
@@ -99,6 +105,11 @@ class _Summary(reprlib.Repr):
         self.limit = 4 * max_length
 
     def repr1(self, x: Any, level: int) -> str:
+        kind = type(x)  # the common small values first, without reprlib's dispatch
+        if kind in _SCALARS or (kind is int and -_BIG_INT < x < _BIG_INT):
+            return repr(x)
+        if kind is str and len(x) <= self.maxstring:
+            return repr(x)
         try:
             array = _array_summary(x)
             if array is not None:
@@ -167,34 +178,51 @@ def summarize(value: Any, *, max_length: int = 80, max_items: int = 8) -> str:
     return _Summary(max_length, max_items).summary(value)
 
 
-# Signatures per join point and per kind of wrapped callable (a bound method has no self).
-_SIGNATURES: weakref.WeakKeyDictionary[JoinPoint, dict[type, inspect.Signature | None]] = (
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_Parameters = tuple[tuple[str, ...] | None, inspect.Signature | None]
+
+# Per join point and kind of wrapped callable (a bound method has no self): the names of
+# the positional parameters when arguments can simply be zipped onto them (no *args),
+# and the signature for the general case.
+_PARAMETERS: weakref.WeakKeyDictionary[JoinPoint, dict[type, _Parameters]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _signature(ctx: CallContext) -> inspect.Signature | None:
-    per_kind = _SIGNATURES.setdefault(ctx.joinpoint, {})
+def _parameters(ctx: CallContext) -> _Parameters:
+    per_kind = _PARAMETERS.setdefault(ctx.joinpoint, {})
     kind = type(ctx.target)
-    if kind not in per_kind:
+    found = per_kind.get(kind)
+    if found is None:
         try:
-            per_kind[kind] = inspect.signature(ctx.target)
+            signature: inspect.Signature | None = inspect.signature(ctx.target)
         except (TypeError, ValueError):  # builtins without a signature
-            per_kind[kind] = None
-    return per_kind[kind]
+            signature = None
+        names: tuple[str, ...] | None = None
+        if signature is not None:
+            params = signature.parameters.values()
+            if all(p.kind is not p.VAR_POSITIONAL for p in params):
+                names = tuple(p.name for p in params if p.kind in _POSITIONAL)
+        found = per_kind[kind] = (names, signature)
+    return found
 
 
 def _named_arguments(ctx: CallContext) -> dict[str, Any]:
     """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed)."""
     args, kwargs = ctx._args, ctx.kwargs
-    signature = _signature(ctx)
+    names, signature = _parameters(ctx)
+    named: dict[str, Any]
+    if names is not None and len(args) <= len(names):  # the common case, without binding
+        named = dict(zip(names, args, strict=False))
+        named.update(kwargs)
+        return named
     if signature is not None:
         try:
             bound = signature.bind_partial(*args, **kwargs)
         except TypeError:
             pass
         else:
-            named: dict[str, Any] = {}
+            named = {}
             for name, value in bound.arguments.items():
                 if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
                     named.update(value)
@@ -524,12 +552,13 @@ def configure_logging(
     """Configure structlog for humans (``'console'``) or machines (``'json'`` lines).
 
     Both use structlog's conventions: ``merge_contextvars`` (so ``Logged``'s context
-    shows), ``add_log_level``, ``StackInfoRenderer`` and a ``TimeStamper``, and
+    shows), ``add_log_level``, ``StackInfoRenderer``, a ``TimeStamper`` and
     ``make_filtering_bound_logger(level)``. ``'console'`` is what structlog does when
     unconfigured (local time, ``ConsoleRenderer``, colours on a terminal) plus the level;
     ``'json'`` writes one JSON object per line with an ISO UTC timestamp and the traceback
-    as data (``dict_tracebacks``). Output goes to ``file`` (a path, opened for appending,
-    or an open text stream) or to stderr.
+    as data (``dict_tracebacks``). Tracebacks leave out local variables, which would show
+    the raw arguments ``redact=`` hides (and uncapped ones). Output goes to ``file`` (a
+    path, opened for appending, or an open text stream) or to stderr.
 
     Returns a handle whose ``remove()`` restores the previous configuration and closes a
     file opened here.
@@ -546,29 +575,12 @@ def configure_logging(
     if file is None:
         stream: TextIO = sys.stderr
     elif isinstance(file, (str, os.PathLike)):
-        stream = opened = open(file, "a", encoding="utf-8")  # noqa: SIM115 - closed by the handle
+        stream = opened = open(file, "a", encoding="utf-8")  # noqa: SIM115 - the handle closes it
     else:
         stream = file
-    processors: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.StackInfoRenderer(),
-    ]
-    if format == "json":
-        processors += [
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(),
-        ]
-    else:
-        processors += [
-            structlog.dev.set_exc_info,
-            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
-            _console_renderer(stream),
-        ]
     was_configured, previous = structlog.is_configured(), structlog.get_config()
     structlog.configure(
-        processors=processors,
+        processors=_processors(format, stream),
         wrapper_class=structlog.make_filtering_bound_logger(level_name),
         logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
@@ -585,10 +597,37 @@ def configure_logging(
     return Handle(undo, f"configure_logging({format!r}, {level_name!r})")
 
 
+def _processors(format: str, stream: TextIO) -> list[Any]:
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if format == "json":
+        no_locals = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        return [
+            *processors,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.ExceptionRenderer(no_locals),  # dict_tracebacks, no locals
+            structlog.processors.JSONRenderer(),
+        ]
+    return [
+        *processors,
+        structlog.dev.set_exc_info,
+        structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
+        _console_renderer(stream),
+    ]
+
+
 def _console_renderer(stream: TextIO) -> structlog.dev.ConsoleRenderer:
-    """structlog's ConsoleRenderer, coloured by its own rule, but judged on our stream."""
+    """structlog's ConsoleRenderer, coloured by its own rule but judged on our stream, and
+    with Rich tracebacks (when Rich is installed) that leave out local variables."""
     isatty = getattr(stream, "isatty", None)
     tty = bool(isatty and isatty())
-    if os.environ.get("NO_COLOR") or not (tty or os.environ.get("FORCE_COLOR")):
-        return structlog.dev.ConsoleRenderer(colors=False)
-    return structlog.dev.ConsoleRenderer()
+    colors = not os.environ.get("NO_COLOR") and bool(tty or os.environ.get("FORCE_COLOR"))
+    options: dict[str, Any] = {} if colors else {"colors": False}
+    if importlib.util.find_spec("rich") is not None:
+        options["exception_formatter"] = structlog.dev.RichTracebackFormatter(
+            show_locals=False, color_system="truecolor" if colors else None
+        )
+    return structlog.dev.ConsoleRenderer(**options)

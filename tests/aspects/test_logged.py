@@ -41,9 +41,19 @@ def login(user: str, password: str, *, token: str = "", **extra: Any) -> str:
     return f"welcome {user}"
 
 
+def login_fails(user: str, password: str) -> None:
+    """Refuse the login."""
+    raise PermissionError(f"{user} may not log in")
+
+
 def echo(value: Any) -> Any:
     """Return value unchanged."""
     return value
+
+
+def gather(first: int, *rest: int, sep: str = ",", **options: Any) -> str:
+    """Join numbers."""
+    return sep.join(map(str, (first, *rest)))
 
 
 def context_now() -> dict[str, Any]:
@@ -247,6 +257,19 @@ def test_generator_function_logs_the_call_that_returns_the_generator() -> None:
     [entry] = logs
     assert entry["result"].startswith("<generator object")
     assert entry["args"] == {"n": "3"}
+
+
+def test_variadic_arguments_are_named_by_their_parameters() -> None:
+    """*args are shown as a tuple under their name and **kwargs flattened, redaction included."""
+    with ah.weave(gather, Logged(redact=("secret",))), capture_logs() as logs:
+        assert gather(1, 2, 3, sep="-", secret="s", mode="fast") == "1-2-3"
+    assert logs[0]["args"] == {
+        "first": "1",
+        "rest": "(2, 3)",
+        "sep": "'-'",
+        "secret": "***",
+        "mode": "'fast'",
+    }
 
 
 # -- summaries -------------------------------------------------------------------------------
@@ -509,6 +532,24 @@ def test_json_lines_to_a_file_are_parseable(tmp_path: Path) -> None:
     [exception] = records[1]["exception"]
     assert exception["exc_type"] == "ValueError"
     assert exception["frames"][-1]["name"] == "fail"
+    assert not any("locals" in frame for frame in exception["frames"])
+
+
+def test_tracebacks_do_not_leak_redacted_arguments(tmp_path: Path) -> None:
+    """Configured tracebacks carry no local variables, so redacted values stay hidden."""
+    path, stream = tmp_path / "calls.jsonl", io.StringIO()
+    aspect = Logged(redact=("password",))
+    for output in (path, stream):
+        with (
+            configure_logging(format="json" if output is path else "console", file=output),
+            ah.weave(login_fails, aspect),
+            pytest.raises(PermissionError),
+        ):
+            login_fails("ann", "hunter2")
+    text = path.read_text(encoding="utf-8") + stream.getvalue()
+    assert "PermissionError" in text
+    assert "'password': '***'" in text
+    assert "hunter2" not in text
 
 
 def test_console_format_is_plain_text_for_a_non_terminal_and_filters_by_level() -> None:
