@@ -174,7 +174,9 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
         if not ctx._skipped:
             try:
                 if chain.around:
-                    ctx.result = _run_around(chain.around, 0, ctx, wrapped)
+                    ctx._arounds = chain.around
+                    ctx._level = 0
+                    ctx.result = ctx.proceed()
                 else:
                     ctx.result = wrapped(*ctx._args, **ctx.kwargs)
             except Exception as exc:
@@ -185,22 +187,6 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
         return ctx.result
 
     return dispatch
-
-
-def _run_around(
-    arounds: tuple[Callable[..., Any], ...], index: int, ctx: CallContext, wrapped: Any
-) -> Any:
-    nxt = index + 1
-
-    def proceed(*args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:
-            ctx._args = list(args)
-            ctx.kwargs = kwargs
-        if nxt < len(arounds):
-            return _run_around(arounds, nxt, ctx, wrapped)
-        return wrapped(*ctx._args, **ctx.kwargs)
-
-    return arounds[index](ctx, proceed)
 
 
 def _handle_error(

@@ -2,15 +2,18 @@
 
 Every variant calls the same trivial target, ``f(a, b=1) -> a + b``, as ``fn(1)``.
 All variants are measured in one process and interleaved: each round runs every variant
-once for ``--number`` calls (``timeit.Timer.timeit``, so ``time.perf_counter`` and the
-garbage collector off), the order of the variants is shuffled per round (seeded), and the
-reported figure is the minimum per-call time over ``--rounds`` rounds (the median is shown
-beside it as a noise indicator). "overhead" is a variant's time minus the raw call's,
-which also removes timeit's own loop cost.
+once (``timeit.Timer(...).timeit(n)``: ``time.perf_counter``, garbage collector off), the
+order of the variants is shuffled per round (seeded), and the reported figure is the
+minimum per-call time over ``--rounds`` rounds (the median is shown beside it as a noise
+indicator). A variant's ``n`` is sized once, after a warm-up, so that its sample takes
+about ``--sample-ms`` (``--number`` fixes one ``n`` for all instead): equal, short samples
+keep the minimum honest on a busy machine, where long samples of the expensive variants
+would rarely run uninterrupted. "overhead" is a variant's time minus the raw call's, which
+also removes timeit's own loop cost.
 
-The callbacks are no-ops; every context-building variant (2, 4 and aspecthook) calls the
-very same two functions, so the table compares the machinery around them. Peers are used
-the way their documentation shows:
+The callbacks are no-ops; every context-building variant (closure, naive wrapt,
+aspecthook) calls the very same two functions, so the table compares the machinery
+around them. Peers are used the way their documentation shows:
 
 * aspectlib: an ``aspectlib.Aspect`` generator (before step, ``yield``, after step)
   applied with ``aspectlib.weave`` to a module-level function;
@@ -204,6 +207,7 @@ class Variant:
     env: dict[str, Any]
     enter: Callable[[], None] | None = None  # run before this variant's timing, per round
     leave: Callable[[], None] | None = None  # and after it
+    number: int = 0  # calls per round
     times: list[float] = field(default_factory=list)  # seconds per call, one per round
 
     def timer(self) -> timeit.Timer:
@@ -343,26 +347,39 @@ def check_results(variants: list[Variant]) -> None:
             raise SystemExit(f"variant {v.key} returned {result!r}, expected 2")
 
 
-def measure(variants: list[Variant], rounds: int, number: int, seed: int) -> None:
-    timers = {v.key: v.timer() for v in variants}
-    order = list(variants)
-    rng = random.Random(seed)
-    for v in variants:  # warm-up round, not recorded
-        if v.enter:
-            v.enter()
-        timers[v.key].timeit(max(number // 10, 1))
+def timed(v: Variant, timer: timeit.Timer, number: int) -> float:
+    """Seconds per call of ``number`` calls, with the variant's per-round set-up around it."""
+    if v.enter:
+        v.enter()
+    try:
+        return timer.timeit(number) / number
+    finally:
         if v.leave:
             v.leave()
+
+
+def measure(
+    variants: list[Variant], rounds: int, number: int | None, sample_s: float, seed: int
+) -> None:
+    """Interleaved rounds; ``number=None`` sizes each variant's calls to ~``sample_s`` a round.
+
+    Short samples of equal length are what makes the minimum trustworthy on a busy machine:
+    a long sample is rarely left uninterrupted, so a fixed call count would inflate the
+    expensive variants (peers, 50 before advices) more than the cheap ones.
+    """
+    timers = {v.key: v.timer() for v in variants}
+    for v in variants:  # warm-up, not recorded; it also sizes the samples
+        per_call = min(timed(v, timers[v.key], 200) for _ in range(3))
+        if number is not None:
+            v.number = number
+        else:
+            v.number = max(100, min(1_000_000, round(sample_s / max(per_call, 1e-9))))
+    order = list(variants)
+    rng = random.Random(seed)
     for _ in range(rounds):
         rng.shuffle(order)
         for v in order:
-            if v.enter:
-                v.enter()
-            try:
-                v.times.append(timers[v.key].timeit(number) / number)
-            finally:
-                if v.leave:
-                    v.leave()
+            v.times.append(timed(v, timers[v.key], v.number))
 
 
 IMPORT_SNIPPET = (
@@ -444,6 +461,7 @@ def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
             "label": v.label,
             "ns_per_call": best[v.key],
             "median_ns": statistics.median(v.times) * 1e9,
+            "calls_per_round": v.number,
             "overhead_ns": overhead,
             "ratio_vs_ah_before_after": (
                 overhead / ah_overhead if ah_overhead > 0 and not baseline else None
@@ -475,7 +493,12 @@ def targets(
         ),
     ]
     if imports is not None:
-        checks.append(("import aspecthook / import wrapt (min)", imports["ratio_min"], "<=", 1.5))
+        checks.append(
+            ("import aspecthook / import wrapt (wall, min)", imports["ratio_min"], "<=", 1.5)
+        )
+        checks.append(
+            ("import aspecthook / import wrapt (CPU, min)", imports["ratio_cpu_min"], "<=", 1.5)
+        )
     out = []
     for name, value, op, limit in checks:
         ok = value <= limit if op == "<=" else value >= limit
@@ -507,18 +530,32 @@ def print_report(
 ) -> None:
     print(
         f"python {meta['python']} | wrapt {meta['wrapt']} ({meta['wrapt_impl']}) | "
-        f"{meta['rounds']} rounds x {meta['number']} calls, min over rounds"
+        f"{meta['rounds']} interleaved rounds, "
+        + (
+            f"{meta['number']} calls per variant each"
+            if meta["number"]
+            else f"~{meta['sample_ms']:g} ms of calls per variant each"
+        )
+        + "; min over rounds"
     )
     print()
     width = max(len(r["label"]) for r in rows.values())
-    print(f"{'variant':<{width}}  {'ns/call':>9}  {'median':>9}  {'overhead':>9}  {'vs ah b+a':>9}")
-    print("-" * (width + 46))
+    print(
+        f"{'variant':<{width}}  {'ns/call':>9}  {'overhead':>9}  {'vs ah b+a':>9}  "
+        f"{'median':>9}  {'calls':>7}"
+    )
+    print("-" * (width + 57))
     for row in rows.values():
         print(
-            f"{row['label']:<{width}}  {row['ns_per_call']:9.1f}  {row['median_ns']:9.1f}  "
-            f"{row['overhead_ns']:9.1f}  {fmt_ratio(row['ratio_vs_ah_before_after']):>9}"
+            f"{row['label']:<{width}}  {row['ns_per_call']:9.1f}  {row['overhead_ns']:9.1f}  "
+            f"{fmt_ratio(row['ratio_vs_ah_before_after']):>9}  {row['median_ns']:9.1f}  "
+            f"{row['calls_per_round']:7d}"
         )
-    print("(overhead of the method rows is above the raw method call)")
+    print(
+        "ns/call: min over rounds; overhead: above the raw call (method rows: above the raw "
+        "method call);\nvs ah b+a: overhead / aspecthook before+after overhead; median: "
+        "median over rounds (noise); calls: per round"
+    )
     print()
     print(
         f"per extra before advice: {extra['slope_1_to_50_ns']:.1f} ns (1 -> 50), "
@@ -547,9 +584,19 @@ def print_report(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=500, help="rounds (default 500)")
+    parser.add_argument("--rounds", type=int, default=1000, help="rounds (default 1000)")
     parser.add_argument(
-        "--number", type=int, default=2_000, help="calls per variant per round (default 2000)"
+        "--number",
+        type=int,
+        default=None,
+        help="calls per variant per round, the same for all (default: sized per variant so "
+        "that one round of it takes about --sample-ms)",
+    )
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=1.0,
+        help="target length of one variant's sample when --number is not given (default 1)",
     )
     parser.add_argument(
         "--imports",
@@ -569,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         variants = build_variants(weaver, cleanups)
         check_results(variants)
-        measure(variants, args.rounds, args.number, args.seed)
+        measure(variants, args.rounds, args.number, args.sample_ms / 1e3, args.seed)
     finally:
         for cleanup in reversed(cleanups):
             cleanup()
@@ -594,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
         else "pure Python",
         "rounds": args.rounds,
         "number": args.number,
+        "sample_ms": args.sample_ms,
         "seed": args.seed,
     }
     print_report(rows, extra, imports, checks, meta)

@@ -319,6 +319,9 @@ class Logged(Aspect):
     the call costs a cached level check.
 
     ``logger=`` is the structlog logger to write to (default: this module's).
+
+    Redaction covers the event, not renderers that print a traceback's local variables
+    (structlog's unconfigured console does): :func:`configure_logging` turns them off.
     """
 
     errors = "log"

@@ -133,6 +133,19 @@ def test_sketch_quantile_within_one_percent(values: list[float], q: float) -> No
     assert_within_one_percent(sketch.quantile(q), exact_quantile(values, q))
 
 
+@settings(deadline=None)
+@given(values=st.lists(st.one_of(st.just(0), st.integers(min_value=1, max_value=10**12))))
+def test_sketch_add_many_counts_like_add(values: list[int]) -> None:
+    """A batch added at once gives the same count, total, extremes and quantiles."""
+    one, many = QuantileSketch(), QuantileSketch()
+    for value in values:
+        one.add(value)
+    many.add_many(values)
+    qs = (0, 0.25, 0.5, 0.99, 1)
+    assert (many.count, many.total, many.min, many.max) == (one.count, one.total, one.min, one.max)
+    assert many.quantiles(qs) == pytest.approx(one.quantiles(qs), nan_ok=True)
+
+
 def test_sketch_quantiles_of_seeded_random_data() -> None:
     """p50/p95/p99 of 50,000 log-normal durations are within 1%; min, max, total exact."""
     rng = random.Random(1234)
@@ -313,6 +326,19 @@ def test_exceptions_counted_separately_and_reraised_unchanged() -> None:
     assert row(timed, quick).errors == 0
 
 
+def test_many_calls_counted_exactly() -> None:
+    """Hundreds of calls, some raising, are all counted with their errors."""
+    timed = Timed()
+    with ah.weave(failing, timed), ah.weave(quick, timed):
+        for i in range(301):
+            quick(i)
+            if i % 2:
+                with pytest.raises(ValueError, match="boom"):
+                    failing(ValueError("boom"))
+    assert (row(timed, failing).count, row(timed, failing).errors) == (150, 150)
+    assert (row(timed, quick).count, row(timed, quick).errors) == (301, 0)
+
+
 def test_outermost_around_advice() -> None:
     """Timed runs outermost, so its time includes other around advice of the call."""
     timed = Timed()
@@ -327,17 +353,19 @@ def test_outermost_around_advice() -> None:
 
 
 def test_thread_safe_counts() -> None:
-    """Calls from many threads at once are all counted."""
+    """Calls from many threads at once are all counted, even while summaries are read."""
     timed = Timed(trace=True)
     with ah.weave(quick, timed):
         threads = [
-            threading.Thread(target=lambda: [quick(i) for i in range(500)]) for _ in range(8)
+            threading.Thread(target=lambda: [quick(i) for i in range(1000)]) for _ in range(8)
         ]
         for thread in threads:
             thread.start()
+        while any(thread.is_alive() for thread in threads):
+            timed.summary()
         for thread in threads:
             thread.join()
-    assert row(timed, quick).count == 4000
+    assert row(timed, quick).count == 8000
 
 
 # -- failures of Timed itself ----------------------------------------------------------

@@ -63,7 +63,9 @@ def make_model(
     return torch.nn.Sequential(*layers)
 
 
-def make_loader(dataset: Dataset[Any], batch_size: int = 8, shuffle: bool = False) -> DataLoader[Any]:
+def make_loader(
+    dataset: Dataset[Any], batch_size: int = 8, shuffle: bool = False
+) -> DataLoader[Any]:
     """A single-process ``DataLoader`` (workers would only slow tiny tests down)."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
 

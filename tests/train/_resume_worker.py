@@ -1,8 +1,11 @@
 """The fault-injection test's training run, which kills itself with SIGKILL where told to.
 
 ``python _resume_worker.py WORK_DIR OUT_FILE`` trains :func:`build_runner`'s configuration
-with ``Checkpoint(resume='auto')`` in ``WORK_DIR``. ``RESUME_KILL=<mode>:<k>`` makes it
-die by ``SIGKILL`` (no cleanup, no ``finally``, as with the OOM killer or a lost node):
+with ``Checkpoint(resume='auto')`` in ``WORK_DIR``; the test also calls :func:`main` in
+processes forked from a forkserver that has torch imported already (a fresh interpreter
+costs seconds of imports per run). ``RESUME_KILL=<mode>:<k>`` (``kill=`` for
+:func:`main`) makes the run die by ``SIGKILL`` (no cleanup, no ``finally``, as with the
+OOM killer or a lost node):
 
 - ``iter:k`` in the middle of iteration ``k + 1`` (in its backward pass);
 - ``save:k`` inside ``torch.save`` of iteration ``k``'s checkpoint, with half the temp
@@ -12,9 +15,8 @@ die by ``SIGKILL`` (no cleanup, no ``finally``, as with the OOM killer or a lost
 - ``latest:k`` with that checkpoint in place, before the manifest ``latest`` moves to it;
 - ``prune:k`` after ``latest`` moved, before the old checkpoints are deleted.
 
-A run that finishes writes :func:`snapshot` to ``OUT_FILE``. Every resume prints a JSON
-line ``{"resumed": "<file>", "iter": n}``. The test imports this module too, to train
-the same configuration in one go.
+A run that finishes writes :func:`snapshot` to ``OUT_FILE``. Every resume appends a JSON
+line ``{"resumed": "<file>", "iter": n}`` to ``OUT_FILE.events``.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
 
 def build_runner(work_dir: str | os.PathLike[str]) -> Runner:
     """Shuffling, dropout, SGD with momentum, warm-up + cosine LR per iteration, EMA,
-    validation every 10 iterations, a checkpoint every 3 (keeping 2, plus the best)."""
+    validation every 6 iterations, a checkpoint every 3 (keeping 2, plus the best; best
+    saves fall on checkpoint iterations, so each kill has one known resume point)."""
     model = make_model(features=6, hidden=32, dropout=0.2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-4)
     features = 6
@@ -103,7 +106,7 @@ def build_runner(work_dir: str | os.PathLike[str]) -> Runner:
                 warmup_iters=8,
             ),
             EMA(decay=0.9),
-            Evaluate(10, by_epoch=False, metrics={"acc": accuracy}),
+            Evaluate(2 * INTERVAL, by_epoch=False, metrics={"acc": accuracy}),
             LossHistory(),
             Checkpoint(
                 INTERVAL, by_epoch=False, max_keep=MAX_KEEP, save_best="val/acc", resume="auto"
@@ -163,7 +166,8 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
     def replace(src: Any, dst: Any) -> None:
         name = Path(dst).name
         if runner.iter == at and (
-            (mode == "replace" and name == f"iter_{at}.pt") or (mode == "latest" and name == "latest")
+            (mode == "replace" and name == f"iter_{at}.pt")
+            or (mode == "latest" and name == "latest")
         ):
             _die()
         real_replace(src, dst)
@@ -176,16 +180,17 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
     torch.save, os.replace, os.unlink = save, replace, unlink  # type: ignore[assignment]
 
 
-def main(work_dir: str, out_file: str) -> None:
+def main(work_dir: str, out_file: str, kill: str | None = None) -> None:
+    """Train (resuming from ``work_dir`` if it has a checkpoint); die as ``kill`` says."""
     torch.set_num_threads(1)
     runner = build_runner(work_dir)
-    kill = os.environ.get("RESUME_KILL")
     if kill:
         mode, at = kill.split(":")
         _arm(runner, mode, int(at))
 
     def report(event: Event) -> None:
-        print(json.dumps({"resumed": Path(event.path).name, "iter": event.iter}), flush=True)
+        with open(f"{out_file}.events", "a") as events:
+            events.write(json.dumps({"resumed": Path(event.path).name, "iter": event.iter}) + "\n")
 
     with ah.on("checkpoint.resumed")(report):
         runner.run()
@@ -193,4 +198,4 @@ def main(work_dir: str, out_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], os.environ.get("RESUME_KILL"))

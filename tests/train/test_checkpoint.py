@@ -203,7 +203,9 @@ def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_las
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "unlink", unlink)
     monkeypatch.setattr(os, "fsync", lambda fd: ops.append("fsync") or real_fsync(fd))
-    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint(max_keep=1)])
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint(max_keep=1)]
+    )
     runner.run()
     monkeypatch.undo()
     save = ["fsync", "replace {}", "fsync", "fsync", "replace latest", "fsync"]
@@ -322,7 +324,7 @@ def test_a_damaged_explicit_resume_file_is_an_error(tmp_path: Path) -> None:
     runner = make_runner(
         tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(resume=tmp_path / "epoch_1.pt")]
     )
-    with pytest.raises(RunnerError, match="cannot resume from .*epoch_1.pt.*sha256"):
+    with pytest.raises(RunnerError, match=r"cannot resume from .*epoch_1\.pt.*sha256"):
         runner.run()
     assert runner.iter == 0
 
@@ -359,9 +361,7 @@ def test_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
 
 def test_save_optimizer_false_leaves_the_optimizer_out_and_still_resumes(tmp_path: Path) -> None:
     """Without the optimizer the file holds the rest; resuming keeps a fresh optimizer."""
-    make_runner(
-        tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(save_optimizer=False)]
-    ).run()
+    make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(save_optimizer=False)]).run()
     assert "optimizer" not in torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
     runner = make_runner(
         tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint(resume="auto")]

@@ -113,6 +113,7 @@ class Checkpoint(Aspect):
         self._latest: str | None = None
         self._fresh = False  # a validation ran since the last best check
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
+        self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -126,12 +127,20 @@ class Checkpoint(Aspect):
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
         folder = _folder(runner)
+        # Logged first, in every run: a process's first log call can import modules that
+        # draw from python's random as they load (rich does). Done here, that draw comes
+        # before any RNG state is restored, so it cannot shift a resumed run's numbers.
+        get_logger().info("checkpoint.start", folder=str(folder), resume=str(self.resume))
         if runner.rank == 0:
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
         if self.resume is not None:
             self._resume(runner, folder)
+
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        if self._pending_rng is not None:
+            self._restore_rng(ctx.runner)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -290,13 +299,23 @@ class Checkpoint(Aspect):
         scaler = getattr(runner, "grad_scaler", None)
         if scaler is not None and "grad_scaler" in payload:
             scaler.load_state_dict(payload["grad_scaler"])
-        if not restore_own_rank(payload.get("rng", []), runner.rank, _generators(runner)):
-            get_logger().warning("checkpoint.no_rng_state", path=str(path), rank=runner.rank)
         same_folder = path.parent.resolve() == folder.resolve()
         self._adopt(folder, manifest if same_folder else None, path, runner.rank == 0)
         self._saved_at = runner.iter
         get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
         _emit(runner, EVENT_RESUMED, path)
+        # The RNGs come back last, once nothing of the resume itself can draw from them.
+        # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
+        # advice, which may draw random numbers or import modules that do) although the
+        # interrupted run had done it before the checkpoint: they come back after it.
+        self._pending_rng = list(payload.get("rng", []))
+        if runner.inner_iter == 0 or runner.finished:
+            self._restore_rng(runner)
+
+    def _restore_rng(self, runner: Any) -> None:
+        states, self._pending_rng = self._pending_rng or [], None
+        if not restore_own_rank(states, runner.rank, _generators(runner)):
+            get_logger().warning("checkpoint.no_rng_state", rank=runner.rank, ranks=len(states))
 
     def _adopt(self, folder: Path, manifest: Any, path: Path, writer: bool) -> None:
         """Reconcile the restored kept/best lists with what the folder really holds."""
