@@ -79,6 +79,8 @@ __all__ = [
     "EXCEPTION_UNCAUGHT",
     "PROCESS_EXIT",
     "PROCESS_START",
+    "ChainedExcepthook",
+    "ChainedThreadExcepthook",
     "audit_interest",
     "ensure_sources",
     "note_exit_code",
@@ -147,7 +149,14 @@ def ensure_sources(*advices: Advice) -> None:
 
 
 def _matches(advice: Advice, name: str) -> bool:
-    return advice.pointcut is not None and advice.pointcut.matches(_POINTS[name])
+    if advice.pointcut is None:
+        return False
+    try:
+        return advice.pointcut.matches(_POINTS[name])
+    except Exception:
+        # A predicate written for other events (reading a payload key these probes lack)
+        # must not make its registration fail: it is not subscribed to this source.
+        return False
 
 
 def _any_match(advices: Iterable[Advice], name: str) -> bool:
@@ -257,7 +266,7 @@ def _emit_uncaught(
     thread: threading.Thread | None,
 ) -> None:
     if getattr(_uncaught_state, "busy", False):
-        return  # a subscriber's own failure reaching the hook again: just chain
+        return  # a subscriber that calls an excepthook itself (to print): just chain
     _uncaught_state.busy = True
     try:
         _emit(EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread)
@@ -414,7 +423,14 @@ def _audit_dispatch(event: str, args: tuple[Any, ...]) -> None:
     try:
         weaver = _default_weaver()
         name = AUDIT_PREFIX + event
-        if weaver._subscribers(name):
+        try:
+            matched = bool(weaver._subscribers(name))
+        except Exception:
+            # A predicate written for other events cannot judge this one (it reads a
+            # payload key audit events lack): it does not match, and the audited
+            # operation must not fail because of it. Only subscribers may veto.
+            matched = False
+        if matched:
             weaver.emit(name, args=args)
         else:
             unmatched.add(event)

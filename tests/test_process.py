@@ -109,6 +109,19 @@ def test_process_start_subscriber_failure_raises_at_registration(weaver: ah.Weav
         weaver.on("process.start")(broken)
 
 
+def test_predicate_for_other_events_breaks_no_process_source(
+    weaver: ah.Weaver, tmp_path: Path, custom: str
+) -> None:
+    """A predicate that cannot judge process or audit events breaks neither them nor itself."""
+    known = {"training.step": True}
+    got: list[ah.Event] = []
+    weaver.on(Predicate(lambda point: known[min(point.names)]))(got.append)  # KeyError else
+    sys.audit(custom)
+    (tmp_path / "file.txt").write_text("audited operations still work")
+    weaver.emit("training.step", step=2)
+    assert [e.name for e in got] == ["training.step"]
+
+
 def test_local_weaver_subscriptions_install_nothing() -> None:
     """A runner's local weaver does not receive process events, so none is replayed."""
     local = ah.Weaver("local", local=True)

@@ -44,6 +44,10 @@ _ceil = math.ceil
 #: Calls buffered per join point before they are folded into its sketch.
 _BATCH = 128
 
+#: Time zero of every trace (``perf_counter_ns`` at import): shared by all ``Timed``
+#: instances, so their traces line up when merged into one file.
+_ORIGIN_NS = _perf_counter_ns()
+
 
 class QuantileSketch:
     """Streaming quantiles of non-negative values with 1% relative error, bounded memory.
@@ -288,7 +292,6 @@ class Timed(Aspect):
         # Durations not yet folded into the sketch, per name (~duration for a failed call).
         self._pending: dict[str, list[int]] = {}
         self._events: list[tuple[str, int, int, int, bool]] = []
-        self._origin = _perf_counter_ns()
 
     # -- the advice -------------------------------------------------------------------
 
@@ -403,7 +406,7 @@ class Timed(Aspect):
         return Summary(rows)
 
     def reset(self) -> None:
-        """Forget every timing and trace event (the trace's time origin stays)."""
+        """Forget every timing and trace event."""
         with self._lock:
             for pending in self._pending.values():
                 del pending[:]  # a call finishing now may still append to it: no old data
@@ -415,16 +418,16 @@ class Timed(Aspect):
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> Path:
         """Write the recorded calls as Trace Event Format JSON, atomically; return the path.
 
-        Complete events (``ph: 'X'``) with ``ts``/``dur`` in microseconds from a fixed
-        origin, the process id and native thread ids; nested calls nest. Needs
-        ``trace=True``, else the file has no events.
+        Complete events (``ph: 'X'``) with ``ts``/``dur`` in microseconds from one origin
+        per process (so traces of several ``Timed`` merge), the process id and native
+        thread ids; nested calls nest. Needs ``trace=True``, else the file has no events.
         """
         with self._lock:
             events = sorted(self._events, key=lambda e: (e[1], -e[2]))
             dropped = self.dropped_events
         pid = os.getpid()
         trace = [
-            _trace_event(name, (start - self._origin) / 1000, duration / 1000, pid, tid, failed)
+            _trace_event(name, (start - _ORIGIN_NS) / 1000, duration / 1000, pid, tid, failed)
             for name, start, duration, tid, failed in events
         ]
         document = {

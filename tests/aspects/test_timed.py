@@ -557,6 +557,18 @@ def test_chrome_trace_thread_ids(tmp_path: Path) -> None:
     assert sorted(e["tid"] for e in events) == sorted(ids)
 
 
+def test_traces_of_two_timed_share_a_time_origin(tmp_path: Path) -> None:
+    """Two Timed made at different times put one call at the same ts, so traces merge."""
+    first = Timed(trace=True)
+    time.sleep(0.05)
+    second = Timed(trace=True)
+    with ah.weave(quick, first), ah.weave(quick, second):
+        quick(1)
+    _, (a,) = load_events(first.export_chrome_trace(tmp_path / "a.json"))
+    _, (b,) = load_events(second.export_chrome_trace(tmp_path / "b.json"))
+    assert abs(a["ts"] - b["ts"]) < 10_000  # microseconds; the creations were 50 ms apart
+
+
 def test_trace_events_bounded_and_dropped_counted(tmp_path: Path) -> None:
     """Past max_events calls are still timed but their events are dropped and counted."""
     timed = Timed(trace=True, max_events=3)

@@ -199,3 +199,34 @@ def main(work_dir: str, out_file: str, kill: str | None = None) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], os.environ.get("RESUME_KILL"))
+
+
+def rank_main(rank: int, world_size: int, init_file: str, work_dir: str, out_file: str) -> None:
+    """One rank of a gloo run: train 2 iterations (resuming if ``work_dir`` has a
+    checkpoint), then write this rank's next random numbers to ``OUT_FILE.<rank>``.
+
+    Ranks seed differently, so their generators differ and each must get its own back.
+    """
+    torch.set_num_threads(1)
+    dist = torch.distributed
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+    )
+    try:
+        model = make_model()  # seeds torch itself: the ranks' own seeds come after
+        torch.manual_seed(100 + rank)
+        random.seed(100 + rank)
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(16)),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_iters=2,
+            work_dir=work_dir,
+            aspects=[Checkpoint(by_epoch=False, resume="auto")],
+        )
+        runner.run()
+        draws = {"torch": torch.rand(3), "python": random.random()}
+        torch.save(draws, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

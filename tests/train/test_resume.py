@@ -23,7 +23,8 @@ from _fixtures import CountingDataset, make_runner, one_thread, params
 from _resume_worker import INTERVAL, KILL_MODES, N_ITERS
 from torch.utils.data import DataLoader
 
-from aspecthook import Aspect, CallContext
+import aspecthook as ah
+from aspecthook import Aspect, CallContext, Priority
 from aspecthook.train import Runner
 from aspecthook.train._rng import capture, restore, restore_own_rank
 from aspecthook.train.aspects import Checkpoint
@@ -174,25 +175,114 @@ class _Crash(Aspect):
             raise KeyboardInterrupt
 
 
-def _shuffled(work_dir: Path, *extra: Aspect) -> Runner:
-    checkpoint = Checkpoint(5, by_epoch=False, resume="auto")
-    return make_runner(
-        work_dir, shuffle=True, dropout=0.3, max_iters=20, seed=7, aspects=[*extra, checkpoint]
-    )
+class _EpochDraws(Aspect):
+    """Draws a random number at every epoch start (as a random curriculum would): resumed
+    inside an epoch, the replayed start must not shift the RNG; at an epoch boundary, the
+    real start must."""
+
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        torch.rand(())
 
 
-def test_resuming_inside_an_epoch_replays_the_same_batches_and_dropout(tmp_path: Path) -> None:
-    """Crashed in epoch 2 (iteration 13) and resumed from iteration 10, the run ends with
-    the same weights and optimizer state as one that never stopped."""
-    crashed = _shuffled(tmp_path / "run", _Crash(12))
+def _shuffled(work_dir: Path, by_epoch: bool, *extra: Aspect) -> Runner:
+    """8 shuffled batches an epoch, dropout, 20 iterations; a checkpoint every epoch or
+    every 5 iterations."""
+    checkpoint = Checkpoint(1 if by_epoch else 5, by_epoch=by_epoch, resume="auto")
+    aspects = [_EpochDraws(), *extra, checkpoint]
+    return make_runner(work_dir, shuffle=True, dropout=0.3, max_iters=20, seed=7, aspects=aspects)
+
+
+@pytest.mark.parametrize(
+    ("by_epoch", "crash_at", "resumed_at"),
+    [(False, 12, 10), (True, 18, 16)],
+    ids=["inside-an-epoch", "at-an-epoch-boundary"],
+)
+def test_a_crashed_run_resumed_ends_like_one_that_never_stopped(
+    tmp_path: Path, by_epoch: bool, crash_at: int, resumed_at: int
+) -> None:
+    """Same batches, dropout masks and per-epoch draws after the resume: the weights and
+    optimizer state end equal to an uninterrupted run's."""
+    crashed = _shuffled(tmp_path / "run", by_epoch, _Crash(crash_at))
     with pytest.raises(KeyboardInterrupt):
         crashed.run()
-    resumed = _shuffled(tmp_path / "run")
-    resumed.run()
-    reference = _shuffled(tmp_path / "ref")
+    resumed = _shuffled(tmp_path / "run", by_epoch)
+    seen: list[int] = []
+    with ah.on("checkpoint.resumed")(lambda event: seen.append(event.iter)):
+        resumed.run()
+    assert seen == [resumed_at]
+    reference = _shuffled(tmp_path / "ref", by_epoch)
     reference.run()
     assert_identical(params(resumed), params(reference), "params")
     assert_identical(resumed.optimizer.state_dict(), reference.optimizer.state_dict(), "optim")
+
+
+class _EpochEnds(Aspect):
+    """Counts ``after_train_epoch`` calls; the count is part of checkpoints."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        self.count += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = state["count"]
+
+
+class _CrashAfterLastIteration(Aspect):
+    """Raises once the last iteration's after-advice (checkpoint included) has run."""
+
+    priority = Priority.LOWEST
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        if ctx.runner.finished:
+            raise KeyboardInterrupt
+
+
+def test_a_crash_after_the_last_iteration_still_runs_the_epoch_end_once(tmp_path: Path) -> None:
+    """max_iters=10 ends inside epoch 2; killed before that epoch's end advice ran, the
+    resumed run replays it (the last iteration's checkpoint waits for the run's end)."""
+
+    def build(folder: Path, *extra: Aspect) -> tuple[Runner, _EpochEnds]:
+        ends = _EpochEnds()
+        checkpoint = Checkpoint(by_epoch=False, resume="auto")
+        runner = make_runner(folder, max_iters=10, aspects=[ends, *extra, checkpoint])
+        return runner, ends
+
+    crashed, _ = build(tmp_path / "run", _CrashAfterLastIteration())
+    with pytest.raises(KeyboardInterrupt):
+        crashed.run()
+    resumed, ends = build(tmp_path / "run")
+    resumed.run()
+    reference, reference_ends = build(tmp_path / "ref")
+    reference.run()
+    assert ends.count == reference_ends.count == 2
+    assert_identical(params(resumed), params(reference), "params")
+
+
+class _StopAt(Aspect):
+    """Stops the run after iteration ``at``, as EarlyStopping would."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at:
+            ctx.runner.stop(f"stopped at {self.at}")
+
+
+def test_a_run_stopped_early_stays_stopped_when_resumed(tmp_path: Path) -> None:
+    """The stop reason is part of the checkpoint: resuming trains no further."""
+    first = make_runner(tmp_path, max_iters=20, aspects=[_StopAt(5), Checkpoint(by_epoch=False)])
+    first.run()
+    again = make_runner(tmp_path, max_iters=20, aspects=[Checkpoint(resume="auto")])
+    again.run()
+    assert (again.iter, again.stop_reason) == (5, "stopped at 5")
 
 
 def test_resume_skips_consumed_batches_without_loading_them(tmp_path: Path) -> None:
@@ -225,6 +315,36 @@ def test_resume_skips_consumed_batches_without_loading_them(tmp_path: Path) -> N
     assert data.calls == 1_000
     order = torch.randperm(10_000, generator=torch.Generator().manual_seed(3)).tolist()
     assert data.seen == order[9_000:]
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_each_rank_of_a_distributed_run_gets_its_own_rng_states_back(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """Two gloo ranks with different generators: rank 0 writes one checkpoint holding both
+    ranks' states; resumed, each rank draws what it drew after the checkpoint."""
+
+    def run(phase: str) -> list[dict[str, Any]]:
+        init, out = tmp_path / f"init-{phase}", tmp_path / phase
+        args = (2, str(init), str(tmp_path / "run"), str(out))
+        ranks = [
+            forkserver.Process(target=_resume_worker.rank_main, args=(r, *args)) for r in (0, 1)
+        ]
+        for process in ranks:
+            process.start()
+        for process in ranks:
+            process.join(120)
+        assert [process.exitcode for process in ranks] == [0, 0]
+        return [torch.load(f"{out}.{r}", weights_only=True) for r in (0, 1)]
+
+    first = run("first")
+    payload = torch.load(tmp_path / "run" / "iter_2.pt", weights_only=True)
+    assert len(payload["rng"]) == 2
+    assert not torch.equal(first[0]["torch"], first[1]["torch"])
+    resumed = run("resumed")
+    assert_identical(resumed, first, "draws")
 
 
 # -- RNG states --------------------------------------------------------------------------
