@@ -37,6 +37,17 @@ _EXPECTED = {
 _ERRORS = ("raise", "log")
 
 
+#: Set on an advice function that applies its own ``errors=`` policy to its own work (and
+#: never around the target), so the generic per-call guard is not added around it.
+GUARDED = "__aspecthook_guarded__"
+
+
+def handles_own_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as applying its aspect's ``errors=`` policy itself (see ``GUARDED``)."""
+    setattr(fn, GUARDED, True)
+    return fn
+
+
 def current_rank() -> int:
     """This process's distributed rank: torch.distributed's when initialised, else ``$RANK``.
 
@@ -187,7 +198,7 @@ class Advice:
 
     def _compile(self) -> Callable[..., Any]:
         fn = self.fn
-        if self.errors == "log":
+        if self.errors == "log" and not getattr(fn, GUARDED, False):
             fn = _guard_around(self, fn) if self.kind == "around" else _guard(self, fn)
         if self.every or self.once or self.when is not None or self.rank is not None:
             fn = _filter(self, fn)

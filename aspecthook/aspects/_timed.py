@@ -22,7 +22,7 @@ from types import GeneratorType
 from typing import Any
 
 from .. import around
-from .._advice import _log_failure
+from .._advice import _log_failure, handles_own_errors
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._log import get_logger
@@ -58,7 +58,7 @@ class QuantileSketch:
     ``2 * gamma**i / (gamma + 1)``, within ``a`` of every value in it, so a quantile is
     within 1% of the exact one (the value of rank ``floor(q * (n - 1))``); ``q`` 0 and 1
     give the exact min and max. Memory is one dict entry per occupied bucket: values
-    spanning a ratio ``r`` need about ``log(r) / 0.02`` buckets (1 ns .. 1 hour: ~1,230).
+    spanning a ratio ``r`` need about ``log(r) / 0.02`` buckets (1 ns .. 1 hour: ~1,450).
     ``max_buckets`` caps any input by merging the lowest buckets, which only blurs the
     lowest quantiles.
     """
@@ -296,6 +296,7 @@ class Timed(Aspect):
     # -- the advice -------------------------------------------------------------------
 
     @around()
+    @handles_own_errors  # _failed applies errors=; the generic guard would cost ~0.5 us/call
     def time_call(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Time one call; hand coroutines and generators to their own timers."""
         jp = ctx.joinpoint

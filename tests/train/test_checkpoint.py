@@ -280,6 +280,33 @@ def test_a_damaged_latest_checkpoint_is_reported_and_the_previous_one_used(
     _load_latest(tmp_path)  # epoch_4.pt was written again, whole
 
 
+def test_an_unreadable_manifest_is_reported_and_the_newest_loadable_file_used(
+    tmp_path: Path,
+) -> None:
+    """Without a readable ``latest`` the checkpoint files are tried newest first."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint()]).run()
+    (tmp_path / "latest").write_text("{not json")
+    for age, name in enumerate(["epoch_3.pt", "epoch_2.pt", "epoch_1.pt"]):
+        os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    _damage(tmp_path / "epoch_3.pt", "truncated")
+    resumed: list[Event] = []
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint(resume="auto")]
+    )
+    with (
+        ah.on("checkpoint.resumed")(resumed.append),
+        pytest.warns(RuntimeWarning, match=r"(latest|epoch_3\.pt) is unusable") as caught,
+    ):
+        runner.run()
+    messages = [str(w.message) for w in caught]
+    assert [m.split(" is unusable")[0].rsplit("/", 1)[1] for m in messages] == [
+        "latest",
+        "epoch_3.pt",
+    ]
+    assert [Path(e.path).name for e in resumed] == ["epoch_2.pt"]
+    assert _load_latest(tmp_path)["runner"]["counters"]["epoch"] == 3
+
+
 def test_resume_auto_in_an_empty_folder_starts_afresh(tmp_path: Path) -> None:
     """resume='auto' with no checkpoint yet trains from the start (the first run of a job)."""
     runner = make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(resume="auto")])
