@@ -1,77 +1,221 @@
-"""The main demo: instrument unmodified standard-library code, then show what runs where.
+"""The main demo: a complete training run whose every concern is an aspect.
 
-It weaves timing (around advice) and structured logging (after advice) into ``json.dumps``
-and ``json.loads`` by dotted path, without touching the json module's source, runs a
-little workload, prints the timings, removes everything with one call, and shows that the
-original functions are back.
+It trains a small classifier on data made in code, with warm-up + cosine LR, logging,
+a progress bar, checkpoints every epoch (last 3 kept, plus the best), EMA weights used for
+validation, and early stopping. It prints the run's describe() table and leaves, in the
+work folder, ``metrics.jsonl``, a Chrome trace of the run (``trace.json``: open it in
+https://ui.perfetto.dev or chrome://tracing) and ``curves.png`` (loss and LR).
+
+To show that resume is exact, the demo trains twice in child processes: once without
+interruption, and once killed with SIGKILL in the middle of an epoch and resumed from its
+last checkpoint. The two final models must be equal bit for bit.
+
+    python examples/demo.py [--work-dir DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
-from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
-import structlog
+import torch
+from torch.optim import lr_scheduler
+from torch.utils.data import DataLoader, TensorDataset
 
 import aspecthook as ah
+from aspecthook.aspects import Timed
+from aspecthook.train import Runner
+from aspecthook.train.aspects import (
+    EMA,
+    Checkpoint,
+    EarlyStopping,
+    Evaluate,
+    IterTimer,
+    Logger,
+    LRSchedule,
+    ProgressBar,
+)
 
-log = structlog.get_logger("demo")
-timings: dict[str, list[int]] = defaultdict(list)
-
-
-class Timing(ah.Aspect):
-    """Times every call of the join points it is woven into."""
-
-    priority = ah.Priority.HIGHEST  # outermost around advice: time everything inside
-
-    @ah.around()
-    def time_call(self, ctx: ah.CallContext, proceed: Any) -> Any:
-        start = time.perf_counter_ns()
-        try:
-            return proceed()
-        finally:
-            timings[ctx.joinpoint.name].append(time.perf_counter_ns() - start)
-
-
-class Logging(ah.Aspect):
-    """One structured log line per call, with a size-capped argument summary."""
-
-    errors = "log"  # a logging failure must never break the host call
-
-    @ah.after(every=250)
-    def log_call(self, ctx: ah.CallContext) -> None:
-        log.info("call", joinpoint=ctx.joinpoint.name, arg=repr(ctx.args[0])[:40])
+EPOCHS = 8
+BATCH = 32
+WARMUP = 40
+KILL_AT = 150  # an iteration in the middle of epoch 3 (64 batches per epoch)
 
 
-def workload() -> None:
-    for i in range(1000):
-        text = json.dumps({"step": i, "values": list(range(i % 7))})
-        json.loads(text)
+def spirals(n: int, seed: int) -> TensorDataset:
+    """Three interleaved spirals in 2-D, with noise: a small problem an MLP can learn."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 3, (n,), generator=g)
+    radius = torch.rand(n, generator=g)
+    angle = labels * (2 * math.pi / 3) + radius * 4.0 + 0.25 * torch.randn(n, generator=g)
+    points = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=1)
+    return TensorDataset(points, labels)
 
 
-def main() -> None:
-    originals = (json.dumps, json.loads)
-    handle = ah.weave("json.dumps", Timing(), Logging(), name="encode")
-    handle_loads = ah.weave("json.loads", Timing(), Logging(), name="decode")
-    workload()
+def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    return float((outputs.argmax(dim=1) == targets).float().mean())
 
-    print()
-    print(ah.describe("json.*"))
-    print()
-    for name, samples in sorted(timings.items()):
-        samples.sort()
-        print(
-            f"{name:12} calls={len(samples):5}  median={samples[len(samples) // 2] / 1e3:7.2f} us"
-            f"  max={samples[-1] / 1e3:7.2f} us"
-        )
 
-    handle.remove()
-    handle_loads.remove()
-    assert (json.dumps, json.loads) == originals  # the original objects are back
-    print("\nunwoven: json.dumps and json.loads are the original functions again")
+def build(work_dir: Path, *, show: bool) -> tuple[Runner, Timed]:
+    """The run: model, data and the aspects that make it a complete trainer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2, 64),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 3),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    train = DataLoader(spirals(2048, seed=1), batch_size=BATCH, shuffle=True)
+    val = DataLoader(spirals(512, seed=2), batch_size=256)
+    total = EPOCHS * len(train)
+    timed = Timed(pointcut=ah.Glob("*"), trace=True)
+    aspects: list[ah.Aspect] = [
+        LRSchedule(
+            lambda opt: lr_scheduler.CosineAnnealingLR(opt, T_max=total - WARMUP),
+            by_epoch=False,
+            warmup="linear",
+            warmup_iters=WARMUP,
+            warmup_ratio=0.05,
+        ),
+        Evaluate(metrics={"acc": accuracy}),
+        EMA(0.95),
+        Checkpoint(interval=1, max_keep=3, save_best="val/acc", resume="auto"),
+        EarlyStopping("val/acc", patience=3),
+        IterTimer(),
+        Logger(interval=64, file_interval=4),
+        timed,
+    ]
+    if show:
+        aspects.append(ProgressBar())
+    runner = Runner(
+        model,
+        optimizer,
+        train,
+        val_loader=val,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=EPOCHS,
+        work_dir=work_dir,
+        seed=0,
+        aspects=aspects,
+    )
+    return runner, timed
+
+
+def train(work_dir: Path, *, show: bool, kill_at: int | None) -> None:
+    """Child process: train (resuming if a checkpoint exists), save the final weights."""
+    if not show:
+        import structlog
+
+        structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
+    runner, timed = build(work_dir, show=show)
+    if kill_at is not None:
+
+        @runner.weaver.after("train_iter")
+        def crash(ctx: ah.CallContext) -> None:
+            if ctx.runner.iter == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: a real crash
+
+    if show:
+        print(runner.describe())
+    metrics = runner.run()
+    torch.save(runner.model.state_dict(), work_dir / "final.pt")
+    timed.export_chrome_trace(work_dir / "trace.json")
+    if show:
+        print(timed.summary())
+    (work_dir / "final_metrics.json").write_text(json.dumps(metrics))
+
+
+def plot(work_dir: Path) -> Path | None:
+    """curves.png: the logged loss and LR per iteration (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: skipping curves.png (pip install aspecthook[plot])")
+        return None
+    rows: dict[int, dict[str, Any]] = {}
+    for line in (work_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("mode") == "train":
+            rows[record["iter"]] = record  # a resumed run logs redone iterations again
+    iters = sorted(rows)
+    fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    loss_ax.plot(iters, [rows[i]["loss"] for i in iters])
+    loss_ax.set_ylabel("loss (smoothed)")
+    lr_ax.plot(iters, [rows[i]["lr"] for i in iters], color="tab:orange")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.set_xlabel("iteration")
+    fig.suptitle("aspecthook demo: warm-up + cosine")
+    fig.tight_layout()
+    path = work_dir / "curves.png"
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def child(work_dir: Path, *, show: bool, kill_at: int | None = None) -> int:
+    cmd = [sys.executable, __file__, "--child", "--work-dir", str(work_dir)]
+    if show:
+        cmd.append("--show")
+    if kill_at is not None:
+        cmd += ["--kill-at", str(kill_at)]
+    return subprocess.run(cmd, check=False).returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--show", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kill-at", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        train(args.work_dir, show=args.show, kill_at=args.kill_at)
+        return 0
+
+    root = args.work_dir or Path(tempfile.mkdtemp(prefix="aspecthook-demo-"))
+    reference, resumed = root / "uninterrupted", root / "run"
+    start = time.perf_counter()
+    print(f"== 1. reference run, uninterrupted, in {reference}")
+    assert child(reference, show=False) == 0
+    print(f"== 2. the same run, killed with SIGKILL at iteration {KILL_AT}")
+    code = child(resumed, show=True, kill_at=KILL_AT)
+    print(f"\n   ... the training process died (exit code {code})")
+    latest = json.loads((resumed / "latest").read_text())
+    print(f"   'latest' names {latest.get('latest') or latest}")
+    print("== 3. resumed from the last checkpoint")
+    assert child(resumed, show=True) == 0
+
+    a = torch.load(reference / "final.pt", weights_only=True)
+    b = torch.load(resumed / "final.pt", weights_only=True)
+    same = all(torch.equal(a[k], b[k]) for k in a)
+    print(f"\nresumed run == uninterrupted run, bit for bit: {same}")
+    print("final metrics:", (resumed / "final_metrics.json").read_text())
+    png = plot(resumed)
+    print(f"\nwork folder: {resumed}")
+    for name in ("metrics.jsonl", "trace.json", "curves.png"):
+        if (resumed / name).exists():
+            print(f"  {name:14} {(resumed / name).stat().st_size:>9} bytes")
+    kept = sorted(p.name for p in resumed.glob("*.pt") if p.name != "final.pt")
+    print("  checkpoints:", ", ".join(kept))
+    if png is not None:
+        print(f"open {png} for the loss and LR curves; load trace.json in ui.perfetto.dev")
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

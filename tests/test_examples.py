@@ -21,10 +21,10 @@ def test_example_runs(script: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_demo_prints_describe_table_and_restores_originals() -> None:
-    """The main demo weaves json, prints the describe() table, and unweaves cleanly."""
+def test_weave_json_prints_describe_table_and_restores_originals() -> None:
+    """The json example weaves json, prints the describe() table, and unweaves cleanly."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        [sys.executable, str(ROOT / "examples" / "weave_json.py")],
         capture_output=True,
         text=True,
         timeout=120,

@@ -50,14 +50,27 @@ def test_logger_writes_console_events_and_metrics_jsonl(tmp_path: Path) -> None:
 
 
 def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
-    """The logged loss is the mean of the last `window` iteration losses."""
+    """The logged loss is the mean of the last `window` iteration losses (console: 4 digits)."""
     losses: list[float] = []
-    runner = _runner(tmp_path, [Logger(interval=6, window=3)], max_epochs=1)
+    logger = Logger(interval=6, window=3)
+    runner = _runner(tmp_path, [logger], max_epochs=1)
     runner.weaver.after("train_iter")(lambda ctx: losses.append(ctx.result["loss"].item()))
     with structlog.testing.capture_logs() as logs:
         runner.run()
+    expected = sum(losses[3:6]) / 3
+    assert logger.records[0]["loss"] == pytest.approx(expected, rel=1e-6)
     logged = next(e for e in logs if e["event"] == "train")
-    assert logged["loss"] == pytest.approx(sum(losses[3:6]) / 3, rel=1e-6)
+    assert logged["loss"] == pytest.approx(expected, rel=1e-3)
+
+
+def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:
+    """file_interval=2 writes every second iteration to metrics.jsonl; the console every 6."""
+    runner = _runner(tmp_path, [Logger(interval=6, file_interval=2)], max_epochs=1)
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert [e["iter"] for e in logs if e["event"] == "train"] == [6]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in lines if r["mode"] == "train"] == [2, 4, 6]
 
 
 def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ VAL_EVENT = "val"
 class Logger(Aspect):
     """Logs every ``interval`` iterations on rank 0 through structlog.
 
+    (``file_interval`` can make the JSON-lines file finer-grained than the console.)
     A console line has epoch, iteration, the loss smoothed over the last ``window``
     iterations, the LR, data/iteration time and ETA (when ``IterTimer`` runs). Every logged
     scalar also goes to ``work_dir/metrics.jsonl`` (one JSON object per line) and, with
@@ -41,6 +42,7 @@ class Logger(Aspect):
         interval: int = 50,
         *,
         window: int = 20,
+        file_interval: int | None = None,
         json_file: str | None = "metrics.jsonl",
         tensorboard: bool = False,
         **options: Any,
@@ -53,6 +55,7 @@ class Logger(Aspect):
                 value=interval,
             )
         self.interval = interval
+        self.file_interval = file_interval or interval
         self.window = window
         self.json_file = json_file
         self.tensorboard = tensorboard
@@ -82,7 +85,8 @@ class Logger(Aspect):
         loss = runner.outputs.get("loss")
         if isinstance(loss, torch.Tensor):
             self.losses.append(loss.detach())
-        if runner.iter % self.interval or runner.rank != 0:
+        console = runner.iter % self.interval == 0
+        if not (console or runner.iter % self.file_interval == 0) or runner.rank != 0:
             return
         record: dict[str, Any] = {
             "mode": TRAIN_EVENT,
@@ -99,7 +103,7 @@ class Logger(Aspect):
         eta = _eta(runner)
         if eta is not None:
             record["eta_s"] = round(eta, 1)
-        self._emit(TRAIN_EVENT, record, runner.iter)
+        self._emit(TRAIN_EVENT, record, runner.iter, console=console)
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -117,10 +121,11 @@ class Logger(Aspect):
     def on_error_run(self, ctx: CallContext) -> None:
         self._close()
 
-    def _emit(self, event: str, record: dict[str, Any], step: int) -> None:
+    def _emit(self, event: str, record: dict[str, Any], step: int, *, console: bool = True) -> None:
         self.records.append(record)
         fields = {k: v for k, v in record.items() if k != "mode"}
-        self._log.info(event, **fields)
+        if console:  # four significant digits read well; the file keeps full precision
+            self._log.info(event, **{k: _short(v) for k, v in fields.items()})
         if self._file is not None:
             self._file.write(json.dumps(record, allow_nan=True) + "\n")
             self._file.flush()
@@ -136,6 +141,10 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _short(value: Any) -> Any:
+    return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
 def _eta(runner: Any) -> float | None:
