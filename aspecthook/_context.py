@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
 
-__all__ = ["CallContext", "Event", "Proceed"]
+__all__ = ["CURRENT_RUNNER", "CallContext", "Event", "Proceed"]
+
+#: The runner whose ``run()`` is in progress in this context (thread / task), if any.
+CURRENT_RUNNER: ContextVar[Any] = ContextVar("aspecthook_current_runner", default=None)
 
 #: What around advice receives as ``proceed``: call it (optionally with new arguments)
 #: to run the rest of the chain and the target; it returns the result.
@@ -105,9 +109,13 @@ class CallContext:
 
     @property
     def runner(self) -> Any:
-        """The runner of a runner join point (the bound instance), else ``None``."""
+        """The runner of this call: the bound runner of a runner join point, else the
+        runner whose ``run()`` is in progress in this context (so advice on any of the
+        user's own callables reaches it), else ``None``."""
         instance = self.instance
-        return instance if getattr(instance, "__aspecthook_runner__", False) else None
+        if getattr(instance, "__aspecthook_runner__", False):
+            return instance
+        return CURRENT_RUNNER.get()
 
     @property
     def skipped(self) -> bool:

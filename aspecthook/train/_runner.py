@@ -14,11 +14,12 @@ import tempfile
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from .._aspect import Aspect
+from .._context import CURRENT_RUNNER
 from .._describe import Description
 from .._handle import Handle
 from .._weaver import Weaver
@@ -27,6 +28,8 @@ from . import _loop
 from ._data import epoch_batches
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 JOINPOINTS = (
     "run",
@@ -109,22 +112,56 @@ class Runner:
         self.stop_reason: str | None = None
         self.rank, self.world_size = _dist_info()
         self.weaver = Weaver(f"runner@{id(self):x}", local=True)
+        self._run_joinpoint: Callable[[], dict[str, Any]]
         for name in JOINPOINTS:
             bound = types.MethodType(getattr(_loop, name), self)
-            setattr(self, name, self.weaver.joinpoint(name)(bound))
+            attribute = "_run_joinpoint" if name == "run" else name
+            setattr(self, attribute, self.weaver.joinpoint(name)(bound))
         aspects = list(aspects)
         if default_aspects:
             aspects = [*self._default_aspects(aspects), *aspects]
+        # Shipped aspects first, so a custom aspect of equal priority runs after them
+        # (ties run in registration order); the given order is kept within each group.
+        aspects.sort(key=lambda a: not type(a).__module__.startswith("aspecthook."))
         self.aspects: list[Aspect] = []
         self._handles: list[Handle] = []
         for aspect in aspects:
             self.add_aspect(aspect)
 
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any] | str | os.PathLike[str], /, **overrides: Any
+    ) -> Runner:
+        """A runner built from a mapping or a YAML (``safe_load``) / TOML file.
+
+        ``model``, ``optimizer``, ``scheduler``, ``loss_fn``, the loaders' ``dataset`` and
+        ``aspects`` are ``{type: Name, **parameters}`` resolved in ``aspecthook.train``'s
+        ``MODELS`` / ``OPTIMIZERS`` / ``SCHEDULERS`` / ``LOSSES`` / ``DATASETS`` and
+        ``aspecthook.registry.ASPECTS``; ``overrides`` replace top-level keys (None removes
+        one). ``seed`` is applied before the model is built. A bad value raises
+        ``ConfigError`` naming the file and key path. Keys: ``aspecthook.train._config``.
+        """
+        from ._config import runner_kwargs
+
+        return cls(**runner_kwargs(config, overrides))
+
     # -- join points (replaced per instance in __init__ by advised proxies) ---------------
 
     def run(self) -> dict[str, Any]:
-        """Train until the limits or ``stop()``; return the metrics."""
-        return _loop.run(self)
+        """Train until the limits or ``stop()``; return the metrics.
+
+        Calls the ``run`` join point with this runner as ``ctx.runner`` for every advised
+        call made meanwhile, including the user's own join points (``Runner.joinpoint``).
+        """
+        token = CURRENT_RUNNER.set(self)
+        try:
+            return self._run_joinpoint()
+        finally:
+            CURRENT_RUNNER.reset(token)
+
+    def joinpoint(self, name: str) -> Callable[[F], F]:
+        """Declare one of your callables a join point of this run (advised by its aspects)."""
+        return self.weaver.joinpoint(name)
 
     def train_epoch(self) -> None:
         _loop.train_epoch(self)

@@ -1,0 +1,283 @@
+"""The Runner: a loop of join points, its counters, validation, stop, and bad input."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import aspecthook as ah
+from aspecthook.errors import RunnerError
+from aspecthook.train import JOINPOINTS, Runner, _loop
+from aspecthook.train.aspects import Checkpoint, Evaluate, Logger, ProgressBar
+
+CE = torch.nn.functional.cross_entropy
+
+
+def _parts(n: int = 12, batch_size: int = 4) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(n, 4), torch.randint(0, 3, (n,)))
+    return (
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=batch_size),
+    )
+
+
+def _runner(**kwargs: Any) -> Runner:
+    model, opt, loader = _parts()
+    kwargs.setdefault("loss_fn", CE)
+    if "max_iters" not in kwargs:
+        kwargs.setdefault("max_epochs", 2)
+    return Runner(model, opt, loader, **kwargs)
+
+
+def test_the_loop_module_holds_only_join_point_functions() -> None:
+    """_loop defines exactly the runner's join points and names no other concern's code."""
+    functions = {
+        n
+        for n, v in vars(_loop).items()
+        if inspect.isfunction(v) and v.__module__ == _loop.__name__
+    }
+    assert functions == set(JOINPOINTS)
+    tree = ast.parse(inspect.getsource(_loop))
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    forbidden = {
+        "scheduler",
+        "lr_scheduler",
+        "save",
+        "load",
+        "structlog",
+        "logger",
+        "autocast",
+        "clip_grad_norm_",
+        "ema",
+        "perf_counter",
+        "time",
+        "metrics_fn",
+        "GradScaler",
+    }
+    assert used & forbidden == set()
+
+
+def test_epoch_based_run_counts_epochs_and_iterations() -> None:
+    """max_epochs=2 over 3 batches per epoch runs 6 iterations and ends at epoch 2."""
+    calls: list[tuple[int, int, int]] = []
+    runner = _runner()
+    runner.weaver.before("train_iter")(
+        lambda ctx: calls.append((ctx.runner.epoch, ctx.runner.iter, ctx.runner.inner_iter))
+    )
+    runner.run()
+    assert calls == [(0, 0, 0), (0, 1, 1), (0, 2, 2), (1, 3, 0), (1, 4, 1), (1, 5, 2)]
+    assert (runner.epoch, runner.iter, runner.inner_iter) == (2, 6, 0)
+
+
+def test_iteration_based_run_stops_mid_epoch() -> None:
+    """max_iters=4 stops after the fourth iteration, in the second epoch."""
+    runner = _runner(max_iters=4)
+    runner.run()
+    assert (runner.iter, runner.epoch, runner.inner_iter) == (4, 1, 1)
+
+
+def test_every_join_point_is_advisable_with_ctx_runner() -> None:
+    """Advice on each train join point sees ctx.runner, in the nesting order of the loop."""
+    order: list[str] = []
+    runner = _runner(max_iters=1)
+    for name in ("run", "train_epoch", "train_iter", "forward", "backward", "optimizer_step"):
+        runner.weaver.before(name)(
+            lambda ctx, n=name: order.append(n) if ctx.runner is runner else None
+        )
+    runner.run()
+    assert order == ["run", "train_epoch", "train_iter", "forward", "backward", "optimizer_step"]
+
+
+def test_aspects_advise_only_their_own_runner_and_module_advice_reaches_all() -> None:
+    """Runner aspects are local; a module-level @after('train_iter') reaches every runner."""
+    seen: list[int] = []
+    a, b = _runner(max_iters=2), _runner(max_iters=3)
+    a.weaver.after("train_iter")(lambda ctx: seen.append(1))
+    with ah.after("train_iter")(lambda ctx: seen.append(0)):
+        a.run()
+        b.run()
+    assert seen.count(1) == 2
+    assert seen.count(0) == 5
+
+
+def test_validation_every_n_epochs_and_every_n_iterations() -> None:
+    """Evaluate(interval=2) validates after epochs 2 and 4; by_epoch=False every 5 iterations."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    epochs: list[int] = []
+    runner = Runner(
+        model, opt, loader, val_loader=val, loss_fn=CE, max_epochs=4, aspects=[Evaluate(2)]
+    )
+    runner.weaver.before("val_epoch")(lambda ctx: epochs.append(ctx.runner.epoch))
+    runner.run()
+    assert epochs == [2, 4]
+    assert "val/loss" in runner.metrics
+    iters: list[int] = []
+    model, opt, loader = _parts()
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=val,
+        loss_fn=CE,
+        max_iters=12,
+        aspects=[Evaluate(5, by_epoch=False)],
+    )
+    runner.weaver.before("val_epoch")(lambda ctx: iters.append(ctx.runner.iter))
+    runner.run()
+    assert iters == [5, 10]
+
+
+def test_stop_ends_the_run_after_the_current_iteration_with_its_reason() -> None:
+    """runner.stop(reason) from advice finishes the iteration, then the run returns."""
+    runner = _runner(max_epochs=5)
+    runner.weaver.after("train_iter")(
+        lambda ctx: ctx.runner.iter == 2 and ctx.runner.stop("enough")
+    )
+    runner.run()
+    assert runner.iter == 2
+    assert runner.stop_reason == "enough"
+
+
+def test_a_user_callable_becomes_a_join_point_of_the_run() -> None:
+    """Runner.joinpoint declares a callable of the user's; its advice gets ctx.runner."""
+    runner = _runner(max_iters=2)
+    seen: list[Any] = []
+
+    @runner.joinpoint("score")
+    def score(x: torch.Tensor) -> float:
+        return float(x.sum())
+
+    runner.weaver.after("score")(lambda ctx: seen.append(ctx.runner))
+
+    def step(r: Runner, batch: Any) -> torch.Tensor:
+        score(batch[0])
+        return CE(r.model(batch[0]), batch[1])
+
+    runner.train_step = step
+    runner.run()
+    assert seen == [runner, runner]
+
+
+def test_train_step_may_return_a_dict_with_extra_outputs() -> None:
+    """A train_step returning {'loss': ..., 'extra': ...} exposes both in runner.outputs."""
+    runner = _runner(
+        max_iters=1,
+        loss_fn=None,
+        train_step=lambda r, b: {"loss": CE(r.model(b[0]), b[1]), "extra": 7},
+    )
+    runner.run()
+    assert runner.outputs["extra"] == 7
+
+
+def test_default_aspects_run_before_custom_ones_of_equal_priority() -> None:
+    """Shipped aspects run in priority order; an equal-priority custom aspect runs after."""
+
+    class Custom(ah.Aspect):
+        priority = ah.Priority.BELOW_NORMAL  # Logger's priority
+
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            pass
+
+    runner = _runner(aspects=[Custom(), ProgressBar(), Logger(interval=1)])
+    names = runner.describe().advice_names("train_iter", "after")
+    assert names == [
+        "logger.after_train_iter",
+        "custom.after_train_iter",
+        "progress_bar.after_train_iter",
+    ]
+
+
+def test_order_after_places_a_custom_aspect_after_a_shipped_one() -> None:
+    """order_after=('checkpoint',) moves a higher-priority custom aspect behind Checkpoint."""
+
+    class Upload(ah.Aspect):
+        priority = ah.Priority.HIGHEST
+        order_after = ("checkpoint",)
+
+        def after_train_epoch(self, ctx: ah.CallContext) -> None:
+            pass
+
+    runner = _runner(work_dir=None, aspects=[Upload(), Checkpoint(interval=1)], max_epochs=1)
+    names = runner.describe().advice_names("train_epoch", "after")
+    assert names.index("upload.after_train_epoch") > names.index("checkpoint.after_train_epoch")
+
+
+def test_failing_observability_aspect_is_logged_and_training_continues() -> None:
+    """A Logger whose every call fails (errors='log') does not stop the run."""
+    logger = Logger(interval=1)
+    logger._emit = lambda *a, **k: 1 / 0  # type: ignore[method-assign,assignment]
+    runner = _runner(aspects=[logger])
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert runner.iter == 6
+    assert sum(e["event"] == "advice.failed" for e in logs) == 6
+
+
+# -- bad input: a specific error that says what to do, before training starts -------------
+
+
+def test_limits_must_be_exactly_one_of_max_epochs_and_max_iters() -> None:
+    """Both or neither of max_epochs/max_iters is refused at construction."""
+    model, opt, loader = _parts()
+    with pytest.raises(RunnerError, match="exactly one of max_epochs"):
+        Runner(model, opt, loader, loss_fn=CE)
+    with pytest.raises(RunnerError, match="exactly one of max_epochs"):
+        Runner(model, opt, loader, loss_fn=CE, max_epochs=1, max_iters=3)
+
+
+def test_scheduler_on_another_optimizer_is_refused() -> None:
+    """A scheduler built on a different optimizer object is refused at construction."""
+    model, opt, loader = _parts()
+    other = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RunnerError, match="different optimizer"):
+        Runner(
+            model,
+            opt,
+            loader,
+            loss_fn=CE,
+            max_epochs=1,
+            scheduler=torch.optim.lr_scheduler.StepLR(other, 1),
+        )
+
+
+def test_work_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    """A work_dir path that is an existing file cannot hold checkpoints: refused."""
+    target = tmp_path / "file"
+    target.write_text("")
+    model, opt, loader = _parts()
+    with pytest.raises(RunnerError, match="not writable"):
+        Runner(model, opt, loader, loss_fn=CE, max_epochs=1, work_dir=target)
+
+
+def test_model_that_returns_no_loss_fails_before_any_step() -> None:
+    """Without loss_fn the model's output must be a loss: the first step says what to do."""
+    runner = _runner(loss_fn=None, max_iters=3)
+    before = [p.detach().clone() for p in runner.model.parameters()]
+    with pytest.raises(RunnerError, match=r"not a loss.*loss_fn="):
+        runner.run()
+    assert runner.iter == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, runner.model.parameters(), strict=True))
+
+
+def test_resume_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    """Checkpoint(resume=<missing file>) fails at construction, before any training."""
+    with pytest.raises(RunnerError, match=r"does not exist|not found|no such"):
+        Checkpoint(resume=tmp_path / "missing.pt")
+
+
+def test_non_aspect_in_aspects_is_refused() -> None:
+    """aspects= takes Aspect instances (or adaptable hook objects); other objects fail."""
+    with pytest.raises(RunnerError, match="aspects="):
+        _runner(aspects=[object()])
