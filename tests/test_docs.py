@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "docs" / "guide.md"]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "guide.md", ROOT / "docs" / "training.md"]
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
