@@ -29,6 +29,7 @@ from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy, make_proxy
 from ._log import get_logger
 from ._pointcut import Name
 from ._registry import LOCK, REGISTRY
+from ._torch_hooks import is_module, weave_module
 from ._weaver import Weaver, default_weaver
 from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
 
@@ -83,9 +84,13 @@ def weave(
     ``skipped`` in ``describe()``) when the installed version does not fit; a missing
     target is skipped the same way. ``strict=True`` raises ``WeaveTargetError`` instead.
     ``**opts`` (``priority=``, ``every=`` ...) apply to the ``before=``/``after=``/...
-    functions.
+    functions. An ``nn.Module`` instance is woven through torch's own module hooks
+    instead of a proxy (``forward`` / ``backward`` join points; see ``_torch_hooks``).
     """
     weaver = weaver or default_weaver
+    if is_module(target):  # an nn.Module instance: through torch's own hooks
+        kinds = {"before": before, "after": after, "on_error": on_error, "around": around}
+        return weave_module(target, aspects, kinds, name, requires, strict, weaver, opts)
     token = f"@weave:{next(_tokens)}"
     names = (token,) if name is None else (token, name)
     advices = _advice_for(Name(token), aspects, before, after, on_error, around, opts)

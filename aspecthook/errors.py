@@ -21,6 +21,7 @@ __all__ = [
     "RunnerError",
     "UnknownAspectError",
     "UnknownPriorityError",
+    "UnsupportedAdviceError",
     "WeaveTargetError",
 ]
 
@@ -87,6 +88,21 @@ class WeaveTargetError(AspectHookError, LookupError):
 
     def __init__(self, message: str, *, target: str) -> None:
         super().__init__(message)
+        self.target = target
+
+
+class UnsupportedAdviceError(AspectHookError, TypeError):
+    """Advice of a kind, or a call-context operation, the join point cannot carry out.
+
+    Raised for ``around`` / ``on_error`` advice and ``ctx.skip()`` on an ``nn.Module``
+    woven through torch's module hooks, which run before and after ``forward`` and
+    ``backward`` but never around them. ``kind`` is the advice kind (or ``'skip'``) and
+    ``target`` names the join point.
+    """
+
+    def __init__(self, message: str, *, kind: str, target: str) -> None:
+        super().__init__(message)
+        self.kind = kind
         self.target = target
 
 

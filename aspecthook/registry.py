@@ -13,7 +13,9 @@ A ``Registry`` maps names to classes (or any factory). Names resolve in this ord
 
    The entry-point list is read once, on the first name the registry does not know, and a
    plugin is imported only when its name is used;
-3. an explicit ``'package.module:Name'`` path, imported on the spot.
+3. the registry's ``fallback`` names, if it has one (``aspecthook.train.MODELS`` falls back
+   to the classes of ``torch.nn``), read on first use;
+4. an explicit ``'package.module:Name'`` path, imported on the spot.
 
 ``build({'type': 'Timed', **params})`` checks the parameter names against the
 constructor's signature before calling it, so a typo in a config file is reported with
@@ -46,12 +48,24 @@ class Registry:
     """Names of aspect types (or of any other kind of factory) for configuration files.
 
     ``kind`` only words the error messages (``"unknown aspect type 'Timd'"``); ``group`` is
-    the entry-point group whose plugins extend the registry (None: no plugins).
+    the entry-point group whose plugins extend the registry (None: no plugins);
+    ``fallback`` returns names to resolve when neither a registered name nor a plugin fits
+    (called once, on first use, so it may import what it needs).
     """
 
-    def __init__(self, kind: str = "aspect", *, group: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str = "aspect",
+        *,
+        group: str | None = None,
+        fallback: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
+    ) -> None:
         self.kind = kind
         self.group = group
+        # Called once, on first use: names it returns resolve after registered names and
+        # plugins, so registering a name it also has shadows it instead of clashing.
+        self._fallback_source = fallback
+        self._fallback: dict[str, Callable[..., Any]] | None = None if fallback else {}
         # name -> a factory, a 'module:Name' string, or an importlib EntryPoint (plugins);
         # what strings and entry points load is cached in _loaded on first use.
         self._entries: dict[str, Any] = {}
@@ -140,6 +154,9 @@ class Registry:
                 if isinstance(entry, (str, importlib.metadata.EntryPoint)):
                     entry = self._loaded[name] = self._load(name, entry)
                 return entry  # type: ignore[no-any-return]
+            fallback = self._fallbacks().get(name)
+            if fallback is not None:
+                return fallback
         if ":" in name:
             return self._load(name, name)
         raise self._unknown(name)
@@ -149,7 +166,7 @@ class Registry:
         with self._lock:
             if not self._plugins_read:
                 self._read_plugins()
-            return sorted(self._entries)
+            return sorted({*self._entries, *self._fallbacks()})
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()
@@ -189,6 +206,12 @@ class Registry:
         assert self.group is not None
         for ep in importlib.metadata.entry_points(group=self.group):
             self._entries.setdefault(ep.name, ep)
+
+    def _fallbacks(self) -> dict[str, Callable[..., Any]]:
+        if self._fallback is None:
+            assert self._fallback_source is not None
+            self._fallback = dict(self._fallback_source())
+        return self._fallback
 
     def _load(self, name: str, entry: str | importlib.metadata.EntryPoint) -> Callable[..., Any]:
         if isinstance(entry, str):
@@ -347,4 +370,42 @@ ASPECTS = Registry("aspect", group=ENTRY_POINT_GROUP)
 for _name in ("Counted", "Logged", "Retry", "Timed"):
     ASPECTS.register(f"aspecthook.aspects:{_name}")
 ASPECTS.register("aspecthook.testing:Recorder")
-del _name
+
+# The training aspects and their OpenMMLab names, as aspecthook.train.aspects has them
+# (its ALIASES; tests/train/test_config.py keeps the lists equal). Strings, because that
+# package needs torch: it is imported only when one of these names is used.
+_TRAINING = (
+    "AMP",
+    "Checkpoint",
+    "DistSamplerSeed",
+    "EMA",
+    "EarlyStopping",
+    "EmptyCache",
+    "Evaluate",
+    "GradAccumulation",
+    "GradClip",
+    "IterTimer",
+    "LRSchedule",
+    "Logger",
+    "NaNGuard",
+    "ProgressBar",
+)
+_OPENMMLAB = {
+    "AmpOptimWrapperHook": "AMP",
+    "CheckpointHook": "Checkpoint",
+    "DistSamplerSeedHook": "DistSamplerSeed",
+    "EMAHook": "EMA",
+    "EarlyStoppingHook": "EarlyStopping",
+    "EmptyCacheHook": "EmptyCache",
+    "GradientCumulativeOptimizerHook": "GradAccumulation",
+    "IterTimerHook": "IterTimer",
+    "LoggerHook": "Logger",
+    "LrUpdaterHook": "LRSchedule",
+    "ParamSchedulerHook": "LRSchedule",
+    "ProgressBarHook": "ProgressBar",
+}
+for _name in _TRAINING:
+    ASPECTS.register(f"aspecthook.train.aspects:{_name}")
+for _alias, _name in _OPENMMLAB.items():
+    ASPECTS.register(f"aspecthook.train.aspects:{_name}", name=_alias)
+del _name, _alias, _TRAINING, _OPENMMLAB

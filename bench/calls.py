@@ -25,10 +25,33 @@ The "50 unrelated" variant times the before+after join point again, with 50 more
 points, each with its own before advice, registered for that variant only (they are
 added before and removed after it, every round).
 
+The aspects of ``aspecthook.aspects``, in the same rounds, each woven with
+``aspecthook.weave`` into its own module-level copy of ``f``:
+
+* ``Timed()`` (sketch only, no trace), next to a hand-written closure that takes
+  ``time.perf_counter_ns()`` twice and appends the duration to a list (cleared after every
+  round), and to one pass-through around advice (``errors='raise'``: no guard), the
+  machinery ``Timed`` runs in;
+* ``Logged()`` (level ``info``, errors at ``error``) with structlog set up by
+  ``aspecthook.aspects.configure_logging('json', level=..., file=<null sink>)`` before each
+  of its samples and removed after it (one untimed call refreshes Logged's level cache):
+  filtered at ``warning`` ("level disabled": the call is not logged, a failure would be),
+  at ``critical`` (both levels off) and at ``info`` (every call rendered as a JSON line into
+  a stream that drops it: structlog's and our cost, no I/O);
+* aspectlib's ``aspectlib.debug.log`` printing to the same kind of null sink, without the
+  ``logging`` module, with its default ``stacktrace=10`` and with ``stacktrace=None``.
+
+The idle audit dispatcher is measured apart, because audit hooks cannot be removed: fresh
+interpreters (all of them importing aspecthook) with no audit hook, with a do-nothing
+Python hook, with aspecthook's dispatcher installed by ``on('audit.some.other.event')``,
+and with that subscription removed again, time ``sys.audit('some.unsubscribed.event')``.
+The dispatcher's cost over the do-nothing hook is our code's; the do-nothing hook's cost
+over no hook is what CPython charges for having any Python audit hook.
+
 It also times ``import aspecthook`` against ``import wrapt`` in fresh interpreters and
 checks that torch is not imported. Targets are printed as PASS/MISS and never asserted.
 
-    python bench/calls.py                      # full run, about a minute on 2 cores
+    python bench/calls.py                      # full run, about 1.5 minutes on 2 cores
     python bench/calls.py --quick --json o.json
 """
 
@@ -36,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import os
 import platform
@@ -50,14 +74,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import aspectlib  # type: ignore[import-untyped]
+import aspectlib.debug  # type: ignore[import-untyped]
 import blinker
 import pluggy
 import wrapt
 
 import aspecthook as ah
+from aspecthook.aspects import Logged, Timed, configure_logging
 
 # -- the target and the callbacks every context-building variant shares -------------------
 
@@ -196,6 +222,99 @@ class Plain:
         return a + b
 
 
+# -- 12. Timed, Logged and what they are compared with ----------------------------------------
+
+
+class NullSink(io.TextIOBase):
+    """A text stream that drops what it gets (no syscall, no growth) and counts the writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return len(text)
+
+
+# Module-level targets: aspecthook.weave and aspectlib.weave replace the module attribute,
+# and the variants read the woven callable back from globals().
+
+
+def f_timed(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def f_around(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def f_logged_disabled(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def f_logged_off(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def f_logged_enabled(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def passthrough_around(ctx: Any, proceed: Any) -> Any:
+    return proceed()
+
+
+def perf_counter_decorator(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[int]]:
+    """The hand-written timer: ``perf_counter_ns`` around the call, durations into a list."""
+    durations: list[int] = []
+    clock = time.perf_counter_ns
+    record = durations.append
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        result = fn(*args, **kwargs)
+        record(clock() - start)
+        return result
+
+    return wrapper, durations
+
+
+def logging_config(
+    level: str, sink: NullSink, target: Callable[..., Any]
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Per-round set-up of a Logged variant: structlog configured by ``configure_logging``
+    (JSON lines, filtering logger at ``level``) writing to ``sink``, one untimed call so
+    that Logged's level cache is refreshed outside the timing; removed after the round."""
+    handles: list[ah.Handle] = []
+
+    def enter() -> None:
+        handles.append(configure_logging("json", level=level, file=cast(TextIO, sink)))
+        target(1)
+
+    def leave() -> None:
+        while handles:
+            handles.pop().remove()
+
+    return enter, leave
+
+
+def woven(
+    name: str, weaver: ah.Weaver, cleanups: list[Callable[[], object]], *aspects: Any, **kw: Any
+) -> Any:
+    """Weave the module-level function ``name`` and return the proxy that replaced it."""
+    original = globals()[name]
+    handle = ah.weave(original, *aspects, weaver=weaver, strict=True, **kw)
+    cleanups.append(handle.remove)
+    proxy = globals()[name]
+    require(proxy is not original, f"aspecthook.weave did not replace {name}")
+    return proxy
+
+
 # -- the variants --------------------------------------------------------------------------
 
 
@@ -207,6 +326,7 @@ class Variant:
     env: dict[str, Any]
     enter: Callable[[], None] | None = None  # run before this variant's timing, per round
     leave: Callable[[], None] | None = None  # and after it
+    check: Callable[[], None] | None = None  # a set-up check, after the first call
     number: int = 0  # calls per round
     times: list[float] = field(default_factory=list)  # seconds per call, one per round
 
@@ -294,6 +414,39 @@ def build_variants(weaver: ah.Weaver, cleanups: list[Callable[[], object]]) -> l
     woven_aspectlib = globals()["f_aspectlib"]
     require(woven_aspectlib is not original, "aspectlib.weave did not patch f_aspectlib")
 
+    # Timed, Logged, and the hand-written and aspectlib equivalents.
+    timed_aspect = Timed()
+    timed_fn = woven("f_timed", weaver, cleanups, timed_aspect)
+    around_fn = woven("f_around", weaver, cleanups, around=passthrough_around, errors="raise")
+    perf_fn, durations = perf_counter_decorator(f)
+    logged: dict[str, tuple[Any, NullSink, str]] = {}
+    for key, level in (("disabled", "warning"), ("off", "critical"), ("enabled", "info")):
+        logged[key] = (woven(f"f_logged_{key}", weaver, cleanups, Logged()), NullSink(), level)
+    debug_sink, debug_sink_nostack = NullSink(), NullSink()
+    debug_log = aspectlib.debug.log(print_to=debug_sink, use_logging=None)(f)
+    debug_log_nostack = aspectlib.debug.log(
+        print_to=debug_sink_nostack, use_logging=None, stacktrace=None
+    )(f)
+
+    def logged_variant(key: str, label: str, writes: bool) -> Variant:
+        fn_, sink, level = logged[key]
+        enter, leave = logging_config(level, sink, fn_)
+
+        def check() -> None:
+            require((sink.writes > 0) == writes, f"Logged {key}: {sink.writes} writes")
+
+        return Variant(f"logged_{key}", label, fn, {"fn": fn_}, enter, leave, check)
+
+    def check_timed() -> None:
+        calls = sum(row.count for row in timed_aspect.summary())
+        require(calls > 0, "Timed recorded no call")
+
+    def check_debug_log() -> None:
+        require(debug_sink.writes > 0, "debug.log wrote nothing")
+
+    def check_debug_log_nostack() -> None:
+        require(debug_sink_nostack.writes > 0, "debug.log(stacktrace=None) wrote nothing")
+
     return [
         Variant("raw", "raw call", fn, {"fn": f}),
         Variant(
@@ -334,6 +487,37 @@ def build_variants(weaver: ah.Weaver, cleanups: list[Callable[[], object]]) -> l
         Variant("ah_before_1", "aspecthook 1 before", fn, {"fn": many[1]}),
         Variant("ah_before_10", "aspecthook 10 before", fn, {"fn": many[10]}),
         Variant("ah_before_50", "aspecthook 50 before", fn, {"fn": many[50]}),
+        Variant(
+            "ah_around",
+            "aspecthook 1 around, pass-through (errors='raise')",
+            fn,
+            {"fn": around_fn},
+        ),
+        Variant(
+            "perf_counter",
+            "closure: perf_counter_ns x2 + list.append",
+            fn,
+            {"fn": perf_fn},
+            leave=durations.clear,
+        ),
+        Variant("timed", "Timed()", fn, {"fn": timed_fn}, check=check_timed),
+        logged_variant("disabled", "Logged(), level disabled (errors still on)", False),
+        logged_variant("off", "Logged(), info and error disabled", False),
+        logged_variant("enabled", "Logged() enabled, JSON to a null sink", True),
+        Variant(
+            "aspectlib_log",
+            "aspectlib.debug.log to a null sink (stacktrace=10)",
+            fn,
+            {"fn": debug_log},
+            check=check_debug_log,
+        ),
+        Variant(
+            "aspectlib_log_nostack",
+            "aspectlib.debug.log to a null sink, stacktrace=None",
+            fn,
+            {"fn": debug_log_nostack},
+            check=check_debug_log_nostack,
+        ),
     ]
 
 
@@ -342,9 +526,17 @@ def build_variants(weaver: ah.Weaver, cleanups: list[Callable[[], object]]) -> l
 
 def check_results(variants: list[Variant]) -> None:
     for v in variants:
-        result = eval(v.stmt, dict(v.env))
+        if v.enter:
+            v.enter()
+        try:
+            result = eval(v.stmt, dict(v.env))
+        finally:
+            if v.leave:
+                v.leave()
         if result != 2:
             raise SystemExit(f"variant {v.key} returned {result!r}, expected 2")
+        if v.check:
+            v.check()
 
 
 def timed(v: Variant, timer: timeit.Timer, number: int) -> float:
@@ -443,6 +635,90 @@ def measure_imports(repeats: int) -> dict[str, Any]:
     return result
 
 
+# The audit-hook processes. Every mode imports aspecthook (so the processes differ only in
+# their hooks), sets its hook up, checks that it is what it claims to be, then times
+# ``sys.audit`` of an event nobody subscribed to, in ``rounds`` samples of ``number`` calls,
+# and prints the per-call times as JSON.
+AUDIT_SNIPPET = """
+import json, sys, timeit
+import aspecthook, aspecthook._process as p
+mode, rounds, number = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+EVENT = 'some.unsubscribed.event'
+seen = []
+if mode == 'python_hook':
+    sys.addaudithook(lambda event, args: None)
+elif mode in ('dispatcher', 'dispatcher_no_subscription'):
+    advice = aspecthook.on('audit.some.other.event')(lambda event: seen.append(event.name))
+    sys.audit('some.other.event', 1)
+    sys.audit(EVENT, 1)
+    assert [str(n) for n in seen] == ['audit.some.other.event'], seen
+    if mode == 'dispatcher_no_subscription':
+        advice.remove()
+        sys.audit('some.other.event', 2)  # an event past the check refreshes the names
+        assert len(seen) == 1 and not p._audit_names, (seen, p._audit_names)
+    else:
+        assert p._audit_names == frozenset(['some.other.event']), p._audit_names
+    assert not p._audit_any
+assert p.audit_hooks_added == (0 if mode in ('no_hook', 'python_hook') else 1), mode
+timer = timeit.Timer('audit(EVENT)', globals={'audit': sys.audit, 'EVENT': EVENT})
+timer.timeit(number)
+print(json.dumps([timer.timeit(number) / number for _ in range(rounds)]))
+"""
+
+AUDIT_MODES = {
+    "no_hook": "no audit hook",
+    "python_hook": "do-nothing Python hook (lambda event, args: None)",
+    "dispatcher": "aspecthook dispatcher, subscribed to audit.some.other.event",
+    "dispatcher_no_subscription": "aspecthook dispatcher, that subscription removed",
+}
+
+
+def measure_audit(processes: int, rounds: int, number: int, seed: int) -> dict[str, Any]:
+    """ns per ``sys.audit('some.unsubscribed.event')`` under each hook set-up.
+
+    Audit hooks cannot be removed, so each set-up gets fresh interpreters: ``processes``
+    per mode, run in a shuffled interleaved order; the figure is the minimum over all
+    their samples (the median beside it as noise).
+    """
+    samples: dict[str, list[float]] = {mode: [] for mode in AUDIT_MODES}
+    rng = random.Random(seed)
+    for _ in range(processes):
+        order = list(AUDIT_MODES)
+        rng.shuffle(order)
+        for mode in order:
+            out = subprocess.run(
+                [sys.executable, "-c", AUDIT_SNIPPET, mode, str(rounds), str(number)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            samples[mode].extend(json.loads(out))
+    modes: dict[str, dict[str, Any]] = {
+        mode: {
+            "label": AUDIT_MODES[mode],
+            "ns_per_call": min(values) * 1e9,
+            "median_ns": statistics.median(values) * 1e9,
+        }
+        for mode, values in samples.items()
+    }
+    ns = {mode: float(row["ns_per_call"]) for mode, row in modes.items()}
+    return {
+        "event": "some.unsubscribed.event",
+        "processes": processes,
+        "rounds": rounds,
+        "number": number,
+        "modes": modes,
+        # The fair measure of our code: the dispatcher against any Python hook doing nothing.
+        "dispatcher_over_python_hook_ns": ns["dispatcher"] - ns["python_hook"],
+        "dispatcher_no_subscription_over_python_hook_ns": (
+            ns["dispatcher_no_subscription"] - ns["python_hook"]
+        ),
+        # What CPython charges for having any Python audit hook at all.
+        "python_hook_over_no_hook_ns": ns["python_hook"] - ns["no_hook"],
+        "dispatcher_over_no_hook_ns": ns["dispatcher"] - ns["no_hook"],
+    }
+
+
 # -- reporting -------------------------------------------------------------------------------
 
 METHOD_KEYS = frozenset(("raw_method", "ah_method_idle", "ah_method"))
@@ -471,7 +747,9 @@ def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
 
 
 def targets(
-    rows: dict[str, dict[str, Any]], imports: dict[str, Any] | None
+    rows: dict[str, dict[str, Any]],
+    imports: dict[str, Any] | None,
+    audit: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     def over(key: str) -> float:
         return float(rows[key]["overhead_ns"])
@@ -491,7 +769,18 @@ def targets(
             "<=",
             1.1,
         ),
+        ("Timed overhead (ns)", over("timed"), "<=", 1000),
+        ("Logged, level disabled, overhead (ns)", over("logged_disabled"), "<=", 600),
     ]
+    if audit is not None:
+        checks.append(
+            (
+                "idle audit dispatcher, ns per sys.audit over a do-nothing Python hook",
+                audit["dispatcher_over_python_hook_ns"],
+                "<=",
+                100,
+            )
+        )
     if imports is not None:
         checks.append(
             ("import aspecthook / import wrapt (wall, min)", imports["ratio_min"], "<=", 1.5)
@@ -527,9 +816,12 @@ def print_report(
     imports: dict[str, Any] | None,
     checks: list[dict[str, Any]],
     meta: dict[str, Any],
+    audit: dict[str, Any] | None = None,
 ) -> None:
+    print(f"{meta['cpu_model']}, {meta['cpus']} CPUs")
     print(
         f"python {meta['python']} | wrapt {meta['wrapt']} ({meta['wrapt_impl']}) | "
+        f"structlog {meta['structlog']} | aspectlib {meta['aspectlib']} | "
         f"{meta['rounds']} interleaved rounds, "
         + (
             f"{meta['number']} calls per variant each"
@@ -573,6 +865,8 @@ def print_report(
             f"import CPU time: aspecthook {a['cpu_min_ms']:.1f} ms, wrapt {w['cpu_min_ms']:.1f} ms, "
             f"ratio {imports['ratio_cpu_min']:.2f}x; torch imported: {imports['torch_imported']}"
         )
+    if audit is not None:
+        print_audit(audit)
     print()
     print("targets")
     for check in checks:
@@ -580,6 +874,41 @@ def print_report(
         print(
             f"  {mark}  {check['target']}: {check['value']:.2f} (target {check['op']} {check['limit']})"
         )
+
+
+def print_audit(audit: dict[str, Any]) -> None:
+    print()
+    print(
+        f"sys.audit({audit['event']!r}), nobody subscribed to it: fresh interpreters, "
+        f"{audit['processes']} per set-up x {audit['rounds']} samples of {audit['number']} calls; "
+        "min over samples"
+    )
+    modes = audit["modes"]
+    width = max(len(m["label"]) for m in modes.values())
+    print(f"  {'hook set-up':<{width}}  {'ns/call':>8}  {'median':>8}")
+    for row in modes.values():
+        print(f"  {row['label']:<{width}}  {row['ns_per_call']:8.1f}  {row['median_ns']:8.1f}")
+    print(
+        f"  dispatcher over a do-nothing Python hook (our code): "
+        f"{audit['dispatcher_over_python_hook_ns']:+.1f} ns "
+        f"(subscription removed: {audit['dispatcher_no_subscription_over_python_hook_ns']:+.1f} ns)"
+    )
+    print(
+        f"  do-nothing Python hook over no hook (CPython's price for any hook): "
+        f"{audit['python_hook_over_no_hook_ns']:+.1f} ns; "
+        f"dispatcher over no hook: {audit['dispatcher_over_no_hook_ns']:+.1f} ns"
+    )
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -604,12 +933,18 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="fresh interpreters per import measurement (default 10; 0 skips)",
     )
+    parser.add_argument(
+        "--audit",
+        type=int,
+        default=5,
+        help="fresh interpreters per audit-hook set-up (default 5; 0 skips)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny numbers, for a smoke run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-round variant order")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.number, args.imports = 3, 200, 1
+        args.rounds, args.number, args.imports, args.audit = 3, 200, 1, 1
 
     weaver = ah.Weaver("bench")
     cleanups: list[Callable[[], object]] = [weaver.close]
@@ -621,6 +956,10 @@ def main(argv: list[str] | None = None) -> int:
         for cleanup in reversed(cleanups):
             cleanup()
     imports = measure_imports(args.imports) if args.imports > 0 else None
+    audit = None
+    if args.audit > 0:
+        audit_rounds, audit_number = (3, 200) if args.quick else (200, 2000)
+        audit = measure_audit(args.audit, audit_rounds, audit_number, args.seed)
 
     rows = summarize(variants)
     over = {k: float(r["overhead_ns"]) for k, r in rows.items()}
@@ -628,14 +967,17 @@ def main(argv: list[str] | None = None) -> int:
         "slope_1_to_50_ns": (over["ah_before_50"] - over["ah_before_1"]) / 49,
         "slope_1_to_10_ns": (over["ah_before_10"] - over["ah_before_1"]) / 9,
     }
-    checks = targets(rows, imports)
+    checks = targets(rows, imports, audit)
     meta = {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "machine": platform.machine(),
         "processor": platform.processor(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "wrapt": version("wrapt"),
+        "structlog": version("structlog"),
+        "aspectlib": version("aspectlib"),
         "wrapt_impl": "C extension"
         if wrapt.FunctionWrapper.__module__ == "_wrappers"
         else "pure Python",
@@ -644,13 +986,14 @@ def main(argv: list[str] | None = None) -> int:
         "sample_ms": args.sample_ms,
         "seed": args.seed,
     }
-    print_report(rows, extra, imports, checks, meta)
+    print_report(rows, extra, imports, checks, meta, audit)
     if args.json is not None:
         data = {
             "meta": meta,
             "variants": rows,
             "derived": extra,
             "imports": imports,
+            "audit": audit,
             "targets": checks,
         }
         args.json.write_text(json.dumps(data, indent=2) + "\n")

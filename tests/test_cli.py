@@ -617,3 +617,60 @@ def test_malformed_requires_is_a_config_error(program: Path) -> None:
     done = run(program, "--aspects", "req.yaml", "prog.py")
     assert done.returncode == 2
     assert done.stderr.startswith("aspecthook: error: req.yaml: weave[0].requires: requires=")
+
+
+# -- process events and logging ----------------------------------------------------------------
+
+EXIT_REPORTER = """\
+import sys
+import aspecthook as ah
+
+@ah.on("process.exit")
+def bye(event):
+    exc = type(event.exc).__name__ if event.exc is not None else None
+    print("process.exit", event.exit_code, exc, flush=True)
+
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "exc"),
+    [
+        ("print('done')", 0, "None"),
+        ("sys.exit(3)", 3, "None"),
+        ("sys.exit('goodbye')", 1, "None"),
+        ("raise ValueError('bad')", 1, "ValueError"),
+    ],
+    ids=["normal-end", "sys-exit-int", "sys-exit-message", "uncaught"],
+)
+def test_process_exit_subscriber_sees_the_exact_exit_code(
+    tmp_path: Path, body: str, code: int, exc: str
+) -> None:
+    """A process.exit subscriber of the program gets the status aspecthook run exits with."""
+    write(tmp_path, "prog.py", EXIT_REPORTER.format(body=body))
+    done = run(tmp_path, "prog.py")
+    assert done.returncode == code, done.stderr
+    assert done.stdout.splitlines()[-1] == f"process.exit {code} {exc}"
+
+
+def test_logged_json_functions_with_json_log_lines(tmp_path: Path) -> None:
+    """Logged on json.* with logging: {format: json} logs each call once, as JSON lines."""
+    write(
+        tmp_path,
+        "log_json.yaml",
+        """\
+        logging: {format: json}
+        weave:
+          - target: "json.*"
+            aspects: [{type: Logged, log_result: false}]
+        """,
+    )
+    write(tmp_path, "prog.py", "import json\nprint(json.loads(json.dumps([1, 2])))\n")
+    done = run(tmp_path, "--aspects", "log_json.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "[1, 2]\n"
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    outermost = [r["joinpoint"] for r in records if len(r["joinpoint_stack"]) == 1]
+    assert outermost == ["json.dumps", "json.loads"]
+    assert len(records) == len({r["joinpoint"] for r in records})  # each call logged once

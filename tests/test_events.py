@@ -130,6 +130,29 @@ def test_errors_log_policy_logs_and_later_subscribers_still_run(
     assert logs[0]["joinpoint"] == event
 
 
+def test_predicate_that_cannot_judge_an_event_matches_nothing_and_is_logged_once(
+    weaver: ah.Weaver, event: str
+) -> None:
+    """A predicate pointcut that raises matches no event; emit() still reaches the others."""
+    got: list[str] = []
+    with capture_logs() as logs:
+
+        @weaver.on(ah.Predicate(lambda evt: evt.payload["step"] > 0))  # KeyError on probes
+        def by_payload(evt: Any) -> None:
+            got.append("predicate")
+
+        weaver.on(event)(lambda e: got.append("name"))
+        weaver.emit(event, step=1)
+        weaver.emit(f"{event}.other", step=2)
+        weaver.emit(event, step=3)
+    assert got == ["name", "name"]
+    [entry] = [e for e in logs if e["event"] == "event.pointcut_failed"]
+    assert entry["log_level"] == "warning"
+    assert entry["advice"] == "by_payload"
+    assert "Predicate" in entry["pointcut"]
+    assert isinstance(entry["exc_info"], KeyError)
+
+
 def test_errors_raise_propagates_and_stops_delivery(weaver: ah.Weaver, event: str) -> None:
     """errors='raise' (default): a failing subscriber's exception reaches the emitter."""
     got: list[str] = []

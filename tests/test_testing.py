@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -199,6 +201,25 @@ def test_records_calls_from_threads(weaver: ah.Weaver) -> None:
 
 
 # -- the pytest plugin --------------------------------------------------------------------
+
+
+def test_recorder_is_also_a_shipped_aspect_imported_on_first_use() -> None:
+    """aspecthook.aspects.Recorder is this same class; aspecthook.testing loads on use."""
+    import aspecthook.aspects
+
+    assert aspecthook.aspects.Recorder is Recorder
+    assert "Recorder" in aspecthook.aspects.__all__
+    assert "Recorder" in dir(aspecthook.aspects)
+    code = (
+        "import sys, aspecthook.aspects as a\n"
+        "print('aspecthook.testing' in sys.modules)\n"
+        "from aspecthook.aspects import Recorder\n"
+        "print(Recorder.__module__, 'aspecthook.testing' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == ["False", "aspecthook.testing", "True"]
 
 
 def test_weaver_fixture_isolates_tests(pytester: pytest.Pytester) -> None:

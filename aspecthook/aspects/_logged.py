@@ -18,6 +18,11 @@ reported as ``advice.failed`` and the host call goes on. ``Logged`` applies that
 around its own steps because it knows where ``proceed()`` is: the core's generic guard
 costs a tracking closure on every call, and cannot see inside the coroutine returned for
 an ``async`` join point.
+
+Re-entrancy: while ``Logged`` emits its own event (summarising the arguments, rendering,
+writing), a call to a ``Logged`` join point is passed straight through, un-logged. Without
+that, logging ``json.*`` with JSON log lines would log the renderer's own ``json`` calls,
+whose events are rendered with ``json`` again, without end.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import inspect
 import os
 import reprlib
 import sys
+import threading
 import time
 import weakref
 from collections import deque
@@ -80,6 +86,19 @@ if not hasattr(_CONFIG, "default_wrapper_class"):  # pragma: no cover - structlo
 
 # The join points of the Logged calls in progress, outermost first (per thread and task).
 _STACK: ContextVar[tuple[str, ...]] = ContextVar("aspecthook_logged_stack", default=())
+
+
+class _Emitting(threading.local):
+    """Per thread: whether a ``Logged`` aspect is emitting its own event right now.
+
+    A thread-local rather than a context variable: emitting is synchronous, so no other
+    task can run on this thread meanwhile, and reading it is cheaper.
+    """
+
+    active = False
+
+
+_EMITTING = _Emitting()
 
 
 # -- summaries ---------------------------------------------------------------------------
@@ -320,6 +339,10 @@ class Logged(Aspect):
 
     ``logger=`` is the structlog logger to write to (default: this module's).
 
+    Calls made while a ``Logged`` aspect emits its event (by a renderer, a ``repr``) are
+    not logged, so ``Logged`` can log the functions its own logging uses, e.g. ``json.*``
+    with ``configure_logging(format='json')``.
+
     Redaction covers the event, not renderers that print a traceback's local variables
     (structlog's unconfigured console does): :func:`configure_logging` turns them off.
     """
@@ -384,7 +407,7 @@ class Logged(Aspect):
         mode = self._mode
         if mode == _ASK:
             mode = self._ask_levels()
-        if not mode:
+        if not mode or _EMITTING.active:  # off, or called by our own emission
             return proceed()
         if ctx.joinpoint.is_async:
             return self._log_async(ctx, proceed, mode)
@@ -393,7 +416,7 @@ class Logged(Aspect):
             try:
                 return proceed()
             except BaseException as exc:
-                self._safely(ctx, self._emit_error, ctx, exc, start)
+                self._emit(ctx, self._emit_error, exc, start)
                 raise
         return self._log_sync(ctx, proceed)
 
@@ -404,9 +427,9 @@ class Logged(Aspect):
             try:
                 result = proceed()
             except BaseException as exc:
-                self._safely(ctx, self._emit_error, ctx, exc, start)
+                self._emit(ctx, self._emit_error, exc, start)
                 raise
-            self._safely(ctx, self._emit_ok, ctx, result, start)
+            self._emit(ctx, self._emit_ok, result, start)
             return result
         finally:
             if entered is not None:
@@ -419,10 +442,10 @@ class Logged(Aspect):
             try:
                 result = await proceed()
             except BaseException as exc:
-                self._safely(ctx, self._emit_error, ctx, exc, start)
+                self._emit(ctx, self._emit_error, exc, start)
                 raise
             if mode == _FULL:
-                self._safely(ctx, self._emit_ok, ctx, result, start)
+                self._emit(ctx, self._emit_ok, result, start)
             return result
         finally:
             if entered is not None:
@@ -441,6 +464,15 @@ class Logged(Aspect):
         token, tokens = entered
         structlog.contextvars.reset_contextvars(**tokens)
         _STACK.reset(token)
+
+    def _emit(self, ctx: CallContext, step: Callable[..., None], *args: Any) -> None:
+        """Run an emitting step safely, with calls it makes passed through un-logged."""
+        emitting = _EMITTING
+        previous, emitting.active = emitting.active, True
+        try:
+            self._safely(ctx, step, ctx, *args)
+        finally:
+            emitting.active = previous
 
     def _emit_ok(self, ctx: CallContext, result: Any, start: int) -> None:
         fields = self._fields(ctx, start)

@@ -590,3 +590,34 @@ def test_configure_logging_refuses_unknown_options(options: dict[str, Any], matc
     with pytest.raises(InvalidOptionError, match=match):
         configure_logging(**options)
     assert not structlog.is_configured()
+
+
+# -- re-entrancy ---------------------------------------------------------------------------------
+
+
+class _Runaway(BaseException):
+    """Raised by the counting processor below: Logged was logging its own logging."""
+
+
+def test_logging_json_with_json_lines_logs_each_call_once() -> None:
+    """Calls made while Logged emits its event (the JSON renderer's json) are not logged."""
+    stream, emitted = io.StringIO(), []
+
+    def count(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        emitted.append(event_dict["joinpoint"])
+        if len(emitted) > 50:
+            raise _Runaway(emitted[-5:])
+        return event_dict
+
+    with configure_logging(format="json", file=stream):
+        processors = structlog.get_config()["processors"]
+        structlog.configure(processors=[count, *processors])
+        with ah.weave("json.*", Logged(log_result=False)):
+            text = json.dumps({"a": [1, 2]})
+            value = json.loads(text)
+    assert value == {"a": [1, 2]}
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [r["joinpoint"] for r in records] == emitted
+    outermost = [r["joinpoint"] for r in records if len(r["joinpoint_stack"]) == 1]
+    assert outermost == ["json.dumps", "json.loads"]
+    assert len(emitted) == len(set(emitted))  # each woven json function ran once here

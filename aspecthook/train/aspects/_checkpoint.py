@@ -20,6 +20,10 @@ A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
 state, this one's best score and kept files included), the runner's ``grad_scaler`` when
 it has one, and every rank's RNG states: tensors and plain containers only, so it loads
 with ``torch.load(weights_only=True)``, which runs no code from the file.
+
+Resume is exact (bit for bit) when batches load in the main process or deterministically
+(DataLoader workers are seeded per epoch, so random augmentation inside workers does not
+replay), and every rank sees ``work_dir``.
 """
 
 from __future__ import annotations
@@ -376,17 +380,13 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
+    """Make a rename in ``folder`` durable (POSIX; skipped where folders cannot be opened)."""
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _write_checkpoint(path: Path, payload: Any) -> dict[str, Any]:

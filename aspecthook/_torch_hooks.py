@@ -1,0 +1,373 @@
+"""Torch's own module hooks as join points: ``weave(module, before=..., after=...)``.
+
+Weaving an ``nn.Module`` *instance* does not wrap anything. The module gets two join points,
+``<name>.forward`` and ``<name>.backward`` (``<name>`` is ``weave(..., name=)``, else the
+class's dotted path, e.g. ``torch.nn.modules.linear.Linear``), served by the hooks torch
+itself offers, so the woven module keeps working under ``torch.compile`` (Dynamo traces
+module hooks), ``torch.jit.trace``, DDP and everything else that knows those hooks:
+
+============================  =========================================================
+advice                        torch hook (installed only while the stage has advice)
+============================  =========================================================
+before ``<name>.forward``     ``register_forward_pre_hook(with_kwargs=True)``
+after ``<name>.forward``      ``register_forward_hook(with_kwargs=True)``
+before ``<name>.backward``    ``register_full_backward_pre_hook``
+after ``<name>.backward``     ``register_full_backward_hook``
+============================  =========================================================
+
+How advice reaches them:
+
+* ``before=`` / ``after=`` functions of the weave, and positional ``Advice`` or aspect
+  advice declared without a pointcut, go to ``forward``;
+* aspect methods named ``before_forward`` / ``after_forward`` / ``before_backward`` /
+  ``after_backward`` (or advice decorated ``@after('backward')`` ...) in an aspect given
+  to this weave go to *this module's* forward / backward join point;
+* advice registered anywhere whose pointcut matches the names, e.g. ``@after('enc.backward')``
+  after ``weave(model.enc, name='enc')``, or a glob ``'*.forward'``.
+
+The call context: for ``forward``, ``ctx.instance`` and ``ctx.target`` are the module,
+``ctx.args`` / ``ctx.kwargs`` the inputs (before advice may edit them: the pre-hook
+returns the new ones) and ``ctx.result`` the output (after advice may replace it). Before
+and after advice of one forward call share one context (and so ``ctx.data``), kept on a
+per-thread stack that a third, ``always_call`` forward hook pops even when ``forward``
+raises. For ``backward``, ``ctx.args`` is ``grad_output`` (the gradients with respect to
+the module's outputs; before advice may replace them) and, for after advice,
+``ctx.result`` is ``grad_input`` (after advice may replace it); each stage gets its own
+context.
+
+Torch hooks run before and after ``forward`` / ``backward``, never around them, and do not
+see their exceptions: ``around`` and ``on_error`` advice, and ``ctx.skip()``, raise
+``UnsupportedAdviceError`` saying to weave the method instead (``weave(module.forward,
+around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all). Such
+advice reaching these join points through a registered pointcut is shown as ``failed`` in
+``describe()`` and logged, never run.
+
+``torch.compile``: weave before the first compiled call. Torch does not re-check module
+hooks added to an already compiled module (``torch._dynamo.config.skip_nnmodule_hook_guards``),
+so advice that installs a hook later is not seen by that compiled graph.
+
+Nothing here imports torch: a module is recognised only when the program imported torch.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ._advice import Advice
+from ._chain import Chain
+from ._context import CallContext
+from ._handle import Handle
+from ._joinpoint import JoinPoint, _FastContext
+from ._log import get_logger
+from ._pointcut import Name, NormalizedName
+from ._registry import LOCK, REGISTRY
+
+if TYPE_CHECKING:
+    from ._weaver import Weaver
+
+__all__ = ["ModuleJoinPoint", "is_module", "weave_module"]
+
+_UNSUPPORTED = ("around", "on_error")
+
+# Module -> its (forward, backward) join points, so weaving one module twice shares one set
+# of torch hooks, as weaving one callable twice shares one proxy.
+_POINTS: weakref.WeakKeyDictionary[Any, tuple[ModuleJoinPoint, ModuleJoinPoint]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def is_module(target: object) -> bool:
+    """Whether ``target`` is an ``nn.Module`` instance; never imports torch itself."""
+    torch = sys.modules.get("torch")
+    nn = getattr(torch, "nn", None)
+    module_type = getattr(nn, "Module", None)
+    return module_type is not None and isinstance(target, module_type)
+
+
+class ModuleJoinPoint(JoinPoint):
+    """The ``forward`` or ``backward`` join point of one module, run by torch's hooks.
+
+    The registry hands it its chain as for any join point; ``set_chain`` then installs
+    the torch hooks the chain's stages need and removes those it no longer needs, so a
+    module without advice carries no hook at all.
+    """
+
+    __slots__ = ("hooks", "module_ref", "stage")
+
+    def __init__(self, name: str, module: Any, stage: str) -> None:
+        super().__init__(name, getattr(type(module), "forward", None), declared=False)
+        self.module_ref = weakref.ref(module)  # the module owns the hooks, never the reverse
+        self.stage = stage
+        self.hooks: dict[str, list[Any]] = {}  # installed torch RemovableHandles, by key
+
+    def set_chain(self, chain: Chain) -> None:
+        chain = _runnable(self, chain)
+        super().set_chain(chain)
+        module = self.module_ref()
+        if module is None:
+            return
+        wanted = _wanted(self.stage, chain)
+        for key in [k for k in self.hooks if k not in wanted]:
+            for handle in self.hooks.pop(key):
+                handle.remove()
+        for key in wanted:
+            if key not in self.hooks:
+                self.hooks[key] = _INSTALL[key](self, module)
+
+
+def _wanted(stage: str, chain: Chain) -> tuple[str, ...]:
+    if stage == "forward":
+        return ("forward",) if chain.before or chain.after else ()
+    keys = ("backward_pre",) if chain.before else ()
+    return (*keys, "backward") if chain.after else keys
+
+
+def _runnable(jp: ModuleJoinPoint, chain: Chain) -> Chain:
+    """``chain`` without around / on_error advice, which is marked as failed instead."""
+    bad = [a for stage in _UNSUPPORTED for a in chain.entries.get(stage, ())]
+    if not bad:
+        return chain
+    skipped = dict(chain.skipped)
+    for advice in bad:
+        if advice not in skipped:
+            skipped[advice] = (
+                f"{advice.kind} advice cannot run through torch module hooks; "
+                "weave the forward method instead"
+            )
+            if advice not in jp.chain.skipped:
+                get_logger().warning(
+                    "weave.unsupported_advice",
+                    joinpoint=jp.name,
+                    advice=advice.name,
+                    kind=advice.kind,
+                )
+    return Chain(chain.entries, {"before": chain.before, "after": chain.after}, skipped)
+
+
+# -- the hooks -----------------------------------------------------------------------------
+# Each hook reads the join point's chain once per call, as the wrapt dispatcher does, so a
+# registration elsewhere swaps in a new chain without touching the installed hooks.
+
+
+def _context(jp: JoinPoint, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    ctx = _FastContext()  # see _joinpoint: C-level construction, then the seven slots
+    ctx.joinpoint = jp
+    ctx.target = module
+    ctx.instance = module
+    ctx._args = args
+    ctx.kwargs = kwargs
+    ctx.result = None
+    ctx._skipped = False
+    return ctx
+
+
+def _stack(local: threading.local) -> list[CallContext]:
+    stack: list[CallContext] | None = getattr(local, "stack", None)
+    if stack is None:
+        stack = local.stack = []
+    return stack
+
+
+def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
+    """Pre-hook, forward hook and the ``always_call`` hook that pops the shared context."""
+    local = threading.local()  # one per installation: a stale stack never outlives it
+
+    def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        ctx = _context(jp, module, args, kwargs)
+        _stack(local).append(ctx)  # first: the cleanup hook pops it even if advice raises
+        for fn in jp._chain.before:
+            fn(ctx)
+        if ctx._skipped:
+            raise _skip_error(jp)
+        if ctx._args is args and ctx.kwargs is kwargs:
+            return None
+        return tuple(ctx._args), ctx.kwargs
+
+    def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        stack = _stack(local)
+        ctx = stack[-1] if stack else _context(jp, module, args, kwargs)
+        ctx.result = output
+        for fn in jp._chain.after:
+            fn(ctx)
+        return None if ctx.result is output else ctx.result
+
+    def pop(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        stack = _stack(local)
+        if stack:
+            stack.pop()
+
+    return [
+        module.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        module.register_forward_hook(hook, with_kwargs=True),
+        module.register_forward_hook(pop, with_kwargs=True, always_call=True),
+    ]
+
+
+def _install_backward_pre(jp: ModuleJoinPoint, module: Any) -> list[Any]:
+    def backward_pre_hook(module: Any, grad_output: tuple[Any, ...]) -> Any:
+        ctx = _context(jp, module, grad_output, {})
+        for fn in jp._chain.before:
+            fn(ctx)
+        if ctx._skipped:
+            raise _skip_error(jp)
+        return None if ctx._args is grad_output else tuple(ctx._args)
+
+    return [module.register_full_backward_pre_hook(backward_pre_hook)]
+
+
+def _install_backward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
+    def backward_hook(
+        module: Any, grad_input: tuple[Any, ...], grad_output: tuple[Any, ...]
+    ) -> Any:
+        ctx = _context(jp, module, grad_output, {})
+        ctx.result = grad_input
+        for fn in jp._chain.after:
+            fn(ctx)
+        return None if ctx.result is grad_input else tuple(ctx.result)
+
+    return [module.register_full_backward_hook(backward_hook)]
+
+
+_INSTALL: dict[str, Callable[[ModuleJoinPoint, Any], list[Any]]] = {
+    "forward": _install_forward,
+    "backward_pre": _install_backward_pre,
+    "backward": _install_backward,
+}
+
+
+# -- weaving -------------------------------------------------------------------------------
+
+
+def weave_module(
+    module: Any,
+    aspects: tuple[Any, ...],
+    kinds: dict[str, Any],
+    name: str | None,
+    requires: str | None,
+    strict: bool,
+    weaver: Weaver,
+    opts: dict[str, Any],
+) -> Handle:
+    """``weave()`` for an ``nn.Module`` instance (see the module docstring).
+
+    ``kinds`` holds ``weave()``'s ``before`` / ``after`` / ``on_error`` / ``around``
+    arguments; the rest are ``weave()``'s own.
+    """
+    from ._weave import (
+        WEAVES,
+        WeaveRecord,
+        _advice_for,
+        _attach,
+        _skip,
+        _tokens,
+        _undo,
+        _version_problem,
+    )
+
+    token = f"@weave:{next(_tokens)}"
+    label = name or _class_path(module)
+    forward_names = (token, name, f"{name}.forward") if name else (token,)
+    backward_names = (f"{token}.backward", f"{name}.backward") if name else (f"{token}.backward",)
+    found = _advice_for(
+        Name(token),
+        aspects,
+        kinds["before"],
+        kinds["after"],
+        kinds["on_error"],
+        kinds["around"],
+        opts,
+    )
+    advices = [_retarget(a, token) for a in found]
+    _refuse_unsupported(advices, token, module, label)
+    record = WeaveRecord(label, "active", weaver=weaver, names=forward_names + backward_names)
+    reason = _version_problem(requires) if requires is not None else None
+    if reason is not None:
+        return _skip(record, reason, strict)
+
+    handle = weaver.add(*advices) if advices else None
+    try:
+        with LOCK:
+            forward, backward = _points_of(module, label)
+            record.points.add(_attach(forward, forward_names, weaver))
+            record.points.add(_attach(backward, backward_names, weaver))
+            WEAVES.append(record)
+    except BaseException:
+        _undo(record, handle, weaver)
+        raise
+
+    def undo() -> None:
+        weaver.forget(result)
+        _undo(record, handle, weaver)
+
+    result = Handle(undo, f"weave {label} (torch module hooks)", advices)
+    if handle is not None:
+        weaver.forget(handle)
+        for advice in advices:
+            advice._handle = result
+    return weaver.track(result)
+
+
+def _points_of(module: Any, label: str) -> tuple[ModuleJoinPoint, ModuleJoinPoint]:
+    """The module's join points, made (and made known to the registry) on first weave."""
+    points = _POINTS.get(module)
+    if points is not None and all(jp in REGISTRY.joinpoints for jp in points):
+        return points
+    points = (
+        ModuleJoinPoint(f"{label}.forward", module, "forward"),
+        ModuleJoinPoint(f"{label}.backward", module, "backward"),
+    )
+    for jp in points:
+        REGISTRY.add_joinpoint(jp)
+    _POINTS[module] = points
+    return points
+
+
+def _retarget(advice: Advice, token: str) -> Advice:
+    """Aim an aspect's ``*_forward`` / ``*_backward`` advice at this module's join points."""
+    pointcut = advice.pointcut
+    stage = pointcut.name if isinstance(pointcut, (Name, NormalizedName)) else None
+    if stage == "forward":
+        advice.pointcut = Name(token)
+    elif stage == "backward":
+        advice.pointcut = Name(f"{token}.backward")
+    return advice
+
+
+def _refuse_unsupported(advices: Iterable[Advice], token: str, module: Any, label: str) -> None:
+    from .errors import UnsupportedAdviceError
+
+    ours = {Name(token), Name(f"{token}.backward")}
+    for advice in advices:
+        if advice.kind in _UNSUPPORTED and advice.pointcut in ours:
+            path = _class_path(module)
+            raise UnsupportedAdviceError(
+                f"{advice.kind} advice {advice.name} cannot be woven into the nn.Module "
+                f"{label}: torch's module hooks run before and after forward and backward, "
+                "never around them, and do not see their exceptions. Use before=/after= "
+                f"here, or weave the method: weave(module.forward, {advice.kind}=...) for "
+                f"this instance, or weave('{path}.forward', {advice.kind}=...) for every "
+                f"{type(module).__name__}",
+                kind=advice.kind,
+                target=label,
+            )
+
+
+def _skip_error(jp: JoinPoint) -> Exception:
+    from .errors import UnsupportedAdviceError
+
+    return UnsupportedAdviceError(
+        f"ctx.skip() cannot skip {jp.name}: it is woven through torch's module hooks, which "
+        "cannot stop forward or backward from running. Weave the method instead, e.g. "
+        "weave(module.forward, before=...), to skip the call",
+        kind="skip",
+        target=jp.name,
+    )
+
+
+def _class_path(module: Any) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"

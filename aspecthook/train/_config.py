@@ -1,0 +1,465 @@
+"""``Runner.from_config``: a training run described by a mapping or a YAML / TOML file.
+
+Every part is built from a registry by its ``type`` name (a registered name, a plugin,
+a fallback name of torch, or a ``'package.module:Name'`` path) with the other keys as
+keyword parameters, checked against the constructor's signature before it is called::
+
+    seed: 0                                  # seeds python, numpy and torch first
+    model:                                   # MODELS (falls back to torch.nn)
+      type: Sequential                       # Sequential takes a list of layers
+      layers:
+        - {type: Linear, in_features: 32, out_features: 10}
+    optimizer: {type: SGD, lr: 0.1}          # OPTIMIZERS (torch.optim); params: the model's
+    scheduler: {type: StepLR, step_size: 2}  # SCHEDULERS (torch.optim.lr_scheduler)
+    loss_fn: cross_entropy                   # LOSSES (torch.nn losses, functional losses)
+    train_loader:                            # a torch DataLoader: dataset + its options
+      dataset: {type: RandomClassification, n: 256, features: 32, classes: 10}
+      batch_size: 16
+      shuffle: true
+    max_epochs: 2
+    aspects: [IterTimerHook, {type: CheckpointHook, interval: 1}]   # ASPECTS
+
+YAML is read with ``yaml.safe_load`` only, so a file never builds arbitrary objects.
+Every problem is a ``ConfigError`` naming the key path of the bad value
+(``aspects[2].type``) and, when the config came from a file, the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from .._aspect import Aspect
+from .._config import _SUFFIXES, _parse_toml, _parse_yaml
+from ..errors import (
+    AspectHookError,
+    AspectParameterError,
+    ConfigError,
+    RunnerError,
+    UnknownAspectError,
+)
+from ..registry import ASPECTS, Parameters, Registry
+from ._datasets import RandomClassification, RandomRegression
+from ._runner import _check_work_dir, seed_everything
+
+__all__ = ["DATASETS", "KEYS", "LOSSES", "MODELS", "OPTIMIZERS", "SCHEDULERS", "runner_kwargs"]
+
+ConfigLike = Mapping[str, Any] | str | os.PathLike[str]
+
+#: The top-level keys of a runner config (``*_dataloader`` are OpenMMLab's names).
+KEYS = (
+    "aspects",
+    "default_aspects",
+    "device",
+    "loss_fn",
+    "max_epochs",
+    "max_iters",
+    "model",
+    "optimizer",
+    "scheduler",
+    "seed",
+    "test_dataloader",
+    "test_loader",
+    "train_dataloader",
+    "train_loader",
+    "val_dataloader",
+    "val_loader",
+    "work_dir",
+)
+_LOADERS = ("train_loader", "val_loader", "test_loader")
+_GIVEN = {"params": "the model's parameters", "optimizer": "the runner's optimizer"}
+
+
+# -- registries ------------------------------------------------------------------------------
+
+
+def _classes(namespace: object, base: type, *exclude: type) -> dict[str, Callable[..., Any]]:
+    """The public subclasses of ``base`` in ``namespace`` by name, minus ``exclude``."""
+    return {
+        name: value
+        for name, value in vars(namespace).items()
+        if not name.startswith("_")
+        and inspect.isclass(value)
+        and issubclass(value, base)
+        and value not in exclude
+    }
+
+
+def _torch_models() -> dict[str, Callable[..., Any]]:
+    return _classes(torch.nn, torch.nn.Module, torch.nn.Module)
+
+
+def _torch_optimizers() -> dict[str, Callable[..., Any]]:
+    return _classes(torch.optim, torch.optim.Optimizer, torch.optim.Optimizer)
+
+
+def _torch_schedulers() -> dict[str, Callable[..., Any]]:
+    schedulers = torch.optim.lr_scheduler
+    found = _classes(schedulers, schedulers.LRScheduler, schedulers.LRScheduler)
+    found.update(_classes(schedulers, schedulers.ReduceLROnPlateau))
+    return found
+
+
+def _torch_losses() -> dict[str, Callable[..., Any]]:
+    functional = torch.nn.functional
+    found = _classes(torch.nn, torch.nn.modules.loss._Loss)
+    found.update(
+        (name, value)
+        for name, value in vars(functional).items()
+        if callable(value)
+        and not inspect.isclass(value)
+        and (name.endswith("_loss") or "entropy" in name or name == "kl_div")
+    )
+    return found
+
+
+MODELS = Registry("model", fallback=_torch_models)
+"""Model types by name; names of ``torch.nn`` modules resolve when not registered."""
+OPTIMIZERS = Registry("optimizer", fallback=_torch_optimizers)
+"""Optimizer types by name; ``torch.optim`` optimizers resolve when not registered."""
+SCHEDULERS = Registry("scheduler", fallback=_torch_schedulers)
+"""LR scheduler types by name; ``torch.optim.lr_scheduler`` ones resolve when not registered."""
+LOSSES = Registry("loss", fallback=_torch_losses)
+"""Losses by name: ``torch.nn`` loss classes and ``torch.nn.functional`` loss functions."""
+DATASETS = Registry("dataset")
+"""Dataset types by name: ``RandomClassification``, ``RandomRegression`` and yours."""
+DATASETS.register(RandomClassification)
+DATASETS.register(RandomRegression)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``Runner(...)`` that ``config`` (plus ``overrides``) describes.
+
+    ``overrides`` replace top-level keys; a None value removes the key.
+    """
+    file, data = read_config(config)
+    build = _Builder(file)
+    build.check_keys("", {**data, **overrides}, KEYS)
+    data = {**data, **overrides}
+    return build.runner_kwargs({k: v for k, v in data.items() if v is not None})
+
+
+def read_config(config: ConfigLike) -> tuple[str, dict[str, Any]]:
+    """``(file, data)``: a mapping as it is (file ``''``), or a YAML / TOML file parsed."""
+    if isinstance(config, Mapping):
+        return "", dict(config)
+    if not isinstance(config, (str, os.PathLike)):
+        raise _error(
+            "", "", f"give a mapping or the path of a .yaml or .toml file, not {_kind(config)}"
+        )
+    file = os.fspath(config)
+    kind = _SUFFIXES.get(Path(file).suffix.lower())
+    if kind is None:
+        raise _error(file, "", "unknown file type: name it *.yaml, *.yml or *.toml")
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _error(file, "", f"cannot read it: {exc}") from None
+    data = _parse_yaml(file, text) if kind == "yaml" else _parse_toml(file, text)
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise _error(
+            file, "", f"must be a mapping with the keys {', '.join(KEYS)}, not {_kind(data)}"
+        )
+    return file, dict(data)
+
+
+# -- building -------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Builds the parts of one config; every error names ``file`` and the key path."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return _error(self.file, key, message)
+
+    def runner_kwargs(self, data: dict[str, Any]) -> dict[str, Any]:
+        data = self.loader_aliases(data)
+        for required in ("model", "optimizer", "train_loader"):
+            if required not in data:
+                raise self.error(
+                    required, "is missing: a runner needs model, optimizer and train_loader"
+                )
+        kwargs = self.settings(data)
+        if kwargs.get("seed") is not None:
+            seed_everything(kwargs["seed"])  # before the model, so its initial weights repeat
+        model = self.model("model", data["model"])
+        if kwargs.get("device") is not None:
+            model = model.to(kwargs["device"])  # before the optimizer takes its parameters
+        optimizer = self.build(
+            OPTIMIZERS, "optimizer", data["optimizer"], params=model.parameters()
+        )
+        kwargs.update(model=model, optimizer=optimizer)
+        if "scheduler" in data:
+            kwargs["scheduler"] = self.scheduler("scheduler", data["scheduler"], optimizer)
+        if "loss_fn" in data:
+            kwargs["loss_fn"] = self.loss("loss_fn", data["loss_fn"])
+        for key in _LOADERS:
+            if key in data:
+                kwargs[key] = self.loader(key, data[key])
+        kwargs["aspects"] = self.aspects(data.get("aspects", []))
+        return kwargs
+
+    def loader_aliases(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``train_dataloader`` & co. renamed to ``train_loader``; both at once is an error."""
+        for ours in _LOADERS:
+            theirs = ours.replace("_loader", "_dataloader")
+            if theirs in data:
+                if ours in data:
+                    raise self.error(theirs, f"is another name for {ours}: give only one of them")
+                data[ours] = data.pop(theirs)
+        return data
+
+    def settings(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The plain values: limits, seed, device, work_dir, default_aspects (checked)."""
+        settings = self.limits(data)
+        for key in ("device", "work_dir"):
+            if key in data and not isinstance(data[key], (str, os.PathLike)):
+                raise self.error(key, f"must be a string, not {_kind(data[key])}")
+        if "device" in data:
+            try:
+                settings["device"] = torch.device(data["device"])
+            except (RuntimeError, TypeError, ValueError) as exc:
+                raise self.error("device", f"is not a torch device: {exc}") from exc
+        if "work_dir" in data:
+            try:
+                settings["work_dir"] = _check_work_dir(data["work_dir"])
+            except RunnerError as exc:
+                raise self.error("work_dir", str(exc)) from exc
+        if "default_aspects" in data:
+            value = data["default_aspects"]
+            if not isinstance(value, bool):
+                raise self.error("default_aspects", f"must be true or false, not {_kind(value)}")
+            settings["default_aspects"] = value
+        return settings
+
+    def limits(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``max_epochs`` or ``max_iters`` (exactly one, a positive int) and ``seed``."""
+        epochs, iters = data.get("max_epochs"), data.get("max_iters")
+        if epochs is not None and iters is not None:
+            raise self.error(
+                "max_iters",
+                "is given with max_epochs: give max_epochs (epoch-based training) or "
+                "max_iters (iteration-based training), not both",
+            )
+        if epochs is None and iters is None:
+            raise self.error(
+                "", "give max_epochs (epoch-based training) or max_iters (iteration-based)"
+            )
+        limits: dict[str, Any] = {}
+        for key in ("max_epochs", "max_iters", "seed"):
+            value = data.get(key)
+            if value is not None and (type(value) is not int or (key != "seed" and value < 1)):
+                kind = "an int" if key == "seed" else "a positive int"
+                raise self.error(key, f"must be {kind}, not {_kind(value)}")
+            limits[key] = value
+        return limits
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def model(self, key: str, cfg: Any) -> torch.nn.Module:
+        """A model; ``torch.nn.Sequential`` takes ``layers: [...]``, each built as a model."""
+        factory, label, params = self.resolve(MODELS, key, cfg)
+        if factory is torch.nn.Sequential:
+            layers = params.pop("layers", [])
+            if not isinstance(layers, list):
+                raise self.error(f"{key}.layers", f"must be a list of layers, not {_kind(layers)}")
+            if params:
+                raise self.error(
+                    f"{key}.{next(iter(params))}", "Sequential takes only layers: [...]"
+                )
+            built = [self.model(f"{key}.layers[{i}]", layer) for i, layer in enumerate(layers)]
+            return torch.nn.Sequential(*built)
+        model = self.call(key, label, factory, params)
+        if not isinstance(model, torch.nn.Module):
+            raise self.error(key, f"{label} made {_kind(model)}, not a torch.nn.Module")
+        return model
+
+    def scheduler(self, key: str, cfg: Any, optimizer: torch.optim.Optimizer) -> Any:
+        """A scheduler on ``optimizer``; ``schedulers: [...]`` (SequentialLR) are built too."""
+        factory, label, params = self.resolve(SCHEDULERS, key, cfg, optimizer=optimizer)
+        inner = params.get("schedulers")
+        if isinstance(inner, list):
+            params["schedulers"] = [
+                self.scheduler(f"{key}.schedulers[{i}]", item, optimizer)
+                for i, item in enumerate(inner)
+            ]
+        return self.call(key, label, factory, params, shown=_user(cfg))
+
+    def loss(self, key: str, cfg: Any) -> Callable[..., Any]:
+        """A loss class is instantiated; a loss function is used as it is (params bound)."""
+        factory, label, params = self.resolve(LOSSES, key, cfg)
+        if inspect.isclass(factory):
+            loss: Callable[..., Any] = self.call(key, label, factory, params)
+            return loss
+        accepted = Parameters.of(factory)
+        if accepted is not None:  # the inputs (those without defaults) come at each call
+            options = {k: v for k, v in accepted.defaults.items() if k not in accepted.required}
+            self.check(key, label, replace(accepted, defaults=options, required=()), params)
+        return functools.partial(factory, **params) if params else factory
+
+    def loader(self, key: str, cfg: Any) -> DataLoader[Any]:
+        """A ``DataLoader`` of ``dataset`` (built from DATASETS) with the other options."""
+        if not isinstance(cfg, Mapping) or "dataset" not in cfg:
+            raise self.error(
+                key,
+                "must be a mapping with dataset: {type: Name, ...} and DataLoader options "
+                f"such as batch_size and shuffle, not {_kind(cfg)}",
+            )
+        options = {k: v for k, v in cfg.items() if k != "dataset"}
+        dataset = self.build(DATASETS, f"{key}.dataset", cfg["dataset"])
+        loader: DataLoader[Any] = self.call(
+            key, "DataLoader", DataLoader, {"dataset": dataset, **options}, shown=options
+        )
+        return loader
+
+    def aspects(self, cfg: Any) -> list[Aspect]:
+        if not isinstance(cfg, list):
+            raise self.error(
+                "aspects",
+                f"must be a list of names or {{type: Name, ...}} mappings, not {_kind(cfg)}",
+            )
+        built = []
+        for i, item in enumerate(cfg):
+            aspect = self.build(ASPECTS, f"aspects[{i}]", item)
+            if not isinstance(aspect, Aspect):
+                raise self.error(f"aspects[{i}]", f"made {_kind(aspect)}, which is not an Aspect")
+            built.append(aspect)
+        return built
+
+    # -- the generic steps ------------------------------------------------------------------
+
+    def build(self, registry: Registry, key: str, cfg: Any, **given: Any) -> Any:
+        """``registry``'s type named by ``cfg``, called with its parameters and ``given``."""
+        factory, label, params = self.resolve(registry, key, cfg, **given)
+        return self.call(key, label, factory, params, shown=_user(cfg))
+
+    def resolve(
+        self, registry: Registry, key: str, cfg: Any, **given: Any
+    ) -> tuple[Callable[..., Any], str, dict[str, Any]]:
+        """``(factory, its name, parameters)`` for ``cfg``: a name or ``{type: name, ...}``.
+
+        ``given`` are parameters the runner supplies (the optimizer's ``params``); a config
+        that sets one too is an error.
+        """
+        if isinstance(cfg, str) or _is_factory(cfg):
+            kind, params, type_key = cfg, {}, key
+        elif isinstance(cfg, Mapping):
+            params = dict(cfg)
+            kind, type_key = params.pop("type", None), f"{key}.type"
+        else:
+            raise self.error(
+                key,
+                f"must be a {registry.kind} type name or a mapping {{type: Name, ...}}, "
+                f"not {_kind(cfg)}",
+            )
+        if _is_factory(kind):
+            factory: Callable[..., Any] = kind
+            label = str(getattr(kind, "__name__", kind))
+        elif isinstance(kind, str) and kind.strip():
+            try:
+                factory = registry.get(kind.strip())
+            except UnknownAspectError as exc:
+                raise self.error(type_key, str(exc)) from exc
+            label = kind.strip()
+        else:
+            raise self.error(
+                type_key,
+                f"must name the {registry.kind} type, e.g. {{type: Name}}, not {_kind(kind)}",
+            )
+        for name in given:
+            if name in params:
+                raise self.error(
+                    f"{key}.{name}",
+                    f"is filled in by from_config ({_GIVEN.get(name, name)}); remove it",
+                )
+        return factory, label, {**given, **params}
+
+    def check(
+        self, key: str, label: str, accepted: Parameters, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return accepted.check(label, params)
+        except AspectParameterError as exc:
+            where = f"{key}.{exc.parameters[0]}" if exc.parameters else key
+            raise self.error(where, str(exc)) from exc
+
+    def call(
+        self,
+        key: str,
+        label: str,
+        factory: Callable[..., Any],
+        params: dict[str, Any],
+        *,
+        shown: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """``factory(**params)`` after checking the names; failures name ``key``."""
+        accepted = Parameters.of(factory)
+        if accepted is not None:
+            params = self.check(key, label, accepted, params)
+        try:
+            return factory(**params)
+        except (AspectHookError, TypeError, ValueError, RuntimeError) as exc:
+            # torch reports bad argument values as RuntimeError too; the cause stays chained
+            shown = params if shown is None else shown
+            args = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+            raise self.error(key, f"{label}({args}) failed: {exc}{_number_hint(shown)}") from exc
+
+    def check_keys(self, key: str, data: Mapping[Any, Any], valid: tuple[str, ...]) -> None:
+        for name in data:
+            if name not in valid:
+                close = difflib.get_close_matches(str(name), valid, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                where = f"{key}.{name}" if key else str(name)
+                raise self.error(where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")
+
+
+# -- small helpers ----------------------------------------------------------------------------
+
+
+def _is_factory(value: Any) -> bool:
+    """A class or function given directly (dict configs), not any callable instance."""
+    return inspect.isclass(value) or inspect.isroutine(value)
+
+
+def _user(cfg: Any) -> dict[str, Any]:
+    """The parameters a config wrote (for messages), without its ``type``."""
+    return {k: v for k, v in cfg.items() if k != "type"} if isinstance(cfg, Mapping) else {}
+
+
+def _number_hint(params: Mapping[str, Any]) -> str:
+    """A hint when a value is a number written so that YAML reads a string (``1e-3``)."""
+    for name, value in params.items():
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                continue
+            return f" ({name}={value!r} is a string: YAML reads 1e-3 as text, write 1.0e-3)"
+    return ""
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _error(file: str, key: str, message: str) -> ConfigError:
+    where = ": ".join(part for part in (file, key) if part)
+    return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)

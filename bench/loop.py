@@ -1,0 +1,645 @@
+"""Training-loop overhead: aspecthook's Runner beside a hand-written loop, ignite and Lightning.
+
+Every variant trains the same tiny MLP (Linear 32->64, ReLU, Linear 64->10) with SGD
+(lr 0.05, momentum 0.9) on batches of 16, for ``--iters`` iterations (default 3,000), on
+one thread, and does the same work around each step:
+
+* forward, cross-entropy loss, backward, ``optimizer.step()``, ``zero_grad(set_to_none)``;
+* one LR step per iteration of a torch ``CosineAnnealingLR(T_max=iters)``;
+* every ``--log-every`` iterations (50) a record with iteration, loss and LR, handed to
+  a structlog logger; structlog is configured once, for every variant alike, with a single
+  processor that counts the event and drops it (``DropEvent``), so nothing is formatted
+  or written and the records are counted the same way for all;
+* every ``--ckpt-every`` iterations (1,000) a checkpoint of model and optimizer state
+  with ``torch.save`` into a fresh temporary folder (one per variant and round).
+
+The variants, used the way their documentation shows:
+
+* ``hand``: a plain ``for x, y in loader`` loop with the checks written inline;
+* ``ignite``: ``Engine(step)``; ``ignite.handlers.param_scheduler.LRScheduler`` on
+  ``Events.ITERATION_STARTED`` (ignite's documented placement: it applies the LR the
+  step will use, so the LR of every optimizer step equals the torch sequence), handlers on
+  ``Events.ITERATION_COMPLETED(every=...)`` for the log record and the checkpoint;
+  ``engine.run(loader, max_iters=iters)``;
+* ``lightning``: a ``LightningModule`` whose ``configure_optimizers`` returns the same
+  optimizer and scheduler (``interval='step'``), a ``Callback`` whose
+  ``on_train_batch_end`` logs and saves; ``Trainer(max_steps=iters, accelerator='cpu',
+  devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+  enable_checkpointing=False)``; its info output and warnings are silenced;
+* ``aspecthook``: ``Runner(..., loss_fn=F.cross_entropy, scheduler=..., max_iters=...)``
+  with ``IterTimer()``, ``LRSchedule(by_epoch=False)``, ``Logger(interval=50,
+  json_file=None)`` and ``Checkpoint(interval=1000, by_epoch=False, save_last=False)``
+  plus the runner's default aspects (``DistSamplerSeed``). ``save_last=False`` keeps the
+  checkpoint count equal to "every 1,000" for any ``--iters`` (at 3,000 the last save is
+  due anyway). aspecthook does more per save than the others (RNG states, scheduler and
+  aspect state, sha256, ``fsync`` of file and folder, a manifest): that is its
+  crash-safety, and it is inside its time. Its ``Logger`` also keeps a smoothed loss (one
+  ``loss.detach()`` per iteration) and its ``IterTimer`` times every iteration; the peers
+  do neither.
+
+Data: a seeded ``TensorDataset`` of 4,000 samples (250 batches an epoch, 12 epochs at
+3,000 iterations) in a ``DataLoader`` without shuffling, so every variant sees the same
+batches; every variant starts from the same weights (``torch.manual_seed`` before the
+model is built). Building model, optimizer, scheduler and loader is not timed; building
+the framework's objects (engine, trainer, runner) is, as the "setup" part of the total.
+
+Correctness is asserted, not assumed: after every run the benchmark checks that every
+variant took the same number of optimizer steps (an optimizer step hook counts them), the
+same number of scheduler steps, applied the same LR at its last step, emitted the same
+number of log records and wrote the same number of checkpoints, and that its final
+parameters and its loss on a fixed evaluation batch equal the hand-written loop's (bit for
+bit is expected: the float operations are the same and in the same order). A mismatch
+exits with an error.
+
+Timing: one process, ``torch.set_num_threads(1)``, one untimed warm-up round, then
+``--rounds`` rounds; each round runs every variant once, in an order shuffled per round
+(seeded); ``gc.collect()`` before each run. Reported per variant: the median total time
+over rounds, and the paired ratio to the hand-written loop, i.e. per round the variant's
+time divided by the hand-written loop's time in the same round, with its median (the
+figure the target is about) and its min-max. Targets are printed as PASS/MISS and never
+asserted.
+
+    python bench/loop.py                        # full run, about a minute on a quiet machine
+    python bench/loop.py --quick --json o.json  # smoke run: 60 iterations, 1 round
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import gc
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import structlog
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+SEED = 0
+DATA_SEED = 1
+N_TRAIN = 4000
+N_EVAL = 512
+BATCH = 16
+LR = 0.05
+MOMENTUM = 0.9
+
+VARIANTS = ("hand", "ignite", "lightning", "aspecthook")
+LABELS = {
+    "hand": "hand-written loop",
+    "ignite": "pytorch-ignite",
+    "lightning": "PyTorch Lightning",
+    "aspecthook": "aspecthook Runner",
+}
+#: Ratios to the hand-written loop measured when the issue was written (for context).
+REFERENCE = {"ignite": "1.02-1.14x", "lightning": "3.2x", "mmengine": "2.1x"}
+TARGET = 1.03
+
+# -- the log sink every variant shares ------------------------------------------------------
+
+SINK: collections.Counter[str] = collections.Counter()
+
+
+def count_and_drop(logger: Any, method: str, event_dict: Any) -> Any:
+    """structlog's only processor: count the event by name, then drop it."""
+    SINK[str(event_dict.get("event"))] += 1
+    raise structlog.DropEvent
+
+
+def configure_sink() -> None:
+    structlog.configure(
+        processors=[count_and_drop],
+        logger_factory=structlog.ReturnLoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
+
+
+def quiet_peers() -> None:
+    """Lightning's info lines and the warnings it gives about this set-up (no workers...)."""
+    import lightning  # noqa: F401  (it sets its loggers' levels when imported)
+
+    warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
+    warnings.filterwarnings("ignore", module=r"pytorch_lightning(\..*)?")
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+# -- the work every variant shares ---------------------------------------------------------
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(SEED)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def make_data() -> tuple[TensorDataset, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(DATA_SEED)
+    teacher = torch.randn(32, 10, generator=g)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(n, 32, generator=g)
+        y = (x @ teacher + 0.5 * torch.randn(n, 10, generator=g)).argmax(dim=1)
+        return x, y
+
+    x, y = draw(N_TRAIN)
+    x_eval, y_eval = draw(N_EVAL)
+    return TensorDataset(x, y), x_eval, y_eval
+
+
+class StepCounter:
+    """An optimizer step post-hook: counts steps and keeps the LR the last step used."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.steps = 0
+        self.last_lr = float("nan")
+        optimizer.register_step_post_hook(self)
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.steps += 1
+        self.last_lr = optimizer.param_groups[0]["lr"]
+
+
+@dataclass
+class Parts:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    loader: DataLoader[Any]
+    counter: StepCounter
+
+
+@dataclass
+class Work:
+    dataset: TensorDataset
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    iters: int
+    log_every: int
+    ckpt_every: int
+
+    def build(self) -> Parts:
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.iters)
+        loader = DataLoader(self.dataset, batch_size=BATCH, shuffle=False)
+        return Parts(model, optimizer, scheduler, loader, StepCounter(optimizer))
+
+
+def save_checkpoint(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    """The peers' checkpoint: model and optimizer state, ``torch.save`` into ``folder``."""
+    torch.save(
+        {"model": model.state_dict(), "optimizer": opt.state_dict()}, folder / f"iter_{step}.pt"
+    )
+
+
+@dataclass
+class Run:
+    """One variant's run: its times and what it did (checked against the hand-written one)."""
+
+    setup_s: float
+    total_s: float
+    steps: int
+    scheduler_steps: int
+    last_lr: float
+    records: int
+    checkpoints: int
+    eval_loss: float
+    params: torch.Tensor = field(repr=False)
+
+
+# -- (a) the hand-written loop ---------------------------------------------------------------
+
+
+def run_hand(w: Work, folder: Path) -> tuple[float, float, Parts]:
+    p = w.build()
+    model, opt, sched = p.model, p.optimizer, p.scheduler
+    log = structlog.get_logger("bench")
+    t0 = time.perf_counter()
+    t1 = t0
+    it = 0
+    model.train()
+    while it < w.iters:
+        for x, y in p.loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            it += 1
+            if it % w.log_every == 0:
+                record = {"iter": it, "loss": loss.item(), "lr": opt.param_groups[0]["lr"]}
+                log.info("train", **record)
+            if it % w.ckpt_every == 0:
+                save_checkpoint(folder, it, model, opt)
+            if it >= w.iters:
+                break
+    return t0, t1, p
+
+
+# -- (b) pytorch-ignite ----------------------------------------------------------------------
+
+
+def run_ignite(w: Work, folder: Path) -> tuple[float, float, Parts]:
+    from ignite.engine import Engine, Events
+
+    p = w.build()
+    model, opt, sched = p.model, p.optimizer, p.scheduler
+    log = structlog.get_logger("bench")
+    t0 = time.perf_counter()
+
+    def train_step(engine: Engine, batch: Any) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    engine = Engine(train_step)
+
+    @engine.on(Events.ITERATION_COMPLETED)
+    def lr_step(engine: Engine) -> None:
+        sched.step()
+
+    @engine.on(Events.ITERATION_COMPLETED(every=w.log_every))
+    def log_record(engine: Engine) -> None:
+        it = engine.state.iteration
+        record = {"iter": it, "loss": engine.state.output.item(), "lr": opt.param_groups[0]["lr"]}
+        log.info("train", **record)
+
+    @engine.on(Events.ITERATION_COMPLETED(every=w.ckpt_every))
+    def checkpoint(engine: Engine) -> None:
+        save_checkpoint(folder, engine.state.iteration, model, opt)
+
+    t1 = time.perf_counter()
+    model.train()
+    engine.run(p.loader, max_iters=w.iters)
+    return t0, t1, p
+
+
+# -- (c) PyTorch Lightning ---------------------------------------------------------------------
+
+
+def run_lightning(w: Work, folder: Path) -> tuple[float, float, Parts]:
+    import lightning as L
+
+    p = w.build()
+    log = structlog.get_logger("bench")
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = p.model
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return {
+                "optimizer": p.optimizer,
+                "lr_scheduler": {"scheduler": p.scheduler, "interval": "step", "frequency": 1},
+            }
+
+    class Every(L.Callback):
+        def on_train_batch_end(
+            self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, i: int
+        ) -> None:
+            step = trainer.global_step
+            if step % w.log_every == 0:
+                lr = p.optimizer.param_groups[0]["lr"]
+                record = {"iter": step, "loss": outputs["loss"].item(), "lr": lr}
+                log.info("train", **record)
+            if step % w.ckpt_every == 0:
+                save_checkpoint(folder, step, p.model, p.optimizer)
+
+    t0 = time.perf_counter()
+    module = Module()
+    trainer = L.Trainer(
+        max_steps=w.iters,
+        max_epochs=-1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[Every()],
+        default_root_dir=str(folder),
+    )
+    t1 = time.perf_counter()
+    trainer.fit(module, train_dataloaders=p.loader)
+    return t0, t1, p
+
+
+# -- (d) aspecthook ---------------------------------------------------------------------------
+
+
+def run_aspecthook(w: Work, folder: Path) -> tuple[float, float, Parts]:
+    from aspecthook.train import Runner
+    from aspecthook.train.aspects import Checkpoint, IterTimer, Logger, LRSchedule
+
+    p = w.build()
+    t0 = time.perf_counter()
+    runner = Runner(
+        p.model,
+        p.optimizer,
+        p.loader,
+        scheduler=p.scheduler,
+        loss_fn=F.cross_entropy,
+        max_iters=w.iters,
+        work_dir=folder,
+        aspects=[
+            IterTimer(),
+            LRSchedule(by_epoch=False),
+            Logger(interval=w.log_every, json_file=None),
+            Checkpoint(interval=w.ckpt_every, by_epoch=False, save_last=False),
+        ],
+    )
+    t1 = time.perf_counter()
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    return t0, t1, p
+
+
+RUNNERS: dict[str, Callable[[Work, Path], tuple[float, float, Parts]]] = {
+    "hand": run_hand,
+    "ignite": run_ignite,
+    "lightning": run_lightning,
+    "aspecthook": run_aspecthook,
+}
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def run_variant(key: str, w: Work) -> Run:
+    with tempfile.TemporaryDirectory(prefix=f"aspecthook-bench-loop-{key}-") as tmp:
+        folder = Path(tmp)
+        records_before = SINK["train"]
+        gc.collect()
+        t0, t1, p = RUNNERS[key](w, folder)
+        t2 = time.perf_counter()
+        checkpoints = len(list(folder.glob("*.pt")))
+        records = SINK["train"] - records_before
+    if torch.get_num_threads() != 1:
+        raise SystemExit(f"variant {key} changed torch's thread count to {torch.get_num_threads()}")
+    model = p.model
+    model.eval()
+    with torch.no_grad():
+        eval_loss = float(F.cross_entropy(model(w.x_eval), w.y_eval))
+        params = torch.cat([t.detach().reshape(-1) for t in model.parameters()]).clone()
+    return Run(
+        setup_s=t1 - t0,
+        total_s=t2 - t0,
+        steps=p.counter.steps,
+        scheduler_steps=p.scheduler.last_epoch,
+        last_lr=p.counter.last_lr,
+        records=records,
+        checkpoints=checkpoints,
+        eval_loss=eval_loss,
+        params=params,
+    )
+
+
+def check_same_work(runs: dict[str, Run], w: Work) -> None:
+    """Every variant did the hand-written loop's work and ended where it ended."""
+    ref = runs["hand"]
+    expected = {
+        "steps": w.iters,
+        "scheduler_steps": w.iters,
+        "records": w.iters // w.log_every,
+        "checkpoints": w.iters // w.ckpt_every,
+    }
+    problems = []
+    for key, run in runs.items():
+        for what, value in expected.items():
+            if getattr(run, what) != value:
+                problems.append(f"{key}: {what} = {getattr(run, what)}, expected {value}")
+        if run.last_lr != ref.last_lr:
+            problems.append(f"{key}: LR of the last step {run.last_lr!r} != {ref.last_lr!r}")
+        same_params = torch.allclose(run.params, ref.params, rtol=1e-6, atol=1e-8)
+        if not same_params:
+            diff = float((run.params - ref.params).abs().max())
+            problems.append(f"{key}: final parameters differ (max abs diff {diff:.3g})")
+        if not torch.allclose(
+            torch.tensor(run.eval_loss), torch.tensor(ref.eval_loss), rtol=1e-6, atol=1e-8
+        ):
+            problems.append(f"{key}: eval loss {run.eval_loss!r} != {ref.eval_loss!r}")
+    if problems:
+        raise SystemExit("variants did not do the same work:\n  " + "\n  ".join(problems))
+
+
+def measure(w: Work, rounds: int, warmup: bool, seed: int) -> tuple[dict[str, list[Run]], int]:
+    """Interleaved rounds (order shuffled per round); returns the runs and bit-identity."""
+    runs: dict[str, list[Run]] = {key: [] for key in VARIANTS}
+    order = list(VARIANTS)
+    rng = random.Random(seed)
+    identical = 0
+    for r in range(-1 if warmup else 0, rounds):
+        rng.shuffle(order)
+        this_round = {key: run_variant(key, w) for key in order}
+        check_same_work(this_round, w)
+        ref = this_round["hand"]
+        identical += all(
+            torch.equal(run.params, ref.params) and run.eval_loss == ref.eval_loss
+            for run in this_round.values()
+        )
+        if r >= 0:
+            for key in VARIANTS:
+                runs[key].append(this_round[key])
+    return runs, identical
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def summarize(runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
+    hand = [r.total_s for r in runs["hand"]]
+    rows: dict[str, dict[str, Any]] = {}
+    for key in VARIANTS:
+        totals = [r.total_s for r in runs[key]]
+        ratios = [t / h for t, h in zip(totals, hand, strict=True)]
+        last = runs[key][-1]
+        rows[key] = {
+            "label": LABELS[key],
+            "median_s": statistics.median(totals),
+            "min_s": min(totals),
+            "times_s": totals,
+            "setup_median_ms": statistics.median(r.setup_s for r in runs[key]) * 1e3,
+            "ratio_median": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "ratios": ratios,
+            "steps": last.steps,
+            "scheduler_steps": last.scheduler_steps,
+            "last_lr": last.last_lr,
+            "records": last.records,
+            "checkpoints": last.checkpoints,
+            "eval_loss": last.eval_loss,
+        }
+    return rows
+
+
+def targets(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    ours = rows["aspecthook"]["ratio_median"]
+    peers = min(rows[k]["ratio_median"] for k in ("ignite", "lightning"))
+    checks = [
+        ("aspecthook <= 1.03x hand-written (paired median)", ours, "<=", TARGET),
+        ("aspecthook ahead of every peer (paired median, best peer)", ours, "<=", peers),
+    ]
+    return [
+        {
+            "target": name,
+            "value": value,
+            "op": op,
+            "limit": limit,
+            "pass": value <= limit,
+        }
+        for name, value, op, limit in checks
+    ]
+
+
+def print_report(
+    rows: dict[str, dict[str, Any]], checks: list[dict[str, Any]], meta: dict[str, Any]
+) -> None:
+    print(
+        f"python {meta['python']} | torch {meta['torch']} (threads {meta['torch_threads']}) | "
+        f"ignite {meta['ignite']} | lightning {meta['lightning']} | "
+        f"load avg {meta['loadavg_before']} before"
+    )
+    print(
+        f"{meta['iters']} iterations, log every {meta['log_every']}, checkpoint every "
+        f"{meta['ckpt_every']}; {meta['rounds']} interleaved rounds"
+        + (" after 1 warm-up round" if meta["warmup"] else "")
+        + f"; results bit-identical to the hand-written loop in {meta['identical_rounds']} "
+        f"of {meta['checked_rounds']} rounds (all equal within rtol 1e-6)"
+    )
+    print()
+    width = max(len(r["label"]) for r in rows.values())
+    print(
+        f"{'variant':<{width}}  {'median s':>9}  {'min s':>7}  {'setup ms':>8}  "
+        f"{'vs hand (paired median)':>23}  {'min-max':>13}  {'steps':>6}  {'eval loss':>10}"
+    )
+    print("-" * (width + 93))
+    for key, row in rows.items():
+        spread = f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f}"
+        print(
+            f"{row['label']:<{width}}  {row['median_s']:9.3f}  {row['min_s']:7.3f}  "
+            f"{row['setup_median_ms']:8.1f}  {row['ratio_median']:22.3f}x  {spread:>13}  "
+            f"{row['steps']:6d}  {row['eval_loss']:10.6f}"
+        )
+    print(
+        "median s / min s: total time of a run (setup included); setup ms: building the "
+        "engine / trainer / runner;\nvs hand: per round, the variant's total over the "
+        "hand-written loop's total in the same round"
+    )
+    print(
+        "reference figures from the issue: "
+        + ", ".join(f"{k} {v}" for k, v in REFERENCE.items())
+        + "; measured here: "
+        + ", ".join(f"{k} {rows[k]['ratio_median']:.2f}x" for k in ("ignite", "lightning"))
+    )
+    print()
+    print("targets")
+    for check in checks:
+        mark = "PASS" if check["pass"] else "MISS"
+        print(
+            f"  {mark}  {check['target']}: {check['value']:.3f} "
+            f"(target {check['op']} {check['limit']:.3f})"
+        )
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--iters", type=int, default=3000, help="iterations (default 3000)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds (default 10)")
+    parser.add_argument("--log-every", type=int, default=50, help="log interval (default 50)")
+    parser.add_argument(
+        "--ckpt-every", type=int, default=1000, help="checkpoint interval (default 1000)"
+    )
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 60 iterations, log every 10, checkpoint every 30, 1 round, no warm-up",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the per-round variant order")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.iters, args.log_every, args.ckpt_every, args.rounds = 60, 10, 30, 1
+        args.no_warmup = True
+    for option in ("iters", "rounds", "log_every", "ckpt_every"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be a positive int")
+
+    configure_sink()
+    quiet_peers()
+    dataset, x_eval, y_eval = make_data()
+    work = Work(dataset, x_eval, y_eval, args.iters, args.log_every, args.ckpt_every)
+    loadavg = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    with one_thread():
+        threads = torch.get_num_threads()
+        runs, identical = measure(work, args.rounds, not args.no_warmup, args.seed)
+
+    rows = summarize(runs)
+    checks = targets(rows)
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": threads,
+        "ignite": version("pytorch-ignite"),
+        "lightning": version("lightning"),
+        "structlog": version("structlog"),
+        "iters": args.iters,
+        "log_every": args.log_every,
+        "ckpt_every": args.ckpt_every,
+        "rounds": args.rounds,
+        "warmup": not args.no_warmup,
+        "seed": args.seed,
+        "loadavg_before": loadavg,
+        "loadavg_after": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "identical_rounds": identical,
+        "checked_rounds": args.rounds + (0 if args.no_warmup else 1),
+        "reference": REFERENCE,
+    }
+    print_report(rows, checks, meta)
+    if args.json is not None:
+        data = {"meta": meta, "variants": rows, "targets": checks}
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Runner.from_config: runs from mappings and YAML/TOML files through the registries."""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from _fixtures import CountingDataset, one_thread
+from structlog.testing import capture_logs
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import DataLoader
+
+from aspecthook.errors import ConfigError, UnknownAspectError
+from aspecthook.registry import ASPECTS, Registry
+from aspecthook.train import (
+    DATASETS,
+    LOSSES,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULERS,
+    RandomClassification,
+    Runner,
+    seed_everything,
+)
+from aspecthook.train import aspects as train_aspects
+from aspecthook.train.aspects import Checkpoint, IterTimer, LRSchedule
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "train.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+def _config(**changes: Any) -> dict[str, Any]:
+    """A small config: MLP with dropout, SGD + StepLR, shuffled generated data, 12 iters."""
+    layers = [
+        {"type": "Linear", "in_features": 8, "out_features": 16},
+        {"type": "ReLU"},
+        {"type": "Dropout", "p": 0.2},
+        {"type": "Linear", "in_features": 16, "out_features": 3},
+    ]
+    config: dict[str, Any] = {
+        "seed": 0,
+        "model": {"type": "Sequential", "layers": layers},
+        "optimizer": {"type": "SGD", "lr": 0.1, "momentum": 0.9},
+        "scheduler": {"type": "StepLR", "step_size": 4, "gamma": 0.5},
+        "loss_fn": "cross_entropy",
+        "train_loader": {
+            "dataset": {"type": "RandomClassification", "n": 64, "features": 8, "classes": 3},
+            "batch_size": 8,
+            "shuffle": True,
+        },
+        "max_iters": 12,
+        "aspects": [{"type": "ParamSchedulerHook", "by_epoch": False}],
+    }
+    config.update(changes)
+    return config
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_dict_config_trains_like_the_hand_built_runner() -> None:
+    """A dict config ends at the same parameters and LR as the same runner built by hand."""
+    built = Runner.from_config(_config())
+    built.run()
+
+    seed_everything(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 3)
+    )
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loader = DataLoader(RandomClassification(64, 8, 3), batch_size=8, shuffle=True)
+    hand = Runner(
+        model,
+        optimizer,
+        loader,
+        scheduler=StepLR(optimizer, step_size=4, gamma=0.5),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=12,
+        seed=0,
+        aspects=[LRSchedule(by_epoch=False)],
+    )
+    hand.run()
+
+    assert built.iter == hand.iter == 12
+    assert built.loss_fn is torch.nn.functional.cross_entropy
+    assert isinstance(built.scheduler, StepLR)
+    assert built.optimizer.param_groups[0]["lr"] == hand.optimizer.param_groups[0]["lr"] == 0.0125
+    for ours, theirs, before in zip(
+        built.model.parameters(), model.parameters(), start, strict=True
+    ):
+        assert torch.equal(ours, theirs)
+        assert not torch.equal(ours, before)
+
+
+def test_yaml_example_builds_and_runs(tmp_path: Path) -> None:
+    """examples/configs/train.yaml trains, validates, logs and keeps checkpoints."""
+    runner = Runner.from_config(EXAMPLE, work_dir=tmp_path)
+    with capture_logs() as logs:
+        metrics = runner.run()
+    assert isinstance(runner.model, torch.nn.Sequential)
+    assert isinstance(runner.get_aspect(Checkpoint), Checkpoint)
+    assert isinstance(runner.get_aspect(IterTimer), IterTimer)
+    assert runner.epoch == 4 or runner.stop_reason is not None
+    assert metrics["val/loss"] < 2.3  # better than chance over 10 classes (ln 10)
+    assert any(e["event"] == "train" for e in logs)
+    saved = {p.name for p in tmp_path.iterdir()}
+    assert {"latest", "metrics.jsonl"} <= saved
+    assert any(name.startswith("best_") for name in saved)
+
+
+def test_toml_config_builds_and_runs(tmp_path: Path) -> None:
+    """A .toml file is read with tomllib and trains like its YAML twin."""
+    path = _write(
+        tmp_path,
+        "run.toml",
+        """\
+        max_iters = 3
+        loss_fn = "MSELoss"
+        model = {type = "Linear", in_features = 8, out_features = 1}
+        optimizer = {type = "Adam", lr = 0.01}
+        [train_loader]
+        dataset = {type = "RandomRegression", n = 24, features = 8}
+        batch_size = 8
+        """,
+    )
+    runner = Runner.from_config(path)
+    runner.run()
+    assert runner.iter == 3
+    assert isinstance(runner.optimizer, torch.optim.Adam)
+    assert isinstance(runner.loss_fn, torch.nn.MSELoss)
+
+
+def test_openmmlab_aliases_resolve_to_our_aspects() -> None:
+    """CheckpointHook & co. are our classes, and ASPECTS knows every training aspect."""
+    assert ASPECTS.get("CheckpointHook") is ASPECTS.get("Checkpoint") is Checkpoint
+    for alias, name in train_aspects.ALIASES.items():
+        assert ASPECTS.get(alias) is getattr(train_aspects, name), alias
+    shipped = set(train_aspects.__all__) - {"ALIASES"}
+    assert shipped | set(train_aspects.ALIASES) <= set(ASPECTS.names())
+    runner = Runner.from_config(_config(aspects=[{"type": "CheckpointHook", "interval": 3}]))
+    checkpoint = runner.get_aspect(Checkpoint)
+    assert isinstance(checkpoint, Checkpoint)
+    assert checkpoint.interval == 3
+
+
+def test_package_module_paths_resolve(tmp_path: Path) -> None:
+    """'package.module:Name' types build models, datasets and aspects not registered."""
+    runner = Runner.from_config(
+        _config(
+            model={"type": "torch.nn:Linear", "in_features": 1, "out_features": 1},
+            loss_fn="torch.nn.functional:mse_loss",
+            train_loader={"dataset": {"type": "_fixtures:CountingDataset", "n": 8}},
+            aspects=["aspecthook.train.aspects:IterTimer"],
+            scheduler=None,
+            max_iters=4,
+        )
+    )
+    runner.run()
+    assert isinstance(runner.train_loader, DataLoader)
+    assert isinstance(runner.train_loader.dataset, CountingDataset)
+    assert runner.train_loader.dataset.calls == 4
+    assert isinstance(runner.get_aspect(IterTimer), IterTimer)
+
+
+def test_losses_are_classes_built_or_functions_bound() -> None:
+    """A loss class is instantiated; a loss function's options are bound with partial."""
+    runner = Runner.from_config(_config(loss_fn={"type": "CrossEntropyLoss", "reduction": "sum"}))
+    assert isinstance(runner.loss_fn, torch.nn.CrossEntropyLoss)
+    assert runner.loss_fn.reduction == "sum"
+    runner = Runner.from_config(_config(loss_fn={"type": "cross_entropy", "label_smoothing": 0.1}))
+    assert isinstance(runner.loss_fn, functools.partial)
+    assert runner.loss_fn.keywords == {"label_smoothing": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model": {"type": "Linaer"}}, r"^model\.type: unknown model type 'Linaer'; "),
+        ({"optimizer": "Adamm"}, r"^optimizer: unknown optimizer type 'Adamm'; "),
+        ({"loss_fn": "CrossEntropyLos"}, r"^loss_fn: unknown loss type 'CrossEntropyLos'; "),
+        (
+            {"aspects": [{"type": "IterTimerHook"}, {"type": "CheckpontHook"}]},
+            r"^aspects\[1\]\.type: unknown aspect type 'CheckpontHook'; ",
+        ),
+    ],
+)
+def test_unknown_type_names_the_key_and_the_closest_match(
+    changes: dict[str, Any], message: str
+) -> None:
+    """An unknown type names its key path, the closest known name and the known ones."""
+    with pytest.raises(ConfigError, match=message) as info:
+        Runner.from_config(_config(**changes))
+    assert "did you mean" in str(info.value)
+    assert "Known types:" in str(info.value)
+    assert isinstance(info.value.__cause__, UnknownAspectError)
+    assert info.value.file == ""
+
+
+def test_unknown_dataset_type_in_a_file_names_the_file(tmp_path: Path) -> None:
+    """From a file, the error starts with the file, then the key path."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        max_epochs: 1
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {type: SGD, lr: 0.1}
+        train_loader: {dataset: {type: RandomClasification}}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(path)
+    assert str(info.value).startswith(
+        f"{path}: train_loader.dataset.type: unknown dataset type 'RandomClasification'; "
+        "did you mean 'RandomClassification'? Known types: RandomClassification, RandomRegression"
+    )
+    assert (info.value.file, info.value.key) == (str(path), "train_loader.dataset.type")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "message"),
+    [
+        (
+            {"model": {"type": "Linear", "in_feature": 8, "out_features": 3}},
+            "model.in_feature",
+            "Linear does not take 'in_feature' (did you mean 'in_features'?); "
+            "its parameters are: in_features, out_features, bias, device, dtype",
+        ),
+        (
+            {"aspects": [{"type": "CheckpointHook", "intervl": 2}]},
+            "aspects[0].intervl",
+            "CheckpointHook does not take 'intervl' (did you mean 'interval'?); "
+            "its parameters are: interval, by_epoch,",
+        ),
+        (
+            {"scheduler": {"type": "StepLR"}},
+            "scheduler.step_size",
+            "StepLR needs 'step_size'; its parameters are: optimizer, step_size, gamma",
+        ),
+        (
+            {"train_loader": {"dataset": "RandomClassification", "batch_sise": 4}},
+            "train_loader.batch_sise",
+            "DataLoader does not take 'batch_sise' (did you mean 'batch_size'?)",
+        ),
+        (
+            {"loss_fn": {"type": "cross_entropy", "smoothing": 0.1}},
+            "loss_fn.smoothing",
+            "cross_entropy does not take 'smoothing' (did you mean 'label_smoothing'?); "
+            "its parameters are: weight, size_average, ignore_index, reduce, reduction,",
+        ),
+    ],
+)
+def test_wrong_parameter_names_the_component_and_its_parameters(
+    changes: dict[str, Any], key: str, message: str
+) -> None:
+    """A parameter the type does not take (or a missing one) lists the valid ones."""
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(_config(**changes))
+    assert info.value.key == key
+    assert str(info.value).startswith(f"{key}: {message}")
+
+
+def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
+    """A misspelt top-level key is refused, with the closest key and every valid one."""
+    path = _write(tmp_path, "run.yaml", "max_epoch: 2\n")
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(path)
+    assert str(info.value) == (
+        f"{path}: max_epoch: is not a known key (did you mean 'max_epochs'?); valid keys: "
+        "aspects, default_aspects, device, loss_fn, max_epochs, max_iters, model, optimizer, "
+        "scheduler, seed, test_dataloader, test_loader, train_dataloader, train_loader, "
+        "val_dataloader, val_loader, work_dir"
+    )
+    with pytest.raises(ConfigError, match=r"^max_iter: is not a known key"):
+        Runner.from_config(_config(), max_iter=3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_epochs": 2}, r"^max_iters: is given with max_epochs: .* not both"),
+        ({"max_iters": None}, r"^give max_epochs \(epoch-based training\) or max_iters"),
+        ({"max_iters": "3"}, r"^max_iters: must be a positive int, not str '3'"),
+        ({"optimizer": {"type": "SGD", "params": []}}, r"^optimizer\.params: is filled in by"),
+        ({"train_loader": {"batch_size": 4}}, r"^train_loader: must be a mapping with dataset:"),
+        ({"aspects": [{"level": 1}]}, r"^aspects\[0\]\.type: must name the aspect type"),
+        ({"aspects": ["collections:OrderedDict"]}, r"^aspects\[0\]: made .*not an Aspect"),
+        ({"train_dataloader": {"dataset": "RandomRegression"}}, r"^train_dataloader: is another"),
+        ({"model": {"type": "Linear", "in_features": -1, "out_features": 1}}, r"^model: Linear\("),
+    ],
+)
+def test_bad_values_name_their_key(changes: dict[str, Any], message: str) -> None:
+    """Limits, values the runner fills in, malformed parts and failing constructors."""
+    with pytest.raises(ConfigError, match=message):
+        Runner.from_config(_config(**changes))
+
+
+def test_yaml_is_read_with_safe_load_only(tmp_path: Path) -> None:
+    """A YAML tag that would build a Python object is refused as invalid YAML."""
+    path = _write(tmp_path, "evil.yaml", "seed: !!python/object/apply:os.getpid []\n")
+    with pytest.raises(ConfigError, match=r"evil\.yaml: is not valid YAML: .*python/object"):
+        Runner.from_config(path)
+
+
+def test_number_written_as_text_gets_a_yaml_hint(tmp_path: Path) -> None:
+    """`lr: 1e-3` is text in YAML 1.1; the error says to write 1.0e-3."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        max_iters: 1
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {type: SGD, lr: 1e-3}
+        train_loader: {dataset: RandomClassification}
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"optimizer: SGD\(lr='1e-3'\) failed: .*write 1\.0e-3"):
+        Runner.from_config(path)
+
+
+def test_user_registered_model_is_built_by_name() -> None:
+    """@MODELS.register() makes a model class of the user's available to configs."""
+
+    @MODELS.register()
+    class ConfigTestNet(torch.nn.Module):
+        def __init__(self, features: int, classes: int, hidden: int = 4) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(
+                torch.nn.Linear(features, hidden), torch.nn.Linear(hidden, classes)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)  # type: ignore[no-any-return]
+
+    model = {"type": "ConfigTestNet", "features": 8, "classes": 3, "hidden": 5}
+    runner = Runner.from_config(_config(model=model, max_iters=2))
+    runner.run()
+    assert isinstance(runner.model, ConfigTestNet)
+    assert runner.model.body[0].out_features == 5
+    with pytest.raises(ConfigError, match=r"^model\.hiden: ConfigTestNet does not take 'hiden'"):
+        Runner.from_config(_config(model={**model, "hiden": 5}))
+
+
+def test_registered_names_shadow_the_torch_fallback() -> None:
+    """A registered name wins over a fallback name instead of clashing with it."""
+    registry = Registry("model", fallback=lambda: {"Linear": torch.nn.Linear})
+    assert registry.get("Linear") is torch.nn.Linear
+
+    @registry.register(name="Linear")
+    def linear(size: int) -> torch.nn.Module:
+        return torch.nn.Linear(size, size)
+
+    assert registry.get("Linear") is linear
+    assert registry.names() == ["Linear"]
+
+
+def test_registries_fall_back_to_torch_names() -> None:
+    """MODELS, OPTIMIZERS, SCHEDULERS and LOSSES know torch's own types by name."""
+    assert MODELS.get("Conv2d") is torch.nn.Conv2d
+    assert "Module" not in MODELS
+    assert OPTIMIZERS.get("AdamW") is torch.optim.AdamW
+    assert SCHEDULERS.get("OneCycleLR") is torch.optim.lr_scheduler.OneCycleLR
+    assert SCHEDULERS.get("ReduceLROnPlateau") is torch.optim.lr_scheduler.ReduceLROnPlateau
+    assert LOSSES.get("nll_loss") is torch.nn.functional.nll_loss
+    assert LOSSES.get("BCEWithLogitsLoss") is torch.nn.BCEWithLogitsLoss
+    assert "relu" not in LOSSES
+    assert DATASETS.names() == ["RandomClassification", "RandomRegression"]
