@@ -28,6 +28,7 @@ from typing import Any
 
 from . import __version__
 from ._config import RunConfig, WeaveSpec, load_config
+from ._process import note_exit_code
 from .errors import AspectHookError, ConfigError, WeaveTargetError
 
 __all__ = ["main"]
@@ -178,6 +179,7 @@ def run(options: RunOptions) -> int:
         code, interrupted = _run_program(options, session)
     finally:
         _join_threads()
+    note_exit_code(code)  # atexit cannot see it: process.exit subscribers get it from here
     session.finish()
     return _exit_sigint() if interrupted else code
 
@@ -381,11 +383,19 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _report(exc: BaseException) -> None:
-    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's."""
+    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's.
+
+    Like python, first store it as ``sys.last_exc`` (3.12+) and ``sys.last_type`` /
+    ``last_value`` / ``last_traceback``, where ``process.exit`` and debuggers look for it.
+    """
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+    exc = exc.with_traceback(tb)
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+    sys.excepthook(type(exc), exc, tb)
 
 
 def _is_ours(filename: str) -> bool:
@@ -475,7 +485,7 @@ def _quiet_core_logs() -> None:
     """Silence aspecthook's own log lines while weaving: we report skips ourselves."""
     from . import _log
 
-    _log._logger = _NullLogger()
+    _log.set_logger(_NullLogger())
 
 
 def _core_logs_to_stderr() -> None:
@@ -486,7 +496,7 @@ def _core_logs_to_stderr() -> None:
     """
     from . import _log
 
-    _log._logger = _StderrLogger()
+    _log.set_logger(_StderrLogger())
 
 
 class _NullLogger:
@@ -503,8 +513,9 @@ class _StderrLogger:
 
         from . import _log
 
-        _log._logger = structlog.wrap_logger(structlog.PrintLogger(sys.stderr))
-        return getattr(_log._logger, name)
+        logger = structlog.wrap_logger(structlog.PrintLogger(sys.stderr))
+        _log.set_logger(logger)
+        return getattr(logger, name)
 
 
 def _configure_logging(config: RunConfig, aspects: list[Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["get_logger"]
+__all__ = ["get_logger", "set_logger"]
 
 _logger: Any = None
 
@@ -17,3 +17,15 @@ def get_logger() -> Any:
 
         _logger = structlog.get_logger("aspecthook")
     return _logger
+
+
+def set_logger(logger: Any) -> Any:
+    """Make ``logger`` the package logger and return the one it replaces.
+
+    ``None`` goes back to the structlog logger, created again on the next ``get_logger()``.
+    ``aspecthook run`` uses this to silence the package's log lines while it weaves and to
+    send them to stderr afterwards, without touching structlog's global configuration.
+    """
+    global _logger
+    previous, _logger = _logger, logger
+    return previous

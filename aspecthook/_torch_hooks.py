@@ -4,7 +4,7 @@ Weaving an ``nn.Module`` *instance* does not wrap anything. The module gets two 
 ``<name>.forward`` and ``<name>.backward`` (``<name>`` is ``weave(..., name=)``, else the
 class's dotted path, e.g. ``torch.nn.modules.linear.Linear``), served by the hooks torch
 itself offers, so the woven module keeps working under ``torch.compile`` (Dynamo traces
-module hooks), ``torch.jit.trace``, DDP and everything else that knows those hooks:
+module hooks) and stays the same object, with the same ``forward``:
 
 ============================  =========================================================
 advice                        torch hook (installed only while the stage has advice)
@@ -42,9 +42,18 @@ around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all)
 advice reaching these join points through a registered pointcut is shown as ``failed`` in
 ``describe()`` and logged, never run.
 
-``torch.compile``: weave before the first compiled call. Torch does not re-check module
-hooks added to an already compiled module (``torch._dynamo.config.skip_nnmodule_hook_guards``),
-so advice that installs a hook later is not seen by that compiled graph.
+Torch's own rules for these hooks apply, as to hooks registered by hand:
+
+* ``torch.compile`` traces forward advice into the graph (advice that calls ``.item()``
+  or ``float()`` on a tensor breaks the graph there); a module with backward hooks breaks
+  the graph unless compiled autograd is on. Weave before the first compiled call: torch
+  does not re-check hooks added to a module it already compiled
+  (``torch._dynamo.config.skip_nnmodule_hook_guards``).
+* A backward stage on a module none of whose inputs require gradients (a first layer)
+  makes torch warn on every backward; its ``grad_input`` is then all ``None``.
+* ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
+  hooks, so the copy's calls run the advice too, with the copy as ``ctx.instance``.
+  Removing the handle stops that as well; the idle hook functions stay in the copy.
 
 Nothing here imports torch: a module is recognised only when the program imported torch.
 """

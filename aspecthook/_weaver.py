@@ -8,6 +8,7 @@ only to join points declared or woven through it (a training runner owns one).
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -30,6 +31,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OPTIONS = frozenset(
     ("priority", "every", "once", "when", "rank", "errors", "name", "order_after", "order_before")
 )
+POINTCUT_FAILED = "event.pointcut_failed"
+# Subscriptions whose pointcut raised when matched against an event name, already logged.
+_FAILED_POINTCUTS: weakref.WeakSet[Advice] = weakref.WeakSet()
 
 
 def _in_class_body(fn: Callable[..., Any]) -> bool:
@@ -242,14 +246,19 @@ class Weaver:
             if self not in weavers:
                 weavers.append(self)
             point = Event(event, {})
+            failed: list[tuple[Advice, Exception]] = []
             matched = [
                 a
                 for w in weavers
                 for a in w.registered
-                if a.kind == "on" and a.pointcut is not None and a.pointcut.matches(point)
+                if a.kind == "on" and _matches(a, point, failed)
             ]
             fns = tuple(a.compiled(event) for a in order_stage(matched))
             self._events[event] = (version, fns)
+            failed = [(a, exc) for a, exc in failed if a not in _FAILED_POINTCUTS]
+            _FAILED_POINTCUTS.update(a for a, _ in failed)
+        for advice, exc in failed:  # logged outside the lock: a logger may call woven code
+            _log_pointcut_failure(advice, event, exc)
         return fns
 
     # -- weaving and introspection ------------------------------------------------------------
@@ -265,6 +274,36 @@ class Weaver:
         from ._describe import describe
 
         return describe(pointcut, weaver=self)
+
+
+def _matches(advice: Advice, point: Event, failed: list[tuple[Advice, Exception]]) -> bool:
+    """Whether ``advice`` subscribes to ``point``; a pointcut that raises does not.
+
+    Subscriptions are matched once per event name, against an event without payload (the
+    list is cached until subscriptions change), so a predicate that reads the payload
+    cannot judge it: it must not break ``emit()`` for every other subscriber.
+    """
+    pointcut = advice.pointcut
+    try:
+        return pointcut is not None and pointcut.matches(point)
+    except Exception as exc:
+        failed.append((advice, exc))
+        return False
+
+
+def _log_pointcut_failure(advice: Advice, event: str, exc: Exception) -> None:
+    from ._log import get_logger
+
+    get_logger().warning(
+        POINTCUT_FAILED,
+        advice=advice.name,
+        aspect=advice.aspect_name,
+        pointcut=repr(advice.pointcut),
+        emitted=event,
+        hint="an event pointcut sees only the event's name: select by name and filter "
+        "on the payload with when=",
+        exc_info=exc,
+    )
 
 
 def _items(value: Any) -> list[Aspect | Advice]:

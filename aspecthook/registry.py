@@ -372,7 +372,7 @@ for _name in ("Counted", "Logged", "Retry", "Timed"):
 ASPECTS.register("aspecthook.testing:Recorder")
 
 # The training aspects and their OpenMMLab names, as aspecthook.train.aspects has them
-# (its ALIASES; tests/train/test_config.py keeps the lists equal). Strings, because that
+# (its ALIASES; tests/train/test_from_config.py keeps the lists equal). Strings, because that
 # package needs torch: it is imported only when one of these names is used.
 _TRAINING = (
     "AMP",

@@ -39,3 +39,14 @@ def test_declaring_and_advising_stays_light() -> None:
         ]
     )
     assert not set(HEAVY) & _modules_after(code)
+
+
+def test_registry_import_and_listing_stay_light() -> None:
+    """`import aspecthook.registry` and listing ASPECTS (training aspects too) load no torch."""
+    code = "\n".join(
+        [
+            "from aspecthook.registry import ASPECTS",
+            "assert {'Checkpoint', 'CheckpointHook', 'Timed'} <= set(ASPECTS.names())",
+        ]
+    )
+    assert not set(HEAVY) & _modules_after(code)

@@ -1030,7 +1030,8 @@ def test_bad_requirement_is_an_invalid_option(requires: str) -> None:
 def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> None:
     """clear() of the weaver that made a skipped weave removes its describe() row too."""
     weaver.weave(targets.add_one, before=lambda ctx: None, requires="pytest<1")
-    assert [r.status for r in weaver.describe() if r.joinpoint == f"{MOD}.add_one"] == ["skipped"]
+    rows = [r for r in weaver.describe() if r.joinpoint == f"{MOD}.add_one" and not r.stage]
+    assert "skipped" in [r.status for r in rows]
     weaver.clear()
     assert [r for r in ah.describe() if r.status == "skipped"] == []
 

@@ -1,8 +1,10 @@
-"""Cross-cutting aspects shipped with aspecthook: ``Logged``, ``Timed``, ``Retry``, ``Counted``.
+"""Cross-cutting aspects shipped with aspecthook: ``Logged``, ``Timed``, ``Retry``, ``Counted``,
+and ``Recorder`` for tests.
 
 Each lives in its own private module and is imported on first use, so
 ``import aspecthook.aspects`` stays cheap and structlog/rich load only when an aspect that
-needs them is used.
+needs them is used. ``Recorder`` is ``aspecthook.testing.Recorder`` itself (the same class),
+so that module, and pytest with it, is imported only when ``Recorder`` is used.
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..testing import Recorder
     from ._counted import Counted
     from ._logged import Logged, configure_logging
     from ._retry import Retry
     from ._timed import Timed
 
-__all__ = ["Counted", "Logged", "Retry", "Timed", "configure_logging"]
+__all__ = ["Counted", "Logged", "Recorder", "Retry", "Timed", "configure_logging"]
 
 _WHERE = {
     "Counted": "._counted",
     "Logged": "._logged",
     "configure_logging": "._logged",
+    "Recorder": "..testing",
     "Retry": "._retry",
     "Timed": "._timed",
 }

@@ -51,7 +51,16 @@ from ..registry import ASPECTS, Parameters, Registry
 from ._datasets import RandomClassification, RandomRegression
 from ._runner import _check_work_dir, seed_everything
 
-__all__ = ["DATASETS", "KEYS", "LOSSES", "MODELS", "OPTIMIZERS", "SCHEDULERS", "runner_kwargs"]
+__all__ = [
+    "DATASETS",
+    "KEYS",
+    "LOSSES",
+    "MODELS",
+    "OPTIMIZERS",
+    "SCHEDULERS",
+    "read_config",
+    "runner_kwargs",
+]
 
 ConfigLike = Mapping[str, Any] | str | os.PathLike[str]
 
@@ -145,9 +154,9 @@ def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str,
     ``overrides`` replace top-level keys; a None value removes the key.
     """
     file, data = read_config(config)
+    data.update(overrides)
     build = _Builder(file)
-    build.check_keys("", {**data, **overrides}, KEYS)
-    data = {**data, **overrides}
+    build.check_keys("", data, KEYS)
     return build.runner_kwargs({k: v for k, v in data.items() if v is not None})
 
 
@@ -190,6 +199,7 @@ class _Builder:
         return _error(self.file, key, message)
 
     def runner_kwargs(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Seed, then build model, optimizer, scheduler, loss, loaders, aspects in order."""
         data = self.loader_aliases(data)
         for required in ("model", "optimizer", "train_loader"):
             if required not in data:
@@ -200,8 +210,8 @@ class _Builder:
         if kwargs.get("seed") is not None:
             seed_everything(kwargs["seed"])  # before the model, so its initial weights repeat
         model = self.model("model", data["model"])
-        if kwargs.get("device") is not None:
-            model = model.to(kwargs["device"])  # before the optimizer takes its parameters
+        if "device" in kwargs:
+            model = self.to_device(model, kwargs["device"])
         optimizer = self.build(
             OPTIMIZERS, "optimizer", data["optimizer"], params=model.parameters()
         )
@@ -229,15 +239,14 @@ class _Builder:
     def settings(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The plain values: limits, seed, device, work_dir, default_aspects (checked)."""
         settings = self.limits(data)
-        for key in ("device", "work_dir"):
-            if key in data and not isinstance(data[key], (str, os.PathLike)):
-                raise self.error(key, f"must be a string, not {_kind(data[key])}")
         if "device" in data:
             try:
                 settings["device"] = torch.device(data["device"])
             except (RuntimeError, TypeError, ValueError) as exc:
                 raise self.error("device", f"is not a torch device: {exc}") from exc
         if "work_dir" in data:
+            if not isinstance(data["work_dir"], (str, os.PathLike)):
+                raise self.error("work_dir", f"must be a path, not {_kind(data['work_dir'])}")
             try:
                 settings["work_dir"] = _check_work_dir(data["work_dir"])
             except RunnerError as exc:
@@ -270,6 +279,13 @@ class _Builder:
                 raise self.error(key, f"must be {kind}, not {_kind(value)}")
             limits[key] = value
         return limits
+
+    def to_device(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The model on ``device``, moved before the optimizer takes its parameters."""
+        try:
+            return model.to(device)
+        except (RuntimeError, AssertionError) as exc:  # torch without CUDA asserts
+            raise self.error("device", f"cannot move the model to {device}: {exc}") from exc
 
     # -- parts ------------------------------------------------------------------------------
 
@@ -330,14 +346,17 @@ class _Builder:
         return loader
 
     def aspects(self, cfg: Any) -> list[Aspect]:
-        if not isinstance(cfg, list):
+        """Each item built from ASPECTS; an ``Aspect`` instance (dict configs) as it is."""
+        if not isinstance(cfg, (list, tuple)):
             raise self.error(
                 "aspects",
                 f"must be a list of names or {{type: Name, ...}} mappings, not {_kind(cfg)}",
             )
         built = []
         for i, item in enumerate(cfg):
-            aspect = self.build(ASPECTS, f"aspects[{i}]", item)
+            aspect = (
+                item if isinstance(item, Aspect) else self.build(ASPECTS, f"aspects[{i}]", item)
+            )
             if not isinstance(aspect, Aspect):
                 raise self.error(f"aspects[{i}]", f"made {_kind(aspect)}, which is not an Aspect")
             built.append(aspect)
@@ -366,7 +385,8 @@ class _Builder:
         else:
             raise self.error(
                 key,
-                f"must be a {registry.kind} type name or a mapping {{type: Name, ...}}, "
+                f"must be {_a(registry.kind)} {registry.kind} type name or a mapping "
+                "{type: Name, ...}, "
                 f"not {_kind(cfg)}",
             )
         if _is_factory(kind):
@@ -436,6 +456,10 @@ class _Builder:
 def _is_factory(value: Any) -> bool:
     """A class or function given directly (dict configs), not any callable instance."""
     return inspect.isclass(value) or inspect.isroutine(value)
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in tuple("aeiou") else "a"
 
 
 def _user(cfg: Any) -> dict[str, Any]:

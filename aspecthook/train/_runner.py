@@ -80,7 +80,7 @@ class Runner:
         val_step: Callable[[Runner, Any], Any] | None = None,
         max_epochs: int | None = None,
         max_iters: int | None = None,
-        aspects: Iterable[Aspect] = (),
+        aspects: Iterable[Aspect | Any] = (),  # Any: hook objects, see add_aspect
         work_dir: str | os.PathLike[str] | None = None,
         device: str | torch.device | None = None,
         seed: int | None = None,
@@ -192,13 +192,21 @@ class Runner:
 
     # -- aspects ------------------------------------------------------------------------
 
-    def add_aspect(self, aspect: Aspect) -> Handle:
-        """Register ``aspect`` on this runner only; its state joins ``state_dict()``."""
-        if not isinstance(aspect, Aspect):
+    def add_aspect(self, aspect: Aspect | Any) -> Handle:
+        """Register ``aspect`` on this runner only; its state joins ``state_dict()``.
+
+        OpenMMLab-style hooks and Keras-style callbacks are wrapped first
+        (``aspecthook.adapters.as_aspect``).
+        """
+        from ..adapters import as_aspect
+
+        adapted = as_aspect(aspect)
+        if adapted is None:
             raise RunnerError(
-                f"aspects= takes Aspect instances, got {aspect!r}; wrap hook objects with "
-                "aspecthook.adapters or write an Aspect subclass"
+                f"aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
+                f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
             )
+        aspect = adapted
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
         self._handles.append(handle)

@@ -129,6 +129,7 @@ def test_toml_config_builds_and_runs(tmp_path: Path) -> None:
         "run.toml",
         """\
         max_iters = 3
+        device = "cpu"
         loss_fn = "MSELoss"
         model = {type = "Linear", in_features = 8, out_features = 1}
         optimizer = {type = "Adam", lr = 0.01}
@@ -151,6 +152,7 @@ def test_openmmlab_aliases_resolve_to_our_aspects() -> None:
         assert ASPECTS.get(alias) is getattr(train_aspects, name), alias
     shipped = set(train_aspects.__all__) - {"ALIASES"}
     assert shipped | set(train_aspects.ALIASES) <= set(ASPECTS.names())
+    assert all(isinstance(ASPECTS.get(name), type) for name in ASPECTS.names())  # all load
     runner = Runner.from_config(_config(aspects=[{"type": "CheckpointHook", "interval": 3}]))
     checkpoint = runner.get_aspect(Checkpoint)
     assert isinstance(checkpoint, Checkpoint)
@@ -295,6 +297,8 @@ def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
         ({"max_epochs": 2}, r"^max_iters: is given with max_epochs: .* not both"),
         ({"max_iters": None}, r"^give max_epochs \(epoch-based training\) or max_iters"),
         ({"max_iters": "3"}, r"^max_iters: must be a positive int, not str '3'"),
+        ({"model": 5}, r"^model: must be a model type name or a mapping \{type: Name"),
+        ({"device": "gpu9"}, r"^device: is not a torch device"),
         ({"optimizer": {"type": "SGD", "params": []}}, r"^optimizer\.params: is filled in by"),
         ({"train_loader": {"batch_size": 4}}, r"^train_loader: must be a mapping with dataset:"),
         ({"aspects": [{"level": 1}]}, r"^aspects\[0\]\.type: must name the aspect type"),
@@ -307,6 +311,19 @@ def test_bad_values_name_their_key(changes: dict[str, Any], message: str) -> Non
     """Limits, values the runner fills in, malformed parts and failing constructors."""
     with pytest.raises(ConfigError, match=message):
         Runner.from_config(_config(**changes))
+
+
+def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
+    """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
+    timer = IterTimer()
+    runner = Runner.from_config(
+        EXAMPLE, work_dir=tmp_path, max_epochs=None, max_iters=2, aspects=[timer], val_loader=None
+    )
+    runner.run()
+    assert runner.iter == 2
+    assert runner.val_loader is None
+    assert runner.get_aspect(IterTimer) is timer
+    assert runner.get_aspect(Checkpoint) is None
 
 
 def test_yaml_is_read_with_safe_load_only(tmp_path: Path) -> None:

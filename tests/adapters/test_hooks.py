@@ -1,0 +1,460 @@
+"""OpenMMLab-style hooks and Keras-style callbacks run on the Runner as aspects."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import aspecthook as ah
+from aspecthook.adapters import (
+    KerasCallback,
+    MMHook,
+    as_aspect,
+    from_keras_callback,
+    from_mmengine_hook,
+)
+from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, RunnerError
+from aspecthook.train import Runner
+
+N, BATCH = 12, 4  # three batches per epoch
+VAL_N = 8  # two validation batches
+
+
+def _runner(aspects: list[Any], **kwargs: Any) -> Runner:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(N, 4), torch.randint(0, 3, (N,)))
+    val = TensorDataset(torch.randn(VAL_N, 4), torch.randint(0, 3, (VAL_N,)))
+    if "max_iters" not in kwargs:
+        kwargs.setdefault("max_epochs", 2)
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=BATCH),
+        val_loader=DataLoader(val, batch_size=BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        aspects=aspects,
+        **kwargs,
+    )
+
+
+# -- OpenMMLab-style hooks -----------------------------------------------------------------
+
+
+class Hook:
+    """A stand-in for mmengine's ``Hook``: every method a no-op, ``priority`` NORMAL."""
+
+    priority: Any = "NORMAL"
+
+    def before_run(self, runner: Any) -> None: ...
+    def after_run(self, runner: Any) -> None: ...
+    def before_train_epoch(self, runner: Any) -> None: ...
+    def after_train_epoch(self, runner: Any) -> None: ...
+    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None: ...
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None: ...
+    def before_val_epoch(self, runner: Any) -> None: ...
+    def after_val_epoch(self, runner: Any, metrics: Any = None) -> None: ...
+    def before_val_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None: ...
+    def after_val_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None: ...
+
+
+class RecordingHook(Hook):
+    """Overrides some methods and records what each received."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def before_run(self, runner: Any) -> None:
+        self.calls.append(("before_run", runner))
+
+    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+        self.calls.append(("before_train_iter", batch_idx, data_batch))
+
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        self.calls.append(("after_train_iter", batch_idx, outputs))
+
+    def after_train_epoch(self, runner: Any) -> None:
+        self.calls.append(("after_train_epoch", runner.epoch))
+
+    def after_val_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        self.calls.append(("after_val_iter", batch_idx))
+
+    def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+        self.calls.append(("after_val_epoch", dict(metrics)))
+
+    def after_run(self, runner: Any) -> None:
+        self.calls.append(("after_run",))
+
+
+def test_mm_hook_gets_openmmlab_arguments_from_the_run() -> None:
+    """runner, batch_idx, data_batch, outputs and metrics arrive as OpenMMLab passes them."""
+    hook = RecordingHook()
+    runner = _runner([MMHook(hook)])
+    runner.run()
+    assert hook.calls[0] == ("before_run", runner)
+    before = [c for c in hook.calls if c[0] == "before_train_iter"]
+    assert [c[1] for c in before] == [0, 1, 2, 0, 1, 2]
+    x, y = before[0][2]
+    assert x.shape == (BATCH, 4)
+    assert y.shape == (BATCH,)
+    after = [c for c in hook.calls if c[0] == "after_train_iter"]
+    assert [c[1] for c in after] == [0, 1, 2, 0, 1, 2]
+    assert all(isinstance(c[2]["loss"], torch.Tensor) for c in after)
+    val_epochs = [c[1] for c in hook.calls if c[0] == "after_val_epoch"]
+    assert len(val_epochs) == 2
+    assert "val/loss" in val_epochs[0]
+    assert hook.calls[-1] == ("after_run",)
+
+
+def test_mm_hook_calls_only_the_methods_a_hook_overrides() -> None:
+    """Methods inherited from a base named Hook are no-ops and get no advice."""
+    aspect = MMHook(RecordingHook())
+    names = {a.name.rpartition(".")[2] for a in aspect.make_advice()}
+    assert "before_train_epoch" not in names
+    assert "before_val_epoch" not in names
+    assert {"before_run", "after_train_iter", "after_val_epoch", "after_run"} <= names
+
+
+def test_mm_hook_orders_stages_as_openmmlab_does() -> None:
+    """Within a run: before_run, iterations, validation inside the epoch, after_run."""
+    hook = RecordingHook()
+    _runner([hook], max_epochs=1).run()
+    assert [c[0] for c in hook.calls] == [
+        "before_run",
+        *["before_train_iter", "after_train_iter"] * 3,
+        "after_val_iter",
+        "after_val_iter",
+        "after_val_epoch",
+        "after_train_epoch",
+        "after_run",
+    ]
+
+
+def test_validation_batch_index_restarts_every_validation_epoch() -> None:
+    """after_val_iter's batch_idx counts 0, 1 in each validation pass."""
+    hook = RecordingHook()
+    _runner([hook]).run()
+    assert [c[1] for c in hook.calls if c[0] == "after_val_iter"] == [0, 1, 0, 1]
+
+
+def test_mmcv_style_hook_methods_take_only_the_runner() -> None:
+    """Hooks written for mmcv 1.x (runner only) are called with the runner only."""
+    seen: list[str] = []
+
+    class OldHook:
+        def before_train_iter(self, runner: Any) -> None:
+            seen.append(f"iter {runner.iter}")
+
+        def after_val_epoch(self, runner: Any) -> None:
+            seen.append("val")
+
+    _runner([MMHook(OldHook())], max_epochs=1).run()
+    assert seen == ["iter 0", "iter 1", "iter 2", "val"]
+
+
+def test_without_a_hook_base_any_method_with_the_name_counts() -> None:
+    """A plain object's callable attributes named like hook methods become advice."""
+    seen: list[int] = []
+
+    class Plain:
+        def after_train_epoch(self, runner: Any) -> None:
+            seen.append(runner.epoch)
+
+    hook = Plain()
+    hook.before_run = lambda runner: seen.append(-1)  # type: ignore[attr-defined]
+    _runner([hook]).run()
+    assert seen == [-1, 1, 2]
+
+
+class _MMPriority(enum.Enum):
+    """Like mmengine's Priority: a plain Enum of ints."""
+
+    HIGH = 30
+    LOW = 70
+
+
+@pytest.mark.parametrize("priority", ["LOW", 70, _MMPriority.LOW])
+def test_hook_priority_orders_it_among_aspects(priority: Any) -> None:
+    """A 'LOW' hook (name, int or enum member) runs after a NORMAL aspect at the same stage."""
+    order: list[str] = []
+
+    class Late(Hook):
+        def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+            order.append("hook")
+
+    Late.priority = priority
+
+    class Normal(ah.Aspect):
+        def before_train_iter(self, ctx: ah.CallContext) -> None:
+            order.append("aspect")
+
+    runner = _runner([Late(), Normal()], max_iters=1)
+    runner.run()
+    assert order == ["aspect", "hook"]
+    rows = runner.describe().for_joinpoint("train_iter")
+    assert [r.priority for r in rows if r.advice == "late.before_train_iter"] == [70]
+
+
+def test_priority_argument_overrides_the_hooks_own() -> None:
+    """MMHook(hook, priority=...) wins over hook.priority."""
+    hook = RecordingHook()
+    assert MMHook(hook, priority="HIGHEST").priority == "HIGHEST"
+    assert from_mmengine_hook(hook).priority == "NORMAL"
+
+
+def test_hook_method_with_a_wrong_signature_is_refused_when_wrapped() -> None:
+    """A method that cannot take OpenMMLab's arguments fails at MMHook(), not mid-run."""
+
+    class Broken(Hook):
+        def after_train_iter(self) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(AdviceSignatureError, match=r"Broken.after_train_iter\(\).*runner"):
+        MMHook(Broken())
+
+
+def test_objects_that_are_no_hook_are_refused() -> None:
+    """A class instead of an instance, or an object without hook methods, is refused."""
+    with pytest.raises(AspectDefinitionError, match=r"RecordingHook\(\)"):
+        MMHook(RecordingHook)
+    with pytest.raises(AspectDefinitionError, match="none of the OpenMMLab hook methods"):
+        MMHook(object())
+    with pytest.raises(AspectDefinitionError, match="none of the Keras callback methods"):
+        KerasCallback(object())
+
+
+def test_runner_wraps_hook_objects_and_refuses_other_objects() -> None:
+    """Runner(aspects=[hook]) wraps hook-like objects; anything else is a RunnerError."""
+    hook = RecordingHook()
+    runner = _runner([hook])
+    adapted = runner.get_aspect(MMHook)
+    assert isinstance(adapted, MMHook)
+    assert adapted.target is hook
+    assert adapted.name == "recording_hook"
+    with pytest.raises(RunnerError, match="aspects= takes Aspect instances"):
+        _runner([object()])
+    with pytest.raises(RunnerError, match="aspects= takes Aspect instances"):
+        _runner([RecordingHook])
+
+
+def test_as_aspect_picks_the_adapter_by_the_methods_present() -> None:
+    """as_aspect: aspects pass through, hooks become MMHook, callbacks KerasCallback."""
+    aspect = ah.Aspect()
+    assert as_aspect(aspect) is aspect
+    assert isinstance(as_aspect(RecordingHook()), MMHook)
+    assert isinstance(as_aspect(RecordingCallback()), KerasCallback)
+    assert as_aspect(object()) is None
+
+
+def test_describe_lists_the_hook_methods_at_their_join_points() -> None:
+    """Runner.describe() shows each wrapped method as advice of the hook's aspect."""
+    runner = _runner([RecordingHook()])
+    rows = runner.describe()
+    assert "recording_hook.after_train_iter" in rows.advice_names("train_iter", "after")
+    assert "recording_hook.after_val_epoch" in rows.advice_names("val_epoch", "after")
+
+
+def test_failing_hook_with_errors_log_does_not_stop_training() -> None:
+    """errors='log' applies to the wrapped methods like to any advice."""
+
+    class Failing(Hook):
+        def after_train_iter(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("boom")
+
+    runner = _runner([MMHook(Failing(), errors="log")], max_epochs=1)
+    runner.run()
+    assert runner.iter == N // BATCH
+
+
+# -- Keras-style callbacks -----------------------------------------------------------------
+
+
+class Callback:
+    """A stand-in for keras.callbacks.Callback: no-op methods, set_model / set_params."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.params: dict[str, Any] = {}
+
+    def set_model(self, model: Any) -> None:
+        self.model = model
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def on_train_begin(self, logs: Any = None) -> None: ...
+    def on_train_end(self, logs: Any = None) -> None: ...
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None: ...
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None: ...
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.on_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.on_batch_end(batch, logs)
+
+    def on_batch_begin(self, batch: int, logs: Any = None) -> None: ...
+    def on_batch_end(self, batch: int, logs: Any = None) -> None: ...
+    def on_test_begin(self, logs: Any = None) -> None: ...
+    def on_test_end(self, logs: Any = None) -> None: ...
+    def on_test_batch_begin(self, batch: int, logs: Any = None) -> None: ...
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None: ...
+
+
+class RecordingCallback(Callback):
+    """Records every callback call with its arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, ...]] = []
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.calls.append(("train_begin", logs))
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.calls.append(("epoch_begin", epoch))
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.calls.append(("batch_end", batch, logs))
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self.calls.append(("test_begin",))
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.calls.append(("test_batch_end", batch))
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self.calls.append(("test_end", logs))
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.calls.append(("epoch_end", epoch, logs))
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.calls.append(("train_end", logs))
+
+
+def test_keras_callback_is_called_in_keras_order() -> None:
+    """train_begin, per epoch: epoch_begin, batches, validation, epoch_end; train_end."""
+    callback = RecordingCallback()
+    _runner([KerasCallback(callback)], max_epochs=1).run()
+    assert [c[0] for c in callback.calls] == [
+        "train_begin",
+        "epoch_begin",
+        "batch_end",
+        "batch_end",
+        "batch_end",
+        "test_begin",
+        "test_batch_end",
+        "test_batch_end",
+        "test_end",
+        "epoch_end",
+        "train_end",
+    ]
+
+
+def test_keras_logs_are_built_from_outputs_and_metrics() -> None:
+    """Batch logs hold the loss as a float; epoch logs the mean loss and val_ metrics."""
+    callback = RecordingCallback()
+    runner = _runner([callback])
+    runner.run()
+    batches = [c for c in callback.calls if c[0] == "batch_end"]
+    assert [c[1] for c in batches] == [0, 1, 2, 0, 1, 2]
+    assert all(set(c[2]) == {"loss"} and isinstance(c[2]["loss"], float) for c in batches)
+    epochs = [c for c in callback.calls if c[0] == "epoch_end"]
+    assert [c[1] for c in epochs] == [0, 1]
+    last = epochs[-1][2]
+    assert last["loss"] == pytest.approx(sum(c[2]["loss"] for c in batches[3:]) / 3)
+    assert last["val_loss"] == pytest.approx(runner.metrics["val/loss"])
+    test_end = [c[1] for c in callback.calls if c[0] == "test_end"]
+    assert test_end[-1] == {"loss": pytest.approx(runner.metrics["val/loss"])}
+    assert callback.calls[-1] == ("train_end", last)
+    assert [c[1] for c in callback.calls if c[0] == "test_batch_end"] == [0, 1, 0, 1]
+
+
+def test_keras_callback_gets_the_model_and_params() -> None:
+    """set_model receives the runner's model, set_params the epochs and steps."""
+    callback = RecordingCallback()
+    runner = _runner([callback], max_epochs=3)
+    runner.run()
+    assert callback.model is runner.model
+    assert callback.params == {"epochs": 3, "steps": N // BATCH, "verbose": 0}
+
+
+def test_model_stop_training_stops_the_run() -> None:
+    """A callback that sets model.stop_training (Keras EarlyStopping style) ends the run."""
+
+    class StopAfterTwo(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if epoch == 1:
+                self.model.stop_training = True
+
+    runner = _runner([StopAfterTwo()], max_epochs=10)
+    runner.run()
+    assert runner.epoch == 2
+    assert runner.stop_reason is not None
+    assert "stop_training" in runner.stop_reason
+
+
+def test_stop_training_in_a_batch_stops_after_that_iteration() -> None:
+    """A stop request from on_train_batch_end ends the run after that iteration."""
+
+    class StopAtBatch(Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if batch == 1:
+                self.model.stop_training = True
+
+    runner = _runner([StopAtBatch()], max_epochs=10)
+    runner.run()
+    assert runner.iter == 2
+
+
+def test_plain_callback_with_a_model_attribute_gets_the_model() -> None:
+    """Without set_model, an existing `model` attribute is assigned."""
+
+    class Plain:
+        model = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            pass
+
+    callback = Plain()
+    runner = _runner([from_keras_callback(callback)], max_iters=1)
+    runner.run()
+    assert callback.model is runner.model
+
+
+def test_keras2_batch_names_are_used_when_not_overridden() -> None:
+    """on_batch_end (Keras 2) runs when on_train_batch_end is the base class's."""
+    seen: list[int] = []
+
+    class Old(Callback):
+        def on_batch_end(self, batch: int, logs: Any = None) -> None:
+            seen.append(batch)
+
+    aspect = KerasCallback(Old())
+    names = [a.name.rpartition(".")[2] for a in aspect.make_advice()]
+    assert "on_train_batch_end" not in names
+    _runner([aspect], max_epochs=1).run()
+    assert seen == [0, 1, 2]
+
+
+def test_keras_method_with_a_wrong_signature_is_refused_when_wrapped() -> None:
+    """A callback method that cannot take (epoch, logs) fails at KerasCallback()."""
+
+    class Broken(Callback):
+        def on_epoch_end(self) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(AdviceSignatureError, match=r"on_epoch_end\(epoch, logs\)"):
+        KerasCallback(Broken())

@@ -1,0 +1,49 @@
+"""bench/loop.py runs end to end; its timings are not judged here, only that every variant
+did the same work and that the output has the expected shape."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("ignite")
+pytest.importorskip("lightning")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "loop.py"
+VARIANTS = ("hand", "ignite", "lightning", "aspecthook")
+QUICK_ITERS = 60
+
+
+def test_quick_run_reports_every_variant_with_equal_work(tmp_path: Path) -> None:
+    """A --quick run exits 0; its JSON has all four variants, each with the same steps."""
+    out = tmp_path / "loop.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCH.parents[1],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "targets" in proc.stdout
+    data = json.loads(out.read_text())
+    variants = data["variants"]
+    assert set(variants) == set(VARIANTS)
+    steps = {key: variants[key]["steps"] for key in VARIANTS}
+    assert set(steps.values()) == {QUICK_ITERS}, steps
+    for what in ("scheduler_steps", "records", "checkpoints", "eval_loss", "last_lr"):
+        values = {key: variants[key][what] for key in VARIANTS}
+        assert len(set(values.values())) == 1, (what, values)
+    assert variants["hand"]["checkpoints"] > 0  # the quick run does exercise checkpoints
+    assert variants["hand"]["records"] > 0
+    for key in VARIANTS:
+        assert math.isfinite(variants[key]["median_s"]), key
+        assert variants[key]["median_s"] > 0, key
+    assert data["meta"]["iters"] == QUICK_ITERS
+    assert all(isinstance(t["pass"], bool) for t in data["targets"])
