@@ -111,7 +111,7 @@ class _HookAdapter(Aspect):
             self._counts[mode] = n + 1
 
         return [
-            ("batch_index", "before", f"{mode}_epoch", reset),
+            ("batch_index_reset", "before", f"{mode}_epoch", reset),
             ("batch_index", "before", f"{mode}_iter", index),
         ]
 
@@ -141,11 +141,13 @@ def _batch(ctx: CallContext) -> Any:
 def _check_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     """Whether ``method`` can be called with these arguments (True when unknown)."""
     try:
-        inspect.signature(method).bind(*args, **kwargs)
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # no signature to check (some builtins): let it through
+        return True
+    try:
+        signature.bind(*args, **kwargs)
     except TypeError:
         return False
-    except ValueError:  # no signature (a builtin): let it through
-        return True
     return True
 
 
@@ -451,7 +453,7 @@ class KerasCallback(_HookAdapter):
             self._check_stop(ctx.runner)
 
     def _add_loss(self, ctx: CallContext) -> None:
-        loss = (ctx.result or {}).get("loss") if isinstance(ctx.result, Mapping) else None
+        loss = ctx.result.get("loss") if isinstance(ctx.result, Mapping) else None
         if loss is None:
             return
         loss = loss.detach() if hasattr(loss, "detach") else loss  # no sync per iteration

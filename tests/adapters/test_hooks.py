@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -458,3 +460,13 @@ def test_keras_method_with_a_wrong_signature_is_refused_when_wrapped() -> None:
 
     with pytest.raises(AdviceSignatureError, match=r"on_epoch_end\(epoch, logs\)"):
         KerasCallback(Broken())
+
+
+def test_adapters_never_import_torch() -> None:
+    """aspecthook.adapters and the torch-hook weaving load without importing torch."""
+    code = (
+        "import sys, aspecthook, aspecthook.adapters, aspecthook._torch_hooks; "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
