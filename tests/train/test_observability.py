@@ -111,3 +111,34 @@ def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> N
         runner.run()
     assert runner.iter == 12
     assert any(e["event"] == "advice.failed" and e["aspect"] == "logger" for e in logs)
+
+
+def test_tensorboard_without_the_package_is_refused_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Logger(tensorboard=True) says to install tensorboard when it is missing."""
+    import importlib.util
+
+    from aspecthook.errors import InvalidOptionError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorboard" else real(name, *a),
+    )
+    with pytest.raises(InvalidOptionError, match="pip install tensorboard"):
+        Logger(tensorboard=True)
+
+
+def test_empty_cache_runs_after_each_epoch_without_cuda(tmp_path: Path) -> None:
+    """EmptyCache is advice after every epoch; on a CPU-only machine it is a no-op."""
+    from aspecthook.train.aspects import EmptyCache
+
+    runner = _runner(tmp_path, [EmptyCache(interval=5)])
+    assert (
+        runner.describe().advice_names("train_epoch", "after")[-1]
+        == "empty_cache.after_train_epoch"
+    )
+    runner.run()
+    assert runner.epoch == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections import deque
@@ -53,6 +54,12 @@ class Logger(Aspect):
                 f"Logger(interval={interval!r}) must be a positive int",
                 option="interval",
                 value=interval,
+            )
+        if tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise InvalidOptionError(
+                "Logger(tensorboard=True) needs the tensorboard package: pip install tensorboard",
+                option="tensorboard",
+                value=tensorboard,
             )
         self.interval = interval
         self.file_interval = file_interval or interval
