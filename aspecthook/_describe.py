@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import io
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -181,7 +180,7 @@ def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> lis
                 continue
             if selected is not None and not any(selected.matches(_Named(n)) for n in literal):
                 continue
-            hints = [m for n in literal for m in difflib.get_close_matches(n, known, n=1)]
+            hints = [m for n in literal for m in _close(n, known)]
             note = f"no join point named {' or '.join(map(repr, literal))}"
             if hints:
                 note += f"; did you mean {hints[0]!r}?"
@@ -205,3 +204,9 @@ def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> lis
 class _Named:
     def __init__(self, name: str) -> None:
         self.names = frozenset((name,))
+
+
+def _close(name: str, known: list[str]) -> list[str]:
+    import difflib  # only when there is unmatched advice to explain; keeps import light
+
+    return difflib.get_close_matches(name, known, n=1)
