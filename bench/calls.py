@@ -41,12 +41,14 @@ The aspects of ``aspecthook.aspects``, in the same rounds, each woven with
 * aspectlib's ``aspectlib.debug.log`` printing to the same kind of null sink, without the
   ``logging`` module, with its default ``stacktrace=10`` and with ``stacktrace=None``.
 
-The idle audit dispatcher is measured apart, because audit hooks cannot be removed: fresh
-interpreters (all of them importing aspecthook) with no audit hook, with a do-nothing
-Python hook, with aspecthook's dispatcher installed by ``on('audit.some.other.event')``,
-and with that subscription removed again, time ``sys.audit('some.unsubscribed.event')``.
-The dispatcher's cost over the do-nothing hook is our code's; the do-nothing hook's cost
-over no hook is what CPython charges for having any Python audit hook.
+The idle audit dispatcher is measured in worker interpreters, because audit hooks cannot
+be removed: one set-up per worker (all of them import aspecthook), with no audit hook, with
+a do-nothing Python hook, with aspecthook's dispatcher installed by
+``on('audit.some.other.event')``, and with that subscription removed again. The workers
+stay alive and are sampled in interleaved, shuffled rounds like the variants above (only
+the one asked runs), timing ``sys.audit('some.unsubscribed.event')``. The dispatcher's
+cost over the do-nothing hook is our code's; the do-nothing hook's cost over no hook is
+what CPython charges for having any Python audit hook.
 
 It also times ``import aspecthook`` against ``import wrapt`` in fresh interpreters and
 checks that torch is not imported. Targets are printed as PASS/MISS and never asserted.
@@ -635,15 +637,16 @@ def measure_imports(repeats: int) -> dict[str, Any]:
     return result
 
 
-# The audit-hook processes. Every mode imports aspecthook (so the processes differ only in
-# their hooks), sets its hook up, checks that it is what it claims to be, then times
-# ``sys.audit`` of an event nobody subscribed to, in ``rounds`` samples of ``number`` calls,
-# and prints the per-call times as JSON.
-AUDIT_SNIPPET = """
-import json, sys, timeit
+# The audit-hook workers: one interpreter per hook set-up (audit hooks cannot be removed).
+# Every worker imports aspecthook, so they differ only in their hooks; it sets its hook up,
+# checks that it is what it claims to be, then waits: for each line ``n`` it reads from
+# stdin it times ``n`` calls of ``sys.audit`` of an event nobody subscribed to and writes
+# the seconds per call. Only the worker being asked runs; the others block on stdin.
+AUDIT_EVENT = "some.unsubscribed.event"
+AUDIT_WORKER = """
+import sys, timeit
 import aspecthook, aspecthook._process as p
-mode, rounds, number = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-EVENT = 'some.unsubscribed.event'
+mode, EVENT = sys.argv[1], sys.argv[2]
 seen = []
 if mode == 'python_hook':
     sys.addaudithook(lambda event, args: None)
@@ -661,8 +664,10 @@ elif mode in ('dispatcher', 'dispatcher_no_subscription'):
     assert not p._audit_any
 assert p.audit_hooks_added == (0 if mode in ('no_hook', 'python_hook') else 1), mode
 timer = timeit.Timer('audit(EVENT)', globals={'audit': sys.audit, 'EVENT': EVENT})
-timer.timeit(number)
-print(json.dumps([timer.timeit(number) / number for _ in range(rounds)]))
+print('ready', flush=True)
+for line in sys.stdin:
+    n = int(line)
+    print(repr(timer.timeit(n) / n), flush=True)
 """
 
 AUDIT_MODES = {
@@ -673,40 +678,81 @@ AUDIT_MODES = {
 }
 
 
-def measure_audit(processes: int, rounds: int, number: int, seed: int) -> dict[str, Any]:
+class AuditWorker:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.number = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", AUDIT_WORKER, mode, AUDIT_EVENT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def ask(self, number: int) -> float:
+        """Seconds per call of one sample of ``number`` calls (only this worker runs)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"{number}\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"audit worker {self.mode} died (exit {self.proc.wait()})")
+        return float(answer)
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"audit worker {self.mode} failed its set-up check")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def measure_audit(processes: int, rounds: int, sample_s: float, seed: int) -> dict[str, Any]:
     """ns per ``sys.audit('some.unsubscribed.event')`` under each hook set-up.
 
-    Audit hooks cannot be removed, so each set-up gets fresh interpreters: ``processes``
-    per mode, run in a shuffled interleaved order; the figure is the minimum over all
-    their samples (the median beside it as noise).
+    The same method as the call variants, across processes: ``processes`` live workers per
+    set-up, each sample sized once to about ``sample_s``, interleaved rounds in a shuffled
+    order (one sample of every worker per round), minimum over all samples of a set-up
+    (median beside it as noise). Interleaving matters here: a process measured alone
+    for half a second can land in a busy spell of the machine, and its minimum with it.
     """
+    workers = [AuditWorker(mode) for _ in range(processes) for mode in AUDIT_MODES]
     samples: dict[str, list[float]] = {mode: [] for mode in AUDIT_MODES}
-    rng = random.Random(seed)
-    for _ in range(processes):
-        order = list(AUDIT_MODES)
-        rng.shuffle(order)
-        for mode in order:
-            out = subprocess.run(
-                [sys.executable, "-c", AUDIT_SNIPPET, mode, str(rounds), str(number)],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            samples[mode].extend(json.loads(out))
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        for worker in workers:  # warm-up, not recorded; it also sizes the samples
+            per_call = min(worker.ask(200) for _ in range(3))
+            worker.number = max(100, min(100_000, round(sample_s / max(per_call, 1e-9))))
+        order = list(workers)
+        rng = random.Random(seed)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for worker in order:
+                samples[worker.mode].append(worker.ask(worker.number))
+    finally:
+        for worker in workers:
+            worker.close()
     modes: dict[str, dict[str, Any]] = {
         mode: {
             "label": AUDIT_MODES[mode],
             "ns_per_call": min(values) * 1e9,
             "median_ns": statistics.median(values) * 1e9,
+            "calls_per_sample": next(w.number for w in workers if w.mode == mode),
         }
         for mode, values in samples.items()
     }
     ns = {mode: float(row["ns_per_call"]) for mode, row in modes.items()}
     return {
-        "event": "some.unsubscribed.event",
+        "event": AUDIT_EVENT,
         "processes": processes,
         "rounds": rounds,
-        "number": number,
+        "sample_ms": sample_s * 1e3,
         "modes": modes,
         # The fair measure of our code: the dispatcher against any Python hook doing nothing.
         "dispatcher_over_python_hook_ns": ns["dispatcher"] - ns["python_hook"],
@@ -879,15 +925,18 @@ def print_report(
 def print_audit(audit: dict[str, Any]) -> None:
     print()
     print(
-        f"sys.audit({audit['event']!r}), nobody subscribed to it: fresh interpreters, "
-        f"{audit['processes']} per set-up x {audit['rounds']} samples of {audit['number']} calls; "
-        "min over samples"
+        f"sys.audit({audit['event']!r}), nobody subscribed to it: {audit['processes']} "
+        f"interpreter(s) per hook set-up, {audit['rounds']} interleaved rounds of "
+        f"~{audit['sample_ms']:g} ms samples; min over samples"
     )
     modes = audit["modes"]
     width = max(len(m["label"]) for m in modes.values())
-    print(f"  {'hook set-up':<{width}}  {'ns/call':>8}  {'median':>8}")
+    print(f"  {'hook set-up':<{width}}  {'ns/call':>8}  {'median':>8}  {'calls':>7}")
     for row in modes.values():
-        print(f"  {row['label']:<{width}}  {row['ns_per_call']:8.1f}  {row['median_ns']:8.1f}")
+        print(
+            f"  {row['label']:<{width}}  {row['ns_per_call']:8.1f}  {row['median_ns']:8.1f}  "
+            f"{row['calls_per_sample']:7d}"
+        )
     print(
         f"  dispatcher over a do-nothing Python hook (our code): "
         f"{audit['dispatcher_over_python_hook_ns']:+.1f} ns "
@@ -936,8 +985,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--audit",
         type=int,
-        default=5,
-        help="fresh interpreters per audit-hook set-up (default 5; 0 skips)",
+        default=2,
+        help="interpreters per audit-hook set-up, all sampled in the same interleaved rounds "
+        "(default 2; 0 skips)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny numbers, for a smoke run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-round variant order")
@@ -958,8 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
     imports = measure_imports(args.imports) if args.imports > 0 else None
     audit = None
     if args.audit > 0:
-        audit_rounds, audit_number = (3, 200) if args.quick else (200, 2000)
-        audit = measure_audit(args.audit, audit_rounds, audit_number, args.seed)
+        audit_rounds = 3 if args.quick else args.rounds
+        audit = measure_audit(args.audit, audit_rounds, args.sample_ms / 1e3, args.seed)
 
     rows = summarize(variants)
     over = {k: float(r["overhead_ns"]) for k, r in rows.items()}
