@@ -147,7 +147,8 @@ class CallContext:
                 return arounds[level](self, self.proceed)
             finally:
                 self._level = level
-        return self.target(*self._args, **self.kwargs)
+        kwargs = self.kwargs
+        return self.target(*self._args, **kwargs) if kwargs else self.target(*self._args)
 
     def skip(self, value: Any = None) -> None:
         """From before advice: do not run the target; ``value`` becomes the result."""

@@ -244,16 +244,24 @@ def dispatch(wrapped, instance, args, kwargs):
     ctx.result = None
     ctx._skipped = False
 {before}    if not ctx._skipped:
-        kw = ctx.kwargs
-        ctx.result = wrapped(*ctx._args, **kw) if kw else wrapped(*ctx._args)
+{call}
 {after}    return ctx.result
 """
+_CALL_TARGET = """\
+        kw = ctx.kwargs
+        ctx.result = wrapped(*ctx._args, **kw) if kw else wrapped(*ctx._args)"""
+# Around advice: the first one is called directly; ``proceed`` (CallContext.proceed) starts
+# at level 1, so the rest of the chain and the target run as in the general dispatcher.
+_CALL_AROUND = """\
+        ctx._arounds = arounds
+        ctx._level = 1
+        ctx.result = r0(ctx, ctx.proceed)"""
 
 
 def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
-    if chain.around or chain.on_error or jp.is_async:
+    if chain.on_error or jp.is_async:
         return None
-    if not 0 < len(chain.before) + len(chain.after) <= _MAX_UNROLLED:
+    if not 0 < len(chain.before) + len(chain.after) + len(chain.around) <= _MAX_UNROLLED:
         return None
     names: dict[str, Any] = {
         "jp": jp,
@@ -261,13 +269,19 @@ def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
         "general": jp.general,
         "context": _FastContext,
         "unbound": _UNBOUND,
+        "arounds": chain.around,
+        "r0": chain.around[0] if chain.around else None,
     }
     before = "".join(f"    b{i}(ctx)\n" for i in range(len(chain.before)))
     after = "".join(f"    a{i}(ctx)\n" for i in range(len(chain.after)))
     names.update({f"b{i}": fn for i, fn in enumerate(chain.before)})
     names.update({f"a{i}": fn for i, fn in enumerate(chain.after)})
     code = compile(
-        _TEMPLATE.format(before=before, after=after), f"<aspecthook dispatch {jp.name}>", "exec"
+        _TEMPLATE.format(
+            before=before, after=after, call=_CALL_AROUND if chain.around else _CALL_TARGET
+        ),
+        f"<aspecthook dispatch {jp.name}>",
+        "exec",
     )
     exec(code, names)
     return names["dispatch"]  # type: ignore[no-any-return]
@@ -397,9 +411,11 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         # wrapt tests a non-callable for truth in C, so an idle call costs no call at all.
         enabled: Any = jp._active
         super().__init__(wrapped, dispatch, enabled)
-        if self._self_binding == "function":
+        if self._self_binding == "function" and getattr(wrapped, "__self__", None) is None:
             # See the module docstring: a sentinel instance skips wrapt's per-call
             # ``__self__`` probe on plain functions without changing how binding works.
+            # A wrapped object that is already bound (a bound wrapt proxy keeps the
+            # "function" binding) needs that probe: it is how its instance reaches us.
             init: Any = getattr(_FunctionWrapperBase, "__init__")  # noqa: B009
             init(self, wrapped, _UNBOUND, dispatch, enabled, "function")
         self._self_joinpoint = jp
