@@ -62,7 +62,21 @@ time divided by the hand-written loop's time in the same round, with its median 
 figure the target is about) and its min-max. Targets are printed as PASS/MISS and never
 asserted.
 
-    python bench/loop.py                        # full run, about a minute on a quiet machine
+Lockstep (``--lockstep N``, default 3 runs per variant, after the rounds): on a shared
+machine the speed of the CPU drifts by tens of percent within seconds, so two runs taken
+seconds apart differ by more than the few percent the target is about, and even the
+paired median over rounds moves by several percent from one invocation to the next. The
+lockstep measurement takes that drift out: each variant runs as above, and after each of
+its iterations (the last ``after_train_iter`` advice, ignite handler, Lightning callback)
+one hand-written iteration runs on a second model, loader and folder, timed on its own.
+Both loops then advance iteration by iteration under the same conditions; the variant's
+loop time is its time from its first batch to its end less the hand-written iterations
+inside it. The hand-written loop itself is run the same way as an A/A control: its ratio
+(about 1.02-1.03 here) is the cost of the measurement, and "corrected" divides it out.
+Setup is not in these figures (it is in the table above).
+
+    python bench/loop.py                        # full run: 3-6 minutes on 2 busy cores
+    python bench/loop.py --variants aspecthook --rounds 30   # and the hand-written baseline
     python bench/loop.py --quick --json o.json  # smoke run: 60 iterations, 1 round
 """
 
@@ -83,7 +97,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -183,8 +197,25 @@ class Parts:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    loader: DataLoader[Any]
+    loader: Any  # a DataLoader, or a StampedLoader around one (lockstep)
     counter: StepCounter
+
+
+class StampedLoader:
+    """A loader that notes the time each batch is handed out (lockstep measurements)."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self.loader = loader
+        self.stamps: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        clock, stamps = time.perf_counter, self.stamps
+        for batch in self.loader:
+            stamps.append(clock())
+            yield batch
 
 
 @dataclass
@@ -195,12 +226,16 @@ class Work:
     iters: int
     log_every: int
     ckpt_every: int
+    #: Lockstep only: called after each iteration of the variant; batches are stamped.
+    after_iter: Callable[[], None] | None = None
 
     def build(self) -> Parts:
         model = make_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.iters)
-        loader = DataLoader(self.dataset, batch_size=BATCH, shuffle=False)
+        loader: Any = DataLoader(self.dataset, batch_size=BATCH, shuffle=False)
+        if self.after_iter is not None:
+            loader = StampedLoader(loader)
         return Parts(model, optimizer, scheduler, loader, StepCounter(optimizer))
 
 
@@ -299,6 +334,9 @@ def run_ignite(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
     def checkpoint(engine: Engine) -> None:
         save_checkpoint(folder, engine.state.iteration, model, opt)
 
+    if w.after_iter is not None:  # lockstep only, registered last
+        engine.add_event_handler(Events.ITERATION_COMPLETED, lambda _: w.after_iter())
+
     t1 = stamp()
     model.train()
     engine.run(p.loader, max_iters=w.iters)
@@ -341,6 +379,11 @@ def run_lightning(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
             if step % w.ckpt_every == 0:
                 save_checkpoint(folder, step, p.model, p.optimizer)
 
+    class AfterIter(L.Callback):  # lockstep only, after Every
+        def on_train_batch_end(self, *args: Any) -> None:
+            assert w.after_iter is not None
+            w.after_iter()
+
     t0 = stamp()
     module = Module()
     trainer = L.Trainer(
@@ -352,7 +395,7 @@ def run_lightning(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        callbacks=[Every()],
+        callbacks=[Every(), *([AfterIter()] if w.after_iter is not None else [])],
         default_root_dir=str(folder),
     )
     t1 = stamp()
@@ -364,8 +407,16 @@ def run_lightning(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
 
 
 def run_aspecthook(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
+    import aspecthook
     from aspecthook.train import Runner
     from aspecthook.train.aspects import Checkpoint, IterTimer, Logger, LRSchedule
+
+    class AfterIter(aspecthook.Aspect):  # lockstep only, after every other advice
+        priority = aspecthook.Priority.LOWEST
+
+        def after_train_iter(self, ctx: Any) -> None:
+            assert w.after_iter is not None
+            w.after_iter()
 
     p = w.build()
     t0 = stamp()
@@ -382,6 +433,7 @@ def run_aspecthook(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
             LRSchedule(by_epoch=False),
             Logger(interval=w.log_every, json_file=None),
             Checkpoint(interval=w.ckpt_every, by_epoch=False, save_last=False),
+            *([AfterIter()] if w.after_iter is not None else []),
         ],
     )
     t1 = stamp()
@@ -485,6 +537,137 @@ def measure(
     return runs, identical
 
 
+# -- lockstep ---------------------------------------------------------------------------------
+
+
+class HandStep:
+    """One hand-written iteration per call, on its own model, optimizer, loader and folder,
+    timed: the reference the lockstep measurement runs beside each variant's iterations."""
+
+    def __init__(self, w: Work, folder: Path) -> None:
+        self.w = w
+        self.folder = folder
+        self.p = w.build()
+        self.it = 0
+        self.batches = iter(self.p.loader)
+        self.log = structlog.get_logger("bench")
+        self.times: list[float] = []
+        self.p.model.train()
+
+    def __call__(self) -> None:
+        t = time.perf_counter()
+        p, w = self.p, self.w
+        try:
+            x, y = next(self.batches)
+        except StopIteration:
+            self.batches = iter(p.loader)
+            x, y = next(self.batches)
+        loss = F.cross_entropy(p.model(x), y)
+        loss.backward()
+        p.optimizer.step()
+        p.optimizer.zero_grad(set_to_none=True)
+        p.scheduler.step()
+        self.it += 1
+        it = self.it
+        if it % w.log_every == 0:
+            record = {"iter": it, "loss": loss.item(), "lr": p.optimizer.param_groups[0]["lr"]}
+            self.log.info("train", **record)
+        if it % w.ckpt_every == 0:
+            save_checkpoint(self.folder, it, p.model, p.optimizer)
+        self.times.append(time.perf_counter() - t)
+
+
+def run_hand_lockstep(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
+    """The hand-written loop again, calling ``w.after_iter`` after each iteration: the
+    A/A control of the lockstep measurement (what it reports when nothing differs)."""
+    p = w.build()
+    model, opt, sched, after = p.model, p.optimizer, p.scheduler, w.after_iter
+    assert after is not None
+    log = structlog.get_logger("bench")
+    t0 = stamp()
+    it = 0
+    model.train()
+    while it < w.iters:
+        for x, y in p.loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            it += 1
+            if it % w.log_every == 0:
+                record = {"iter": it, "loss": loss.item(), "lr": opt.param_groups[0]["lr"]}
+                log.info("train", **record)
+            if it % w.ckpt_every == 0:
+                save_checkpoint(folder, it, model, opt)
+            after()
+            if it >= w.iters:
+                break
+    return t0, t0, p
+
+
+def run_lockstep(key: str, w: Work) -> tuple[float, float]:
+    """Run ``key`` with one timed hand-written iteration after each of its iterations.
+
+    Returns (variant's loop seconds, hand-written loop seconds): the variant's time from
+    its first batch to its end, less the hand-written iterations run inside it. Both loops
+    then run under the same machine conditions, iteration by iteration, which a busy
+    machine never gives two runs seconds apart.
+    """
+    with (
+        tempfile.TemporaryDirectory(prefix="aspecthook-bench-loop-ls-") as mine,
+        tempfile.TemporaryDirectory(prefix="aspecthook-bench-loop-ls-hand-") as theirs,
+    ):
+        hand = HandStep(replace(w, after_iter=None), Path(theirs))
+        stepped = replace(w, after_iter=hand)
+        gc.collect()
+        run = run_hand_lockstep if key == "hand" else RUNNERS[key]
+        _, _, p = run(stepped, Path(mine))
+        end = time.perf_counter()
+    stamps = p.loader.stamps
+    if p.counter.steps != w.iters or hand.it != w.iters:
+        raise SystemExit(
+            f"lockstep {key}: {p.counter.steps} variant steps and {hand.it} hand-written "
+            f"steps, expected {w.iters} each"
+        )
+    theirs_params = torch.cat([t.detach().reshape(-1) for t in hand.p.model.parameters()])
+    mine_params = torch.cat([t.detach().reshape(-1) for t in p.model.parameters()])
+    if not torch.allclose(mine_params, theirs_params, rtol=1e-6, atol=1e-8):
+        raise SystemExit(f"lockstep {key}: the variant ended elsewhere than the hand-written loop")
+    hand_s = sum(hand.times)
+    return end - stamps[0] - hand_s, hand_s
+
+
+def measure_lockstep(
+    w: Work, keys: tuple[str, ...], reps: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """``reps`` lockstep runs of every variant (the hand-written one as the A/A control)."""
+    ratios: dict[str, list[float]] = {key: [] for key in keys}
+    per_iter: dict[str, list[tuple[float, float]]] = {key: [] for key in keys}
+    order = list(keys)
+    rng = random.Random(seed + 1)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for key in order:
+            mine, hand = run_lockstep(key, w)
+            ratios[key].append(mine / hand)
+            per_iter[key].append((mine / w.iters, hand / w.iters))
+    control = statistics.median(ratios["hand"])
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        ratio = statistics.median(ratios[key])
+        out[key] = {
+            "label": LABELS[key] + (" (A/A control)" if key == "hand" else ""),
+            "ratio_median": ratio,
+            "ratios": ratios[key],
+            "corrected": ratio / control,
+            "variant_us_per_iter": statistics.median(m for m, _ in per_iter[key]) * 1e6,
+            "hand_us_per_iter": statistics.median(h for _, h in per_iter[key]) * 1e6,
+            "overhead_us_per_iter": statistics.median(m - h for m, h in per_iter[key]) * 1e6,
+        }
+    return out
+
+
 # -- reporting ---------------------------------------------------------------------------------
 
 
@@ -521,24 +704,41 @@ def summarize(runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def targets(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def targets(
+    rows: dict[str, dict[str, Any]], lockstep: dict[str, dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The issue's targets on the paired medians, and the same on the lockstep figures."""
     if "aspecthook" not in rows:
         return []
-    ours = rows["aspecthook"]["ratio_median"]
-    checks = [("aspecthook <= 1.03x hand-written (paired median)", ours, TARGET)]
-    peers = [rows[k]["ratio_median"] for k in ("ignite", "lightning") if k in rows]
-    if peers:
-        checks.append(
-            ("aspecthook ahead of every peer (paired median, best peer)", ours, min(peers))
-        )
+    checks: list[tuple[str, float, float, bool]] = []
+    figures = [("paired median", rows, "ratio_median", True)]
+    if lockstep is not None:
+        figures.append(("lockstep, loop only", lockstep, "corrected", False))
+    for what, table, column, issue in figures:
+        ours = table["aspecthook"][column]
+        checks.append((f"aspecthook <= {TARGET}x hand-written ({what})", ours, TARGET, issue))
+        peers = [table[k][column] for k in ("ignite", "lightning") if k in table]
+        if peers:
+            name = f"aspecthook ahead of every peer ({what}, best peer)"
+            checks.append((name, ours, min(peers), issue))
     return [
-        {"target": name, "value": value, "op": "<=", "limit": limit, "pass": value <= limit}
-        for name, value, limit in checks
+        {
+            "target": name,
+            "value": value,
+            "op": "<=",
+            "limit": limit,
+            "pass": value <= limit,
+            "issue_figure": issue,
+        }
+        for name, value, limit, issue in checks
     ]
 
 
 def print_report(
-    rows: dict[str, dict[str, Any]], checks: list[dict[str, Any]], meta: dict[str, Any]
+    rows: dict[str, dict[str, Any]],
+    lockstep: dict[str, dict[str, Any]] | None,
+    checks: list[dict[str, Any]],
+    meta: dict[str, Any],
 ) -> None:
     print(
         f"python {meta['python']} | torch {meta['torch']} (threads {meta['torch_threads']}) | "
@@ -582,8 +782,32 @@ def print_report(
         + ", ".join(f"{k} {v}" for k, v in REFERENCE.items())
         + ("; measured here: " + ", ".join(measured) if measured else "")
     )
+    if lockstep is not None:
+        print()
+        print(
+            f"lockstep ({meta['lockstep_reps']} run{'s' if meta['lockstep_reps'] != 1 else ''} "
+            "per variant): after each of the variant's iterations one hand-written iteration "
+            "runs, timed; loop only (from the first batch), setup left out"
+        )
+        head = (
+            f"{'variant':<{width + 14}}  {'variant us/it':>13}  {'hand us/it':>10}  "
+            f"{'overhead us/it':>14}  {'ratio':>7}  {'corrected':>9}"
+        )
+        print(head)
+        print("-" * len(head))
+        for row in lockstep.values():
+            print(
+                f"{row['label']:<{width + 14}}  {row['variant_us_per_iter']:13.1f}  "
+                f"{row['hand_us_per_iter']:10.1f}  {row['overhead_us_per_iter']:14.1f}  "
+                f"{row['ratio_median']:6.3f}x  {row['corrected']:8.3f}x"
+            )
+        print(
+            "ratio: median over runs of the variant's loop time / the hand-written iterations' "
+            "time beside it;\ncorrected: that / the A/A control's ratio (the cost of the "
+            "measurement itself)"
+        )
     print()
-    print("targets")
+    print("targets (the issue's, on the paired medians; the lockstep lines are for context)")
     for check in checks:
         mark = "PASS" if check["pass"] else "MISS"
         print(
@@ -612,6 +836,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
     parser.add_argument(
+        "--lockstep",
+        type=int,
+        default=3,
+        metavar="N",
+        help="lockstep runs per variant after the rounds (default 3; 0 skips them)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: 60 iterations, log every 10, checkpoint every 30, 1 round, no warm-up",
@@ -627,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.log_every, args.ckpt_every, args.rounds = 60, 10, 30, 1
-        args.no_warmup = True
+        args.no_warmup, args.lockstep = True, 1
     chosen = {v.strip() for v in args.variants.split(",") if v.strip()}
     unknown = chosen - set(VARIANTS)
     if unknown:
@@ -636,18 +867,22 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("iters", "rounds", "log_every", "ckpt_every"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be a positive int")
+    if args.lockstep < 0:
+        parser.error("--lockstep must be 0 or more")
 
     configure_sink()
-    quiet_peers()
+    if "lightning" in keys:
+        quiet_peers()
     dataset, x_eval, y_eval = make_data()
     work = Work(dataset, x_eval, y_eval, args.iters, args.log_every, args.ckpt_every)
     loadavg = " ".join(f"{v:.2f}" for v in os.getloadavg())
     with one_thread():
         threads = torch.get_num_threads()
         runs, identical = measure(work, keys, args.rounds, not args.no_warmup, args.seed)
+        lockstep = measure_lockstep(work, keys, args.lockstep, args.seed) if args.lockstep else None
 
     rows = summarize(runs)
-    checks = targets(rows)
+    checks = targets(rows, lockstep)
     meta = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -665,13 +900,14 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "loadavg_before": loadavg,
         "loadavg_after": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "lockstep_reps": args.lockstep,
         "identical_rounds": identical,
         "checked_rounds": args.rounds + (0 if args.no_warmup else 1),
         "reference": REFERENCE,
     }
-    print_report(rows, checks, meta)
+    print_report(rows, lockstep, checks, meta)
     if args.json is not None:
-        data = {"meta": meta, "variants": rows, "targets": checks}
+        data = {"meta": meta, "variants": rows, "lockstep": lockstep, "targets": checks}
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     return 0
 

@@ -47,3 +47,8 @@ def test_quick_run_reports_every_variant_with_equal_work(tmp_path: Path) -> None
         assert variants[key]["median_s"] > 0, key
     assert data["meta"]["iters"] == QUICK_ITERS
     assert all(isinstance(t["pass"], bool) for t in data["targets"])
+    lockstep = data["lockstep"]  # run once per variant in --quick, the A/A control included
+    assert set(lockstep) == set(VARIANTS)
+    for key in VARIANTS:
+        assert math.isfinite(lockstep[key]["corrected"]), key
+        assert lockstep[key]["hand_us_per_iter"] > 0, key
