@@ -89,9 +89,14 @@ class Logger(Aspect):
 
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        loss = runner.outputs.get("loss")
-        if isinstance(loss, torch.Tensor):
-            self.losses.append(loss.detach())
+        # Only the last `window` iterations before a log point feed the smoothed loss, so
+        # most iterations cost a modulo and nothing else.
+        every = min(self.interval, self.file_interval)
+        left = -runner.iter % every
+        if left < self.window:
+            loss = runner.outputs.get("loss")
+            if isinstance(loss, torch.Tensor):
+                self.losses.append(loss.detach())
         console = runner.iter % self.interval == 0
         if not (console or runner.iter % self.file_interval == 0) or runner.rank != 0:
             return
