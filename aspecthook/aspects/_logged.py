@@ -45,12 +45,12 @@ import structlog._config
 import structlog.tracebacks
 
 from .. import around
-from .._advice import Advice, AdviceKind, _filter, _log_failure
+from .._advice import _log_failure, handles_own_errors
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._handle import Handle
 from .._joinpoint import JoinPoint
-from .._pointcut import Pointcut, PointcutLike
+from .._pointcut import PointcutLike
 from .._priority import PriorityLike
 from ..errors import InvalidOptionError
 
@@ -308,19 +308,6 @@ def _positive(option: str, value: object) -> int:
 # -- the aspect --------------------------------------------------------------------------
 
 
-class _SelfGuardedAdvice(Advice):
-    """Around advice whose aspect applies ``errors=`` itself, around its own steps only.
-
-    Same options, filters and introspection as any advice; only the generic
-    ``errors='log'`` guard is left out of the compiled callable (see the module docstring).
-    """
-
-    def _compile(self) -> Callable[..., Any]:
-        if self.every or self.once or self.when is not None or self.rank is not None:
-            return _filter(self, self.fn)
-        return self.fn
-
-
 class Logged(Aspect):
     """Log one structlog event per call of the join points it is woven into.
 
@@ -400,6 +387,7 @@ class Logged(Aspect):
     # -- advice ------------------------------------------------------------------------
 
     @around()
+    @handles_own_errors  # errors= applies around its own steps, never around the target
     def log_call(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Log the call (the fast path when both levels are disabled: just proceed)."""
         if _CONFIG.default_wrapper_class is not self._seen:
@@ -548,29 +536,6 @@ class Logged(Aspect):
         if enabled is None or enabled(self._level_no):
             return _FULL
         return _ERRORS_ONLY if enabled(self._error_level_no) else _OFF
-
-    # -- registration ------------------------------------------------------------------
-
-    def _advice(
-        self,
-        kind: AdviceKind,
-        bound: Any,
-        pointcut: Pointcut,
-        attr: str,
-        opts: dict[str, Any],
-    ) -> Advice:
-        # As Aspect._advice, with the advice class that leaves errors= to log_call.
-        options: dict[str, Any] = {
-            "priority": self.priority,
-            "errors": self.errors,
-            "order_after": self.order_after,
-            "order_before": self.order_before,
-            "name": f"{self.name}.{attr}",
-        }
-        options.update(opts)
-        return _SelfGuardedAdvice(
-            kind, bound, pointcut, aspect=self, aspect_name=self.name, **options
-        )
 
     def __repr__(self) -> str:
         return f"<Logged {self.name!r} level={self.level!r} error_level={self.error_level!r}>"
