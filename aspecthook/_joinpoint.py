@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._advice import Advice
     from ._weaver import Weaver
 
-__all__ = ["JoinPoint", "JoinPointProxy", "is_proxy", "make_proxy"]
+__all__ = ["JoinPoint", "JoinPointProxy", "make_proxy"]
 
 _FunctionWrapperBase = wrapt.FunctionWrapper.__mro__[1]
 
@@ -435,11 +435,6 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
 
     def __deepcopy__(self, memo: object) -> JoinPointProxy:
         return self
-
-
-def is_proxy(obj: object) -> bool:
-    """Whether ``obj`` itself is one of our join point proxies (not a foreign wrapper)."""
-    return type(obj) is JoinPointProxy
 
 
 def find_proxy(obj: object) -> JoinPointProxy | None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Any
 
 from .. import before, on_error
 from .._aspect import Aspect
 from .._context import CallContext
-from .._pointcut import PointcutLike
 from .._priority import Priority, PriorityLike
 
 __all__ = ["Counted"]
@@ -29,22 +29,9 @@ class Counted(Aspect):
 
     def __init__(
         self,
-        *,
-        pointcut: PointcutLike | None = None,
-        priority: PriorityLike | None = None,
-        name: str | None = None,
-        errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            pointcut=pointcut,
-            priority=priority,
-            name=name,
-            errors=errors,
-            order_after=order_after,
-            order_before=order_before,
-        )
+        super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()

@@ -50,8 +50,6 @@ from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._handle import Handle
 from .._joinpoint import JoinPoint
-from .._pointcut import PointcutLike
-from .._priority import PriorityLike
 from ..errors import InvalidOptionError
 
 __all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
@@ -348,21 +346,9 @@ class Logged(Aspect):
         max_length: int = 80,
         max_items: int = 8,
         logger: Any = None,
-        pointcut: PointcutLike | None = None,
-        priority: PriorityLike | None = None,
-        name: str | None = None,
-        errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            pointcut=pointcut,
-            priority=priority,
-            name=name,
-            errors=errors,
-            order_after=order_after,
-            order_before=order_before,
-        )
+        super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         self.level, self._level_no = _level("level", level)
         self.error_level, self._error_level_no = _level("error_level", error_level)
         if not isinstance(event, str) or not event:

@@ -20,8 +20,6 @@ import structlog
 from .. import around
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
-from .._pointcut import PointcutLike
-from .._priority import PriorityLike
 from ..errors import InvalidOptionError
 
 __all__ = ["RETRY_ATTEMPT", "RETRY_GAVE_UP", "Retry"]
@@ -62,21 +60,9 @@ class Retry(Aspect):
         give_up: GiveUp | None = None,
         sleep: Callable[[float], Any] = time.sleep,
         async_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-        pointcut: PointcutLike | None = None,
-        priority: PriorityLike | None = None,
-        name: str | None = None,
-        errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            pointcut=pointcut,
-            priority=priority,
-            name=name,
-            errors=errors,
-            order_after=order_after,
-            order_before=order_before,
-        )
+        super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         if not (isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 1):
             raise InvalidOptionError(
                 f"attempts={attempts!r} is not a number of calls: give an int >= 1 "

@@ -29,7 +29,6 @@ from .._advice import _log_failure, handles_own_errors
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._log import get_logger
-from .._pointcut import PointcutLike
 from .._priority import Priority, PriorityLike
 from ..errors import InvalidOptionError
 
@@ -263,23 +262,11 @@ class Timed(Aspect):
     def __init__(
         self,
         *,
-        pointcut: PointcutLike | None = None,
         trace: bool = False,
         max_events: int = 100_000,
-        priority: PriorityLike | None = None,
-        name: str | None = None,
-        errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            pointcut=pointcut,
-            priority=priority,
-            name=name,
-            errors=errors,
-            order_after=order_after,
-            order_before=order_before,
-        )
+        super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 0:
             raise InvalidOptionError(
                 f"max_events={max_events!r} is not a count: give an int >= 0",
