@@ -48,6 +48,28 @@ def handles_own_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+#: Set on around advice whose aspect can also run it as a *dispatch layer*: the value is
+#: the name of the aspect's method ``(jp, inner, guard) -> layer`` (see ``_joinpoint``).
+LAYER = "__aspecthook_layer__"
+
+
+def runs_as_layer(factory: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark around advice as also offered by its aspect's method ``factory`` as a layer.
+
+    A layer is the same advice written as a plain wrapper ``(wrapped, instance, args,
+    kwargs) -> result``: when a join point's chain is nothing but such advice, dispatch
+    runs the layers without building a ``CallContext`` (see ``_joinpoint._layered``). The
+    advice must also handle its own errors (``handles_own_errors``): no guard can be
+    put around a layer.
+    """
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, LAYER, factory)
+        return handles_own_errors(fn)
+
+    return mark
+
+
 def current_rank() -> int:
     """This process's distributed rank: torch.distributed's when initialised, else ``$RANK``.
 
@@ -191,6 +213,18 @@ class Advice:
         if fn is None:
             fn = cache[key] = self._compile()
         return fn  # type: ignore[no-any-return]
+
+    def layer_factory(self) -> Callable[..., Any] | None:
+        """The aspect's layer factory for this around advice (``runs_as_layer``), or
+        ``None`` when it has none or a filter (``every``/``once``/``when``/``rank``) must
+        run per call."""
+        name = getattr(self.fn, LAYER, None)
+        if name is None or self.kind != "around" or self.is_async:
+            return None
+        if self.every or self.once or self.when is not None or self.rank is not None:
+            return None
+        factory: Callable[..., Any] | None = getattr(getattr(self.fn, "__self__", None), name, None)
+        return factory
 
     def forget(self, key: object) -> None:
         cache: Any = self._compiled_events if isinstance(key, str) else self._compiled

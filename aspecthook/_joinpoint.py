@@ -15,6 +15,11 @@ Construction notes (measured in bench/calls.py):
   the target is called directly, so an idle join point costs one C call.
 * The dispatcher reads the join point's ``Chain`` once per call. Registrations replace
   the chain object whole, so concurrent weaving never exposes a half-built chain.
+* Each chain gets the cheapest dispatcher its shape allows (``_specialise``): a chain of
+  nothing but *layers* (around advice that its aspect also offers as a plain wrapper,
+  ``runs_as_layer``: ``Timed``, ``Logged``) runs those wrappers directly, with no
+  ``CallContext`` built; a chain of a few before/after/around callables gets generated
+  code with the callables bound as constants; anything else runs the general loop.
 """
 
 from __future__ import annotations
@@ -259,7 +264,13 @@ _CALL_AROUND = """\
 
 
 def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
-    if chain.on_error or jp.is_async:
+    if jp.is_async:
+        return None
+    if chain.around and not (chain.before or chain.after or chain.on_error):
+        layered = _layered(jp, chain)
+        if layered is not None:
+            return layered
+    if chain.on_error:
         return None
     if not 0 < len(chain.before) + len(chain.after) + len(chain.around) <= _MAX_UNROLLED:
         return None
@@ -285,6 +296,39 @@ def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
     )
     exec(code, names)
     return names["dispatch"]  # type: ignore[no-any-return]
+
+
+def _layered(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
+    """The chain as nested layers, when every advice in it is one (see ``runs_as_layer``).
+
+    A layer factory is the aspect's method ``(jp, inner, guard) -> layer``; ``layer`` is
+    called as wrapt calls a wrapper, ``layer(wrapped, instance, args, kwargs)`` (instance
+    may be the ``_UNBOUND`` sentinel: ``new_context`` maps it), and must do what its
+    around advice does. ``inner`` is the next layer inward, called the same way, or
+    ``None`` for the innermost, which calls ``wrapped(*args, **kwargs)`` itself. ``guard``
+    is ``(chain, general)`` for the outermost layer, ``None`` for the others: the
+    outermost starts with ``if jp._chain is not chain: return general(wrapped, instance,
+    args, kwargs)``, the stale-chain check of every specialised dispatcher, so that a
+    bound method captured before a rebuild runs the current advice.
+    """
+    if chain.skipped:
+        return None
+    factories = [advice.layer_factory() for advice in chain.entries["around"]]
+    if not all(factories) or len(factories) != len(chain.around):
+        return None
+    layer: Callable[..., Any] | None = None
+    for i in reversed(range(len(factories))):
+        factory = factories[i]
+        assert factory is not None
+        layer = factory(jp, layer, (chain, jp.general) if i == 0 else None)
+    return layer
+
+
+def new_context(
+    jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> CallContext:
+    """A ``CallContext`` for a call a layer is handling (when it needs one)."""
+    return CallContext(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
 
 
 def _handle_error(

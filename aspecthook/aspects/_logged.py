@@ -45,11 +45,11 @@ import structlog._config
 import structlog.tracebacks
 
 from .. import around
-from .._advice import _log_failure, handles_own_errors
+from .._advice import _log_failure, runs_as_layer
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._handle import Handle
-from .._joinpoint import JoinPoint
+from .._joinpoint import JoinPoint, new_context
 from ..errors import InvalidOptionError
 
 __all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
@@ -373,7 +373,7 @@ class Logged(Aspect):
     # -- advice ------------------------------------------------------------------------
 
     @around()
-    @handles_own_errors  # errors= applies around its own steps, never around the target
+    @runs_as_layer("_layer")  # and applies errors= around its own steps, never the target
     def log_call(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Log the call (the fast path when both levels are disabled: just proceed)."""
         if _CONFIG.default_wrapper_class is not self._seen:
@@ -393,6 +393,53 @@ class Logged(Aspect):
                 self._emit(ctx, self._emit_error, exc, start)
                 raise
         return self._log_sync(ctx, proceed)
+
+    def _layer(
+        self, jp: JoinPoint, inner: Callable[..., Any] | None, guard: tuple[Any, Any] | None
+    ) -> Callable[..., Any]:
+        """``log_call`` as a dispatch layer: a ``CallContext`` is built only to log.
+
+        Used when every advice at ``jp`` is a layer (``runs_as_layer``); ``inner`` and
+        ``guard`` are explained in ``aspecthook._joinpoint._layered``. With the level
+        disabled a call costs the cached level check and, when failures are logged, one
+        clock reading.
+        """
+        checked = guard is not None
+        chain, general = guard if guard is not None else (None, None)
+        config, emitting, clock = _CONFIG, _EMITTING, time.perf_counter_ns
+        errors_only, full, ask = _ERRORS_ONLY, _FULL, _ASK  # closure cells: no global lookups
+
+        def logged(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if checked and jp._chain is not chain:
+                return general(wrapped, instance, args, kwargs)  # type: ignore[misc]
+            if config.default_wrapper_class is not self._seen:
+                self._safely(jp, self._refresh_levels)
+            mode = self._mode
+            if mode == ask:
+                mode = self._ask_levels()
+            if mode == errors_only:
+                start = clock()
+                try:
+                    if inner is None:
+                        return wrapped(*args, **kwargs)
+                    return inner(wrapped, instance, args, kwargs)
+                except BaseException as exc:
+                    # Read here, not before the call: a call made by our own emission is
+                    # not logged, and the flag is the same before and after a call.
+                    if not emitting.active:
+                        ctx = new_context(jp, wrapped, instance, args, kwargs)
+                        self._emit(ctx, self._emit_error, exc, start)
+                    raise
+            if mode == full and not emitting.active:
+                ctx = new_context(jp, wrapped, instance, args, kwargs)
+                if inner is None:
+                    return self._log_sync(ctx, lambda: wrapped(*args, **kwargs))
+                return self._log_sync(ctx, lambda: inner(wrapped, instance, args, kwargs))
+            if inner is None:  # off, or called by our own emission
+                return wrapped(*args, **kwargs)
+            return inner(wrapped, instance, args, kwargs)
+
+        return logged
 
     def _log_sync(self, ctx: CallContext, proceed: Proceed) -> Any:
         entered = self._safely(ctx, self._enter, ctx)
@@ -476,23 +523,24 @@ class Logged(Aspect):
             for name, value in _named_arguments(ctx).items()
         }
 
-    def _safely(self, ctx: CallContext, step: Callable[..., Any], *args: Any) -> Any:
+    def _safely(self, point: CallContext | JoinPoint, step: Callable[..., Any], *args: Any) -> Any:
         """Run one of our steps under the ``errors=`` policy; None when it failed."""
         try:
             return step(*args)
         except Exception:
             if self.errors != "log":
                 raise
-            self._report_failure(ctx)
+            self._report_failure(point)
             return None
 
-    def _report_failure(self, ctx: CallContext) -> None:
+    def _report_failure(self, point: CallContext | JoinPoint) -> None:
         """Count and log our failure as the core does for advice under ``errors='log'``."""
-        for advice in ctx.joinpoint.advice:
+        jp = point.joinpoint if isinstance(point, CallContext) else point
+        for advice in jp.advice:
             if advice.aspect is self:
-                _log_failure(advice, ctx)
+                _log_failure(advice, point)
                 return
-        log.error(ADVICE_FAILED, aspect=self.name, joinpoint=ctx.joinpoint.name, exc_info=True)
+        log.error(ADVICE_FAILED, aspect=self.name, joinpoint=jp.name, exc_info=True)
 
     # -- level cache -------------------------------------------------------------------
 

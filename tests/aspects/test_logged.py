@@ -156,13 +156,37 @@ def _structlog_defaults() -> Iterator[None]:
     structlog.reset_defaults()
 
 
+# Logged runs as a dispatch layer when it is the only advice at a join point, and as around
+# advice with a CallContext when other advice is there too: every test runs both ways.
+SHAPES = {"layer": False, "context": True}
+_WITH_NEIGHBOUR = [False]
+
+
+@pytest.fixture(autouse=True, params=sorted(SHAPES))
+def _shape(request: pytest.FixtureRequest) -> Iterator[None]:
+    _WITH_NEIGHBOUR[0] = SHAPES[request.param]
+    yield
+    _WITH_NEIGHBOUR[0] = False
+
+
+def _neighbour(ctx: ah.CallContext) -> None:
+    """A before advice that does nothing: its presence takes Logged off the layer path."""
+
+
 @contextlib.contextmanager
 def logged(*targets: Any, **options: Any) -> Iterator[Logged]:
-    """Weave one Logged aspect into every target for the block."""
+    """Weave one Logged aspect into every target for the block (and, in the "context"
+    shape, a do-nothing before advice beside it)."""
     aspect = Logged(**options)
     with contextlib.ExitStack() as stack:
         for target in targets:
-            stack.enter_context(ah.weave(target, aspect))
+            handle = stack.enter_context(ah.weave(target, aspect))
+            if _WITH_NEIGHBOUR[0]:
+                stack.enter_context(ah.weave(target, before=_neighbour))
+            for advice in handle.items:
+                for jp in advice.points:
+                    layered = jp.proxy_ref()._self_wrapper.__name__ == "logged"
+                    assert layered is not _WITH_NEIGHBOUR[0] or jp.is_async
         yield aspect
 
 

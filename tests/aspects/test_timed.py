@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import math
@@ -327,16 +328,46 @@ def test_exceptions_counted_separately_and_reraised_unchanged() -> None:
 
 
 def test_many_calls_counted_exactly() -> None:
-    """Hundreds of calls, some raising, are all counted with their errors."""
+    """Thousands of calls (several folds into the sketch), some raising, are all counted."""
     timed = Timed()
     with ah.weave(failing, timed), ah.weave(quick, timed):
-        for i in range(301):
+        for i in range(2501):
             quick(i)
             if i % 2:
                 with pytest.raises(ValueError, match="boom"):
                     failing(ValueError("boom"))
-    assert (row(timed, failing).count, row(timed, failing).errors) == (150, 150)
-    assert (row(timed, quick).count, row(timed, quick).errors) == (301, 0)
+    assert (row(timed, failing).count, row(timed, failing).errors) == (1250, 1250)
+    assert (row(timed, quick).count, row(timed, quick).errors) == (2501, 0)
+    assert 0 < row(timed, quick).min_s <= row(timed, quick).p50_s <= row(timed, quick).max_s
+
+
+@pytest.mark.parametrize("neighbour", [False, True], ids=["layer", "context"])
+def test_layer_and_context_paths_time_alike(neighbour: bool) -> None:
+    """Alone at a join point Timed runs as a dispatch layer, beside other advice as around
+    advice: calls, errors, generators, methods and trace events come out the same."""
+    timed = Timed(trace=True)
+    with contextlib.ExitStack() as stack:
+        for target in (quick, failing, numbers, Model):
+            handle = stack.enter_context(ah.weave(target, timed))
+            if neighbour:
+                stack.enter_context(ah.weave(target, before=lambda ctx: None))
+            for advice in handle.items:
+                for jp in advice.points:
+                    assert (jp.proxy_ref()._self_wrapper.__name__ == "timed") is not neighbour
+        assert quick(1) == 2
+        with pytest.raises(ValueError, match="x"):
+            failing(ValueError("x"))
+        assert list(numbers(2, pause=0.002)) == [0, 1]
+        assert Model().forward(0.002) == 0.002
+    assert (row(timed, quick).count, row(timed, quick).errors) == (1, 0)
+    assert (row(timed, failing).count, row(timed, failing).errors) == (1, 1)
+    assert row(timed, numbers).count == 1
+    assert row(timed, numbers).total_s >= 0.004
+    assert row(timed, Model.forward).count == 1
+    assert row(timed, Model.forward).min_s >= 0.002
+    names = [event[0] for event in timed._events]
+    assert names.count(name(numbers)) == 2  # one event per value the generator yields
+    assert names.count(name(quick)) == names.count(name(failing)) == 1
 
 
 def test_outermost_around_advice() -> None:
@@ -352,9 +383,10 @@ def test_outermost_around_advice() -> None:
     assert row(timed, quick).p50_s >= 0.009
 
 
-def test_thread_safe_counts() -> None:
+@pytest.mark.parametrize("trace", [False, True])
+def test_thread_safe_counts(trace: bool) -> None:
     """Calls from many threads at once are all counted, even while summaries are read."""
-    timed = Timed(trace=True)
+    timed = Timed(trace=trace)
     with ah.weave(quick, timed):
         threads = [
             threading.Thread(target=lambda: [quick(i) for i in range(1000)]) for _ in range(8)
@@ -377,7 +409,7 @@ def boom(*args: object) -> None:
 
 def test_failing_timing_never_breaks_the_host_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """With errors='log' a failure inside Timed is logged; results and exceptions pass."""
-    timed, error = Timed(), ValueError("boom")
+    timed, error = Timed(trace=True), ValueError("boom")  # trace: every call goes to _record
     monkeypatch.setattr(timed, "_record", boom)
     with (
         ah.weave(quick, timed),
@@ -399,7 +431,7 @@ def test_failing_timing_never_breaks_the_host_call(monkeypatch: pytest.MonkeyPat
 
 def test_errors_raise_lets_a_timing_failure_through(monkeypatch: pytest.MonkeyPatch) -> None:
     """With errors='raise' a failure inside Timed propagates, for debugging the aspect."""
-    timed = Timed(errors="raise")
+    timed = Timed(errors="raise", trace=True)
     monkeypatch.setattr(timed, "_record", boom)
     with ah.weave(quick, timed), pytest.raises(RuntimeError, match="timing broke"):
         quick(1)
