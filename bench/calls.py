@@ -28,7 +28,9 @@ added before and removed after it, every round).
 The aspects of ``aspecthook.aspects``, in the same rounds, each woven with
 ``aspecthook.weave`` into its own module-level copy of ``f``:
 
-* ``Timed()`` (sketch only, no trace), next to a hand-written closure that takes
+* ``Timed()`` (sketch only, no trace; its samples are a whole number of the 1,024-call
+  batches it folds into its sketch at a time, so every sample pays its share of folding),
+  next to a hand-written closure that takes
   ``time.perf_counter_ns()`` twice and appends the duration to a list (cleared after every
   round), and to one pass-through around advice (``errors='raise'``: no guard), the
   machinery ``Timed`` runs in;
@@ -86,6 +88,7 @@ import wrapt
 
 import aspecthook as ah
 from aspecthook.aspects import Logged, Timed, configure_logging
+from aspecthook.aspects._timed import _BATCH
 
 # -- the target and the callbacks every context-building variant shares -------------------
 
@@ -330,6 +333,7 @@ class Variant:
     leave: Callable[[], None] | None = None  # and after it
     check: Callable[[], None] | None = None  # a set-up check, after the first call
     number: int = 0  # calls per round
+    multiple: int = 1  # calls per round are rounded up to a multiple of this
     times: list[float] = field(default_factory=list)  # seconds per call, one per round
 
     def timer(self) -> timeit.Timer:
@@ -502,7 +506,9 @@ def build_variants(weaver: ah.Weaver, cleanups: list[Callable[[], object]]) -> l
             {"fn": perf_fn},
             leave=durations.clear,
         ),
-        Variant("timed", "Timed()", fn, {"fn": timed_fn}, check=check_timed),
+        # Timed folds its pending durations into the sketch every _BATCH calls: a sample of
+        # a whole number of batches holds exactly its share of folds, whatever its phase.
+        Variant("timed", "Timed()", fn, {"fn": timed_fn}, check=check_timed, multiple=_BATCH),
         logged_variant("disabled", "Logged(), level disabled (errors still on)", False),
         logged_variant("off", "Logged(), info and error disabled", False),
         logged_variant("enabled", "Logged() enabled, JSON to a null sink", True),
@@ -568,6 +574,7 @@ def measure(
             v.number = number
         else:
             v.number = max(100, min(1_000_000, round(sample_s / max(per_call, 1e-9))))
+        v.number = -(-v.number // v.multiple) * v.multiple
     order = list(variants)
     rng = random.Random(seed)
     for _ in range(rounds):

@@ -144,7 +144,20 @@ def test_sketch_add_many_counts_like_add(values: list[int]) -> None:
     many.add_many(values)
     qs = (0, 0.25, 0.5, 0.99, 1)
     assert (many.count, many.total, many.min, many.max) == (one.count, one.total, one.min, one.max)
+    assert many._buckets == one._buckets  # the same bucket for every value, boundaries too
     assert many.quantiles(qs) == pytest.approx(one.quantiles(qs), nan_ok=True)
+
+
+@settings(deadline=None)
+@given(values=st.lists(st.one_of(st.just(0.0), st.floats(min_value=1e-300, max_value=1e300))))
+def test_sketch_add_many_of_floats_buckets_like_add(values: list[float]) -> None:
+    """Floats anywhere in range, bucket boundaries included, land where add puts them."""
+    one, many = QuantileSketch(), QuantileSketch()
+    for value in values:
+        one.add(value)
+    many.add_many(values)
+    assert many._buckets == one._buckets
+    assert (many.count, many._zeros) == (one.count, one._zeros)
 
 
 def test_sketch_quantiles_of_seeded_random_data() -> None:
