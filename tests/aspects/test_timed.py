@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
@@ -148,8 +148,17 @@ def test_sketch_add_many_counts_like_add(values: list[int]) -> None:
     assert many.quantiles(qs) == pytest.approx(one.quantiles(qs), nan_ok=True)
 
 
+_G = QuantileSketch._gamma
+_ON_BOUNDARIES = [
+    x
+    for k in range(-40, 40, 3)
+    for x in (math.nextafter(_G**k, 0), _G**k, math.nextafter(_G**k, 2))
+]
+
+
 @settings(deadline=None)
 @given(values=st.lists(st.one_of(st.just(0.0), st.floats(min_value=1e-300, max_value=1e300))))
+@example(values=_ON_BOUNDARIES)
 def test_sketch_add_many_of_floats_buckets_like_add(values: list[float]) -> None:
     """Floats anywhere in range, bucket boundaries included, land where add puts them."""
     one, many = QuantileSketch(), QuantileSketch()
