@@ -179,7 +179,9 @@ def run(options: RunOptions) -> int:
         code, interrupted = _run_program(options, session)
     finally:
         _join_threads()
-    note_exit_code(code)  # atexit cannot see it: process.exit subscribers get it from here
+    # atexit cannot see the status: process.exit subscribers get it from here (130, the
+    # shell's status for a death by SIGINT, after Ctrl-C).
+    note_exit_code(130 if interrupted else code)
     session.finish()
     return _exit_sigint() if interrupted else code
 
@@ -411,10 +413,17 @@ def _join_threads() -> None:
 
 
 def _exit_sigint() -> int:
-    """Die by SIGINT after an uncaught KeyboardInterrupt, as python does; else 130."""
+    """Die by SIGINT after an uncaught KeyboardInterrupt, as python does; else 130.
+
+    Python runs the ``atexit`` handlers (``process.exit`` among them) before it kills
+    itself; a process killed by a signal runs none, so they are run here first.
+    ``atexit._run_exitfuncs`` runs each handler once and clears them.
+    """
+    import atexit
     import signal
 
     if hasattr(signal, "SIGINT") and hasattr(os, "kill"):
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)

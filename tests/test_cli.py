@@ -654,6 +654,17 @@ def test_process_exit_subscriber_sees_the_exact_exit_code(
     assert done.stdout.splitlines()[-1] == f"process.exit {code} {exc}"
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs POSIX signals")
+def test_process_exit_runs_before_a_death_by_ctrl_c(tmp_path: Path) -> None:
+    """After an uncaught KeyboardInterrupt process.exit still runs (status 130), as python
+    runs atexit handlers before it kills itself by SIGINT."""
+    write(tmp_path, "prog.py", EXIT_REPORTER.format(body="raise KeyboardInterrupt"))
+    done = run(tmp_path, "prog.py")
+    assert done.returncode == -signal.SIGINT
+    assert done.stdout.splitlines()[-1] == "process.exit 130 KeyboardInterrupt"
+    assert "KeyboardInterrupt" in done.stderr
+
+
 def test_logged_json_functions_with_json_log_lines(tmp_path: Path) -> None:
     """Logged on json.* with logging: {format: json} logs each call once, as JSON lines."""
     write(
