@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import itertools
+import pkgutil
 import sys
 import types
 import weakref
@@ -79,7 +80,8 @@ def weave(
     module (its functions), instance (its methods, for that instance only), a join point
     proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
     say where the module ends; globs allowed after the module). A path whose module is
-    not imported yet is woven when it is imported. ``name=`` makes the woven callables
+    not imported yet is woven when it is imported; so is each submodule a glob matches
+    (``'pkg.*.func'``) that is imported later. ``name=`` makes the woven callables
     answer to that join point name too. ``requires='pkg>=1.0'`` skips the weave (logged,
     ``skipped`` in ``describe()``) when the installed version does not fit; a missing
     target is skipped the same way. ``strict=True`` raises ``WeaveTargetError`` instead.
@@ -122,9 +124,15 @@ def weave(
             _defer(record, target, names, weaver, strict)
         else:
             record.points.update(_install_all(sites, names, weaver))
+            # A glob over a package's modules also covers those not imported yet.
+            for path in _unimported_matches(target) if isinstance(target, str) else ():
+                deferred = True
+                _defer(record, path, names, weaver, strict, quiet=True)
     except BaseException:
         _undo(record, handle, weaver)
         raise
+    if record.points and deferred:
+        record.status = "active"
     if not record.points and not deferred:
         if strict:
             _undo(record, handle, weaver)
@@ -466,6 +474,38 @@ def _submodule_pending(path: str) -> bool:
     return False
 
 
+def _unimported_matches(path: str) -> list[str]:
+    """Paths for the not yet imported submodules that a glob in ``path`` matches.
+
+    ``'pkg.*.func'`` with ``pkg`` imported: a glob only sees the attributes a module has
+    now, and a submodule is an attribute only once imported, so each importable submodule
+    of ``pkg`` that matches and is not imported gives a concrete ``'pkg.sub.func'`` to
+    weave when it is imported. Submodules are listed from the package's ``__path__``
+    (``pkgutil.iter_modules``), without importing anything. Only the first glob that
+    falls on module names is expanded here; a deeper one is when its package is imported.
+    """
+    if ":" in path:  # the module part is explicit and has no globs
+        return []
+    module_parts, attrs = _split(path)
+    if not module_parts:
+        return []
+    name = ".".join(module_parts)
+    for i, part in enumerate(attrs):
+        search = getattr(sys.modules.get(name), "__path__", None)
+        if search is None:
+            return []  # not a package (or not imported): its attributes are what there is
+        if _GLOB.intersection(part):
+            subs = [info.name for info in pkgutil.iter_modules(search)]
+            rest = attrs[i + 1 :]
+            return [
+                ".".join([name, sub, *rest])
+                for sub in subs
+                if fnmatchcase(sub, part) and f"{name}.{sub}" not in sys.modules and rest
+            ]
+        name = f"{name}.{part}"
+    return []
+
+
 def _resolve_path(path: str) -> list[tuple[Any, str]]:
     module_parts, attrs = _split(path)
     module = sys.modules[".".join(module_parts)]
@@ -533,10 +573,22 @@ def _raw(obj: Any, name: str) -> Any:
 
 
 def _defer(
-    record: WeaveRecord, path: str, names: tuple[str, ...], weaver: Weaver, strict: bool
+    record: WeaveRecord,
+    path: str,
+    names: tuple[str, ...],
+    weaver: Weaver,
+    strict: bool,
+    *,
+    quiet: bool = False,
 ) -> None:
-    """Weave ``path`` when its module is imported (wrapt post-import hooks)."""
-    record.status = "pending import"
+    """Weave ``path`` when its module is imported (wrapt post-import hooks).
+
+    ``quiet``: ``path`` is one expansion of a glob (``_unimported_matches``); that it
+    matches nothing is no failure of the weave, which may match elsewhere.
+    """
+    if not record.points:
+        record.status = "pending import"
+    done = False
     module_parts, attrs = _split(path)
     parts = module_parts + attrs if ":" in path else path.split(".")
     candidates = [
@@ -548,23 +600,33 @@ def _defer(
         candidates = [".".join(module_parts)]
 
     def on_import(module: types.ModuleType) -> None:
+        nonlocal done
         with LOCK:
-            if record.cancelled or record.status == "active":
+            if record.cancelled or done:
                 return
             try:
                 sites = _resolve_path(path)
-                record.points.update(_install_all(sites, names, weaver))
+                if not sites and _submodule_pending(path):
+                    return  # a glob found nothing yet: the submodule's own hook comes later
+                points = _install_all(sites, names, weaver)
             except Exception as exc:
                 if _submodule_pending(path):
                     return  # a parent package was imported; the submodule's hook comes later
+                done = True
+                if quiet:
+                    return
                 record.status, record.reason = "failed", str(exc)
                 get_logger().warning("weave.failed", target=path, reason=str(exc))
                 if strict:
                     raise
                 return
+            done = True
+            record.points.update(points)
+            for deeper in _unimported_matches(path):
+                _defer(record, deeper, names, weaver, strict, quiet=True)
             if record.points:
                 record.status, record.reason = "active", ""
-            else:
+            elif not quiet and not _unimported_matches(path):
                 record.status, record.reason = "failed", f"{path} matched nothing"
 
     for name in candidates:

@@ -951,6 +951,75 @@ def test_submodule_not_imported_yet(new_module: Callable[..., str]) -> None:
     assert not isinstance(sub.func, wrapt.FunctionWrapper)
 
 
+def _package_tree(root: Path, files: dict[str, str]) -> str:
+    """Write ``files`` (relative path -> source) as a new package under ``root``."""
+    name = f"ah_tree_{next(_module_numbers)}"
+    for relative, source in {"__init__.py": "", **files}.items():
+        path = root / name / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    importlib.invalidate_caches()
+    return name
+
+
+def test_glob_over_submodules_weaves_each_one_as_it_is_imported(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """'pkg.*.func': submodules imported before and after the weave are all woven, and a
+    submodule without the name is no failure."""
+    new_module("")  # puts tmp_path on sys.path and removes what is imported from it
+    name = _package_tree(
+        tmp_path,
+        {
+            "a.py": "def func(x):\n    return x + 1\n",
+            "b.py": "def func(x):\n    return x + 2\n",
+            "c.py": "def other(x):\n    return x\n",
+            "deep/__init__.py": "",
+            "deep/d.py": "def func(x):\n    return x + 4\n",
+        },
+    )
+    pkg = _import(name)
+    a = _import(f"{name}.a")  # imported before the weave
+    seen: list[str] = []
+    with capture_logs() as logs:
+        handle = ah.weave(f"{name}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name))
+        assert statuses(f"{name}.*.func") == []  # active: describe() shows its join points
+        b = _import(f"{name}.b")  # imported after it
+        _import(f"{name}.c")  # has no func
+        d = _import(f"{name}.deep.d")  # one level deeper than the glob: not matched
+    assert (a.func(0), b.func(0), d.func(0)) == (1, 2, 4)
+    assert seen == [f"{name}.a.func", f"{name}.b.func"]
+    assert [e for e in logs if e["log_level"] in ("warning", "error")] == []
+    handle.remove()
+    assert not isinstance(b.func, wrapt.FunctionWrapper)
+    assert not isinstance(a.func, wrapt.FunctionWrapper)
+    assert pkg.b is b
+
+
+def test_glob_over_submodules_of_a_package_imported_later(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """'pkg.*.*.func' with nothing imported: each level is expanded as it is imported."""
+    new_module("")
+    name = _package_tree(
+        tmp_path,
+        {
+            "x/__init__.py": "",
+            "x/m.py": "def func(x):\n    return -x\n",
+            "y/__init__.py": "",
+            "y/n.py": "def func(x):\n    return 2 * x\n",
+        },
+    )
+    seen: list[str] = []
+    with ah.weave(f"{name}.*.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert statuses(f"{name}.*.*.func") == ["pending import"]
+        m = _import(f"{name}.x.m")
+        n = _import(f"{name}.y.n")
+        assert (m.func(1), n.func(1)) == (-1, 2)
+        assert statuses(f"{name}.*.*.func") == []  # active
+    assert seen == [f"{name}.x.m.func", f"{name}.y.n.func"]
+
+
 def test_submodule_of_package_not_imported_yet(new_module: Callable[..., str]) -> None:
     """'pkg.sub.func' with neither imported is woven when pkg.sub is imported."""
     name = new_module(LAZY_SOURCE, package=True, sub="sub")
