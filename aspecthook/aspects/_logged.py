@@ -386,7 +386,7 @@ class Logged(Aspect):
         if ctx.joinpoint.is_async:
             return self._log_async(ctx, proceed, mode)
         if mode == _ERRORS_ONLY:
-            start = time.perf_counter_ns()
+            start = time.perf_counter()
             try:
                 return proceed()
             except BaseException as exc:
@@ -406,7 +406,7 @@ class Logged(Aspect):
         """
         checked = guard is not None
         chain, general = guard if guard is not None else (None, None)
-        config, emitting, clock = _CONFIG, _EMITTING, time.perf_counter_ns
+        config, emitting, clock = _CONFIG, _EMITTING, time.perf_counter
         errors_only, full, ask = _ERRORS_ONLY, _FULL, _ASK  # closure cells: no global lookups
 
         def logged(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -444,7 +444,7 @@ class Logged(Aspect):
     def _log_sync(self, ctx: CallContext, proceed: Proceed) -> Any:
         entered = self._safely(ctx, self._enter, ctx)
         try:
-            start = time.perf_counter_ns()
+            start = time.perf_counter()
             try:
                 result = proceed()
             except BaseException as exc:
@@ -459,7 +459,7 @@ class Logged(Aspect):
     async def _log_async(self, ctx: CallContext, proceed: Proceed, mode: int) -> Any:
         entered = self._safely(ctx, self._enter, ctx) if mode == _FULL else None
         try:
-            start = time.perf_counter_ns()
+            start = time.perf_counter()
             try:
                 result = await proceed()
             except BaseException as exc:
@@ -495,20 +495,20 @@ class Logged(Aspect):
         finally:
             emitting.active = previous
 
-    def _emit_ok(self, ctx: CallContext, result: Any, start: int) -> None:
+    def _emit_ok(self, ctx: CallContext, result: Any, start: float) -> None:
         fields = self._fields(ctx, start)
         if self.log_result:
             fields["result"] = self._summary.summary(result)
         fields["outcome"] = "ok"
         getattr(self.logger, self.level)(self.event, **fields)
 
-    def _emit_error(self, ctx: CallContext, exc: BaseException, start: int) -> None:
+    def _emit_error(self, ctx: CallContext, exc: BaseException, start: float) -> None:
         fields = self._fields(ctx, start)
         fields["outcome"] = "error"
         getattr(self.logger, self.error_level)(self.event, exc_info=exc, **fields)
 
-    def _fields(self, ctx: CallContext, start: int) -> dict[str, Any]:
-        duration_ms = round((time.perf_counter_ns() - start) / 1e6, 3)
+    def _fields(self, ctx: CallContext, start: float) -> dict[str, Any]:
+        duration_ms = round((time.perf_counter() - start) * 1e3, 3)
         fields: dict[str, Any] = {"joinpoint": ctx.joinpoint.name}
         if self.log_args:
             fields["args"] = self.summarize_arguments(ctx)

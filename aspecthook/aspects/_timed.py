@@ -38,7 +38,9 @@ __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow
 RELATIVE_ACCURACY = 0.01
 
 # Module-level aliases: one global lookup on the hot path instead of a module attribute.
-_perf_counter_ns = time.perf_counter_ns
+# Float seconds: on the machines we measured, perf_counter() costs less than perf_counter_ns()
+# (no big-int allocation) and floats sort faster when batches are folded.
+_clock = time.perf_counter
 _native_id = threading.get_native_id
 _log = math.log
 _ceil = math.ceil
@@ -48,9 +50,9 @@ _ceil = math.ceil
 #: (durations of one join point fill few buckets); 1,024 durations are ~40 KB.
 _BATCH = 1024
 
-#: Time zero of every trace (``perf_counter_ns`` at import): shared by all ``Timed``
+#: Time zero of every trace (``perf_counter`` at import): shared by all ``Timed``
 #: instances, so their traces line up when merged into one file.
-_ORIGIN_NS = _perf_counter_ns()
+_ORIGIN = _clock()
 
 
 class QuantileSketch:
@@ -327,9 +329,9 @@ class Timed(Aspect):
         # this thread holds it; a plain Lock would deadlock there.
         self._lock = threading.RLock()
         self._stats: dict[str, _Stats] = {}
-        # Durations not yet folded into the sketch, per name (~duration for a failed call).
-        self._pending: dict[str, list[int]] = {}
-        self._events: list[tuple[str, int, int, int, bool]] = []
+        # Durations (seconds) not yet folded into the sketch, per name.
+        self._pending: dict[str, list[float]] = {}
+        self._events: list[tuple[str, float, float, int, bool]] = []
 
     # -- the advice -------------------------------------------------------------------
 
@@ -340,13 +342,13 @@ class Timed(Aspect):
         jp = ctx.joinpoint
         if jp.is_async:
             return self._time_async(ctx, proceed)
-        start = _perf_counter_ns()
+        start = _clock()
         try:
             result = proceed()
         except BaseException:
-            self._record_safely(jp, start, _perf_counter_ns() - start, True)
+            self._record_safely(jp, start, _clock() - start, True)
             raise
-        elapsed = _perf_counter_ns() - start
+        elapsed = _clock() - start
         if type(result) is GeneratorType:
             return _timed_generator(self, jp, result, elapsed)
         self._record_safely(jp, start, elapsed, False)
@@ -364,7 +366,7 @@ class Timed(Aspect):
         chain, general = guard if guard is not None else (None, None)
         pending = self._pending_list(jp.name)
         append, room = pending.append, _BATCH - 1
-        clock = _perf_counter_ns
+        clock = _clock
 
         def timed(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             if checked and jp._chain is not chain:
@@ -391,24 +393,24 @@ class Timed(Aspect):
 
     async def _time_async(self, ctx: CallContext, proceed: Proceed) -> Any:
         jp = ctx.joinpoint
-        start = _perf_counter_ns()
+        start = _clock()
         try:
             result = await proceed()
         except BaseException:
-            self._record_safely(jp, start, _perf_counter_ns() - start, True)
+            self._record_safely(jp, start, _clock() - start, True)
             raise
-        self._record_safely(jp, start, _perf_counter_ns() - start, False)
+        self._record_safely(jp, start, _clock() - start, False)
         return result
 
-    def _record_safely(self, jp: JoinPoint, start: int, duration: int, failed: bool) -> None:
+    def _record_safely(self, jp: JoinPoint, start: float, duration: float, failed: bool) -> None:
         """``_record`` under the ``errors=`` policy (a failure is logged or raised)."""
         try:
             self._record(jp.name, start, duration, failed)
         except Exception:
             self._failed(jp)
 
-    def _record(self, name: str, start: int, duration: int, failed: bool) -> None:
-        """Note one call (``start`` from ``perf_counter_ns``; ``-1``: no trace event).
+    def _record(self, name: str, start: float, duration: float, failed: bool) -> None:
+        """Note one call (``start`` from ``perf_counter``; ``-1``: no trace event).
 
         The hot path takes no lock: ``list.append`` is atomic, so each call appends to its
         name's pending list and every ``_BATCH`` calls they are folded into the sketch
@@ -417,18 +419,28 @@ class Timed(Aspect):
         pending = self._pending.get(name)
         if pending is None:
             pending = self._pending_list(name)
-        pending.append(~duration if failed else duration)
+        if failed:
+            with self._lock:
+                self._stats_of(name).errors += 1
+        pending.append(duration)
         if len(pending) >= _BATCH:
             self._fold(name, pending)
         if self.trace and start >= 0:
             self._add_event(name, start, duration, failed)
 
-    def _pending_list(self, name: str) -> list[int]:
+    def _pending_list(self, name: str) -> list[float]:
         """``name``'s list of durations not yet folded (kept for the life of this Timed)."""
         with self._lock:
             return self._pending.setdefault(name, [])
 
-    def _fold(self, name: str, pending: list[int]) -> None:
+    def _stats_of(self, name: str) -> _Stats:
+        """``name``'s sketch (call with the lock held)."""
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = _Stats()
+        return stats
+
+    def _fold(self, name: str, pending: list[float]) -> None:
         """Move ``pending`` durations into ``name``'s sketch.
 
         Copying and then deleting exactly the copied prefix (each one atomic) keeps a
@@ -437,20 +449,14 @@ class Timed(Aspect):
         with self._lock:
             durations = pending[:]
             del pending[: len(durations)]
-            stats = self._stats.get(name)
-            if stats is None:
-                stats = self._stats[name] = _Stats()
-            if durations and min(durations) < 0:  # ~duration: a call that raised
-                stats.errors += sum(1 for d in durations if d < 0)
-                durations = [~d if d < 0 else d for d in durations]
-            stats.add_many(durations)
+            self._stats_of(name).add_many(durations)
 
     def _fold_all(self) -> None:
         with self._lock:
             for name, pending in list(self._pending.items()):
                 self._fold(name, pending)
 
-    def _add_event(self, name: str, start: int, duration: int, failed: bool) -> None:
+    def _add_event(self, name: str, start: float, duration: float, failed: bool) -> None:
         with self._lock:
             if len(self._events) < self.max_events:
                 self._events.append((name, start, duration, _native_id(), failed))
@@ -498,7 +504,7 @@ class Timed(Aspect):
             dropped = self.dropped_events
         pid = os.getpid()
         trace = [
-            _trace_event(name, (start - _ORIGIN_NS) / 1000, duration / 1000, pid, tid, failed)
+            _trace_event(name, (start - _ORIGIN) * 1e6, duration * 1e6, pid, tid, failed)
             for name, start, duration, tid, failed in events
         ]
         document = {
@@ -517,13 +523,13 @@ def _row(name: str, stats: _Stats) -> TimingRow:
         name=name,
         count=stats.count,
         errors=stats.errors,
-        total_s=stats.total / 1e9,
-        mean_s=stats.total / stats.count / 1e9,
-        min_s=stats.min / 1e9,
-        p50_s=p50 / 1e9,
-        p95_s=p95 / 1e9,
-        p99_s=p99 / 1e9,
-        max_s=stats.max / 1e9,
+        total_s=stats.total,
+        mean_s=stats.total / stats.count,
+        min_s=stats.min,
+        p50_s=p50,
+        p95_s=p95,
+        p99_s=p99,
+        max_s=stats.max,
     )
 
 
@@ -565,7 +571,7 @@ def _write_atomically(target: Path, text: str) -> None:
 
 
 def _timed_generator(
-    timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: int
+    timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: float
 ) -> Generator[Any, Any, Any]:
     """Delegate to ``gen`` exactly as ``yield from`` does, adding up the time inside it.
 
@@ -580,16 +586,16 @@ def _timed_generator(
     arg: Any = None
     try:
         while True:
-            start = _perf_counter_ns()
+            start = _clock()
             try:
                 value = resume(arg)
             except StopIteration as stop:
-                elapsed += _perf_counter_ns() - start
+                elapsed += _clock() - start
                 return stop.value
             except BaseException:
-                elapsed += _perf_counter_ns() - start
+                elapsed += _clock() - start
                 raise
-            took = _perf_counter_ns() - start
+            took = _clock() - start
             elapsed += took
             if timed.trace:
                 timed._add_event(name, start, took, False)
@@ -597,11 +603,11 @@ def _timed_generator(
                 arg = yield value
                 resume = gen.send
             except GeneratorExit:
-                start = _perf_counter_ns()
+                start = _clock()
                 try:
                     gen.close()
                 finally:
-                    elapsed += _perf_counter_ns() - start
+                    elapsed += _clock() - start
                 raise
             except BaseException as exc:
                 resume, arg = gen.throw, exc
