@@ -53,6 +53,7 @@ class WeaveRecord:
     points: weakref.WeakSet[JoinPoint] = field(default_factory=weakref.WeakSet)
     names: tuple[str, ...] = ()
     cancelled: bool = False
+    waiting: int = 0  # glob expansions into submodules not imported yet (see _defer)
 
 
 WEAVES: list[WeaveRecord] = []
@@ -113,6 +114,8 @@ def weave(
                 deferred = _submodule_pending(target)
                 if not deferred:
                     reason = str(exc)
+            else:  # 'pkg.sub.*.func' with pkg.sub not imported: a glob sees nothing yet
+                deferred = not sites and _submodule_pending(target)
     elif reason is None:
         sites = _resolve_object(target)
     if reason is not None:
@@ -125,14 +128,24 @@ def weave(
         else:
             record.points.update(_install_all(sites, names, weaver))
             # A glob over a package's modules also covers those not imported yet.
-            for path in _unimported_matches(target) if isinstance(target, str) else ():
-                deferred = True
+            later = _unimported_matches(target) if isinstance(target, str) else []
+            if later and not record.points and strict:
+                raise WeaveTargetError(
+                    f"{label} matched nothing in the modules imported so far ({len(later)} "
+                    f"not imported yet might match, e.g. {_module_of(later[0])}): import "
+                    "them before weaving, or weave without strict=True",
+                    target=label,
+                )
+            for path in later:
                 _defer(record, path, names, weaver, strict, quiet=True)
+            deferred = bool(later)
     except BaseException:
         _undo(record, handle, weaver)
         raise
     if record.points and deferred:
         record.status = "active"
+    elif deferred and record.waiting:
+        record.reason = f"matched nothing yet: waiting for {record.waiting} modules' imports"
     if not record.points and not deferred:
         if strict:
             _undo(record, handle, weaver)
@@ -506,6 +519,12 @@ def _unimported_matches(path: str) -> list[str]:
     return []
 
 
+def _module_of(path: str) -> str:
+    """The submodule an expansion of ``_unimported_matches`` waits for."""
+    module, attrs = _split(path)
+    return ".".join([*module, attrs[0]]) if attrs else ".".join(module)
+
+
 def _resolve_path(path: str) -> list[tuple[Any, str]]:
     module_parts, attrs = _split(path)
     module = sys.modules[".".join(module_parts)]
@@ -584,11 +603,19 @@ def _defer(
     """Weave ``path`` when its module is imported (wrapt post-import hooks).
 
     ``quiet``: ``path`` is one expansion of a glob (``_unimported_matches``); that it
-    matches nothing is no failure of the weave, which may match elsewhere.
+    matches nothing is no failure by itself. The weave fails ("matched nothing") when its
+    last outstanding expansion finds nothing and nothing else matched. Hooks are put only
+    on modules not imported yet, so that registering them imports nothing (a hook on an
+    imported module runs at once, and resolving the path would ``getattr`` the submodule,
+    which a lazily loading package answers by importing it). The hooks hold the record
+    weakly: they cannot be unregistered, and must not keep a removed weave alive.
     """
     if not record.points:
         record.status = "pending import"
+    if quiet:
+        record.waiting += 1
     done = False
+    record_ref = weakref.ref(record)
     module_parts, attrs = _split(path)
     parts = module_parts + attrs if ":" in path else path.split(".")
     candidates = [
@@ -598,11 +625,14 @@ def _defer(
     ]
     if ":" in path:
         candidates = [".".join(module_parts)]
+    if quiet:
+        candidates = [name for name in candidates if name not in sys.modules]
 
     def on_import(module: types.ModuleType) -> None:
         nonlocal done
+        record = record_ref()
         with LOCK:
-            if record.cancelled or done:
+            if record is None or record.cancelled or done:
                 return
             try:
                 sites = _resolve_path(path)
@@ -614,6 +644,7 @@ def _defer(
                     return  # a parent package was imported; the submodule's hook comes later
                 done = True
                 if quiet:
+                    _expansion_done(record, path, strict)
                     return
                 record.status, record.reason = "failed", str(exc)
                 get_logger().warning("weave.failed", target=path, reason=str(exc))
@@ -621,16 +652,36 @@ def _defer(
                     raise
                 return
             done = True
+            for jp in points:
+                if jp in record.points:  # re-exported by this module: already woven once
+                    _release(jp, names, weaver)
             record.points.update(points)
             for deeper in _unimported_matches(path):
                 _defer(record, deeper, names, weaver, strict, quiet=True)
             if record.points:
                 record.status, record.reason = "active", ""
-            elif not quiet and not _unimported_matches(path):
+            if quiet:
+                _expansion_done(record, path, strict)
+            elif not record.points and not record.waiting:
                 record.status, record.reason = "failed", f"{path} matched nothing"
 
     for name in candidates:
         wrapt.register_post_import_hook(on_import, name)
+
+
+def _expansion_done(record: WeaveRecord, path: str, strict: bool) -> None:
+    """One glob expansion resolved: the weave fails when it was the last and nothing matched."""
+    record.waiting -= 1
+    if record.points:
+        return
+    if record.waiting:
+        record.reason = f"matched nothing yet: waiting for {record.waiting} modules' imports"
+        return
+    reason = f"{record.target} matched nothing"
+    record.status, record.reason = "failed", reason
+    get_logger().warning("weave.failed", target=record.target, reason=reason)
+    if strict:
+        raise WeaveTargetError(reason, target=record.target)
 
 
 # -- names -----------------------------------------------------------------------------------

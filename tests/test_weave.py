@@ -951,6 +951,10 @@ def test_submodule_not_imported_yet(new_module: Callable[..., str]) -> None:
     assert not isinstance(sub.func, wrapt.FunctionWrapper)
 
 
+def nothing(ctx: ah.CallContext) -> None:
+    """Advice that does nothing."""
+
+
 def _package_tree(root: Path, files: dict[str, str]) -> str:
     """Write ``files`` (relative path -> source) as a new package under ``root``."""
     name = f"ah_tree_{next(_module_numbers)}"
@@ -1018,6 +1022,102 @@ def test_glob_over_submodules_of_a_package_imported_later(
         assert (m.func(1), n.func(1)) == (-1, 2)
         assert statuses(f"{name}.*.*.func") == []  # active
     assert seen == [f"{name}.x.m.func", f"{name}.y.n.func"]
+
+
+def test_glob_over_submodules_that_matches_nothing_is_reported(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """A misspelt glob waits for the modules not imported yet, then fails with a warning;
+    with strict=True it is refused at once."""
+    new_module("")
+    name = _package_tree(tmp_path, {"a.py": "def func(x):\n    return x\n", "b.py": ""})
+    _import(name)
+    _import(f"{name}.a")
+    with pytest.raises(WeaveTargetError, match="matched nothing in the modules imported so far"):
+        ah.weave(f"{name}.*.fnuc", before=nothing, strict=True)
+    with capture_logs() as logs:
+        handle = ah.weave(f"{name}.*.fnuc", before=nothing)
+        [row] = [r for r in ah.describe() if r.joinpoint == f"{name}.*.fnuc"]
+        assert (row.status, row.note) == (
+            "pending import",
+            "matched nothing yet: waiting for 1 modules' imports",
+        )
+        _import(f"{name}.b")
+        assert statuses(f"{name}.*.fnuc") == ["failed"]
+    assert [(e["event"], e["target"]) for e in logs] == [("weave.failed", f"{name}.*.fnuc")]
+    handle.remove()
+
+
+def test_glob_over_submodules_weaves_a_reexported_callable_once(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """A module imported later that re-exports a woven function does not weave it twice:
+    removing the weave restores the original."""
+    new_module("")
+    name = _package_tree(
+        tmp_path,
+        {"a.py": "def func(x):\n    return x\n", "b.py": "from .a import func\n"},
+    )
+    _import(name)
+    a = _import(f"{name}.a")
+    original = a.func
+    seen: list[str] = []
+    handle = ah.weave(f"{name}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name))
+    b = _import(f"{name}.b")
+    assert b.func is a.func
+    assert a.func(1) == 1
+    assert seen == [f"{name}.a.func"]
+    handle.remove()
+    assert a.func is original
+
+
+LAZY_PACKAGE = """\
+import importlib
+
+def __getattr__(name):
+    if name in ("a", "heavy"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(name)
+"""
+
+
+def test_glob_over_a_lazily_loading_package_imports_nothing(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """A package that imports submodules on attribute access (PEP 562) is not made to
+    import them by the weave: each is woven when the program imports it."""
+    new_module("")
+    name = _package_tree(
+        tmp_path,
+        {
+            "__init__.py": LAZY_PACKAGE,
+            "a.py": "def func(x):\n    return x + 1\n",
+            "heavy.py": "raise RuntimeError('imported heavy')\n",
+        },
+    )
+    pkg = _import(name)
+    seen: list[str] = []
+    with ah.weave(f"{name}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert f"{name}.a" not in sys.modules
+        assert f"{name}.heavy" not in sys.modules
+        assert pkg.a.func(1) == 2  # the program's own (lazy) import
+    assert seen == [f"{name}.a.func"]
+
+
+def test_glob_below_a_submodule_not_imported_yet(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """'pkg.sub.*.func' with pkg imported and pkg.sub not: woven when pkg.sub is."""
+    new_module("")
+    name = _package_tree(
+        tmp_path, {"sub/__init__.py": "", "sub/m.py": "def func(x):\n    return x\n"}
+    )
+    _import(name)
+    seen: list[str] = []
+    with ah.weave(f"{name}.sub.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert statuses(f"{name}.sub.*.func") == ["pending import"]
+        assert _import(f"{name}.sub.m").func(3) == 3
+    assert seen == [f"{name}.sub.m.func"]
 
 
 def test_submodule_of_package_not_imported_yet(new_module: Callable[..., str]) -> None:

@@ -169,6 +169,24 @@ def test_sketch_add_many_of_floats_buckets_like_add(values: list[float]) -> None
     assert (many.count, many._zeros) == (one.count, one._zeros)
 
 
+def test_sketch_values_beyond_float_range_bucket_like_add() -> None:
+    """Ints too big for a float still get a bucket each, the same one add gives."""
+    values = [10**308, 2 * 10**308, 10**400, 10**400 + 1, 5]
+    one, many = QuantileSketch(), QuantileSketch()
+    for value in values:
+        one.add(value)
+    many.add_many(values)
+    assert many._buckets == one._buckets
+    assert len(many._buckets) == 4
+
+
+@pytest.mark.parametrize("max_buckets", [0, -1, 1.5, True])
+def test_sketch_refuses_a_bucket_cap_below_one(max_buckets: Any) -> None:
+    """max_buckets must be an int >= 1."""
+    with pytest.raises(ValueError, match="give an int >= 1"):
+        QuantileSketch(max_buckets=max_buckets)
+
+
 def test_sketch_quantiles_of_seeded_random_data() -> None:
     """p50/p95/p99 of 50,000 log-normal durations are within 1%; min, max, total exact."""
     rng = random.Random(1234)
