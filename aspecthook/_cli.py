@@ -281,6 +281,8 @@ class Session:
         for key, record in self.records:
             if record.status == "failed":
                 _warn(f"{self.config.file}: {key}: {record.target} failed: {record.reason}")
+            elif record.status == "pending import" and record.reason:  # a glob still empty
+                _warn(f"{self.config.file}: {key}: {record.target} {record.reason}")
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
             _print_summary(timers)

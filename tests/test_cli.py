@@ -291,6 +291,31 @@ def test_missing_target_is_a_warning_and_skipped(program: Path) -> None:
     assert "argv:" in done.stdout
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["warn", "strict"])
+def test_glob_that_matches_nothing_is_reported(program: Path, strict: bool) -> None:
+    """A misspelt glob over a package's modules is reported: at exit while some modules it
+    could match were never imported, at once with --strict."""
+    write(
+        program,
+        "typo.yaml",
+        """\
+        weave:
+          - target: "json.*.dumsp"
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, *(["--strict"] if strict else []), "--aspects", "typo.yaml", "prog.py")
+    if strict:
+        assert done.returncode == 2
+        assert "json.*.dumsp matched nothing in the modules imported so far" in done.stderr
+    else:
+        assert done.returncode == 0
+        assert (
+            "aspecthook: warning: typo.yaml: weave[0]: json.*.dumsp matched nothing yet: "
+            "waiting for"
+        ) in done.stderr
+
+
 def test_missing_target_with_strict_exits_2(program: Path) -> None:
     """With --strict a missing target is an error: exit 2 and the program does not run."""
     write(
