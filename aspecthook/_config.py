@@ -248,6 +248,16 @@ def _aspect(file: str, key: str, item: Any) -> AspectSpec:
         )
     params = dict(item)
     kind = params.pop("type", None)
+    for name in params:
+        if not isinstance(name, str):
+            from .registry import _YAML_BOOLEANS
+
+            raise _error(
+                file,
+                f"{key}.{name!r}",
+                "a parameter name must be text"
+                + (_YAML_BOOLEANS if isinstance(name, bool) else f", not {_kind(name)}"),
+            )
     if not _is_text(kind):
         raise _error(
             file,

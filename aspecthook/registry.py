@@ -296,6 +296,16 @@ class Parameters:
         """``params`` if every name is accepted and every required one given (lists become
         tuples where the default is a tuple); else ``AspectParameterError``."""
         valid = tuple(self.defaults)
+        odd = tuple(k for k in params if not isinstance(k, str))
+        if odd:
+            raise AspectParameterError(
+                f"{label} parameter names must be text, not {', '.join(map(repr, odd))}"
+                f"{_YAML_BOOLEANS if any(isinstance(k, bool) for k in odd) else ''}; "
+                f"its parameters are: {', '.join(valid) or '(none)'}",
+                aspect=label,
+                parameters=tuple(map(str, odd)),
+                valid=valid,
+            )
         unknown = () if self.open else tuple(k for k in params if k not in self.defaults)
         missing = tuple(k for k in self.required if k not in params)
         if unknown:
@@ -312,6 +322,10 @@ class Parameters:
             parameters=unknown or missing,
             valid=valid,
         )
+
+
+#: What to say about a parameter name YAML turned into a boolean.
+_YAML_BOOLEANS = " (YAML reads a bare on, off, yes or no as a boolean: quote it, e.g. 'on':)"
 
 
 def _tuple_if(value: Any, default: Any) -> Any:

@@ -267,6 +267,57 @@ def test_aspects_are_woven_before_the_programs_imports(program: Path) -> None:
     assert row.split("│")[2].strip() == "20"  # calls
 
 
+def test_retry_configured_with_exception_names(tmp_path: Path) -> None:
+    """Retry's exception filter is written in the config file by name."""
+    write(
+        tmp_path,
+        "flaky.py",
+        """\
+        calls = []
+
+        def fetch():
+            calls.append(1)
+            if len(calls) < 3:
+                raise ConnectionError("down")
+            return len(calls)
+        """,
+    )
+    write(tmp_path, "prog.py", "import flaky\nprint('calls', flaky.fetch())\n")
+    write(
+        tmp_path,
+        "retry.yaml",
+        """\
+        weave:
+          - target: flaky.fetch
+            aspects: [{type: Retry, attempts: 3, backoff: 0, "on": [ConnectionError]}]
+        """,
+    )
+    done = run(tmp_path, "--no-summary", "--aspects", "retry.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "calls 3"
+
+
+def test_a_bare_on_key_in_yaml_is_explained(tmp_path: Path) -> None:
+    """YAML reads a bare `on:` as true: the error says to quote it."""
+    write(tmp_path, "prog.py", "print('ran')\n")
+    write(
+        tmp_path,
+        "retry.yaml",
+        """\
+        weave:
+          - target: json.dumps
+            aspects: [{type: Retry, on: [ConnectionError]}]
+        """,
+    )
+    done = run(tmp_path, "--aspects", "retry.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert (
+        "aspecthook: error: retry.yaml: weave[0].aspects[0].True: a parameter name must be "
+        "text (YAML reads a bare on, off, yes or no as a boolean: quote it, e.g. 'on':)"
+    ) in done.stderr
+
+
 def test_missing_target_is_a_warning_and_skipped(program: Path) -> None:
     """A target that does not exist is reported on stderr; the program runs and its code
     is the exit code."""

@@ -9,22 +9,22 @@ attempt and sleeps with ``asyncio.sleep``; a synchronous one sleeps with ``time.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import math
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from .. import around
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
+from .._log import get_logger
 from ..errors import InvalidOptionError
+from ..registry import _import
 
 __all__ = ["RETRY_ATTEMPT", "RETRY_GAVE_UP", "Retry"]
 
-log = structlog.get_logger()
 
 RETRY_ATTEMPT = "retry.attempt"
 """Logged (warning) after a failed attempt that will be retried, before the sleep."""
@@ -129,7 +129,7 @@ class Retry(Aspect):
 
     def _next_delay(self, ctx: CallContext, exc: BaseException, attempt: int) -> float:
         delay = self.delay(attempt - 1)
-        log.warning(
+        get_logger().warning(
             RETRY_ATTEMPT,
             joinpoint=ctx.joinpoint.name,
             attempt=attempt,
@@ -140,7 +140,7 @@ class Retry(Aspect):
         return delay
 
     def _give_up(self, ctx: CallContext, exc: BaseException) -> None:
-        log.warning(
+        get_logger().warning(
             RETRY_GAVE_UP,
             joinpoint=ctx.joinpoint.name,
             attempts=self.attempts,
@@ -163,15 +163,44 @@ def _describe(exc: BaseException) -> str:
 
 
 def _exception_types(on: object) -> tuple[type[BaseException], ...]:
-    types = on if isinstance(on, tuple) else (on,)
+    """``on=`` as a tuple of exception classes.
+
+    Besides classes it takes names, so that a config file can say it: a builtin's name
+    (``'ConnectionError'``) or a ``'package.module:Name'`` path; and a list as a tuple.
+    """
+    items = tuple(on) if isinstance(on, (tuple, list)) else (on,)
+    types = tuple(_exception_named(t) if isinstance(t, str) else t for t in items)
     if types and all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-        return types
+        return types  # type: ignore[return-value]  # checked just above
     raise InvalidOptionError(
         f"on={on!r} is not an exception class or a tuple of them: give e.g. "
-        "on=(ConnectionError, TimeoutError)",
+        "on=(ConnectionError, TimeoutError), or in a config on: [ConnectionError, "
+        "'package.module:SomeError']",
         option="on",
         value=on,
     )
+
+
+def _exception_named(name: str) -> object:
+    """The class a builtin exception name or a ``'package.module:Name'`` path names."""
+    if ":" not in name:
+        found = getattr(builtins, name.strip(), None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return found
+        raise InvalidOptionError(
+            f"on: {name!r} is not a builtin exception: name one (e.g. 'TimeoutError') or "
+            "give the class's 'package.module:Name' path",
+            option="on",
+            value=name,
+        )
+    try:
+        return _import(name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidOptionError(
+            f"on: {name!r} cannot be imported ({exc}): check the 'package.module:Name' path",
+            option="on",
+            value=name,
+        ) from exc
 
 
 def _number(option: str, value: object, what: str, low: float, high: float = math.inf) -> float:

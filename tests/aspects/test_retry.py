@@ -146,6 +146,16 @@ def test_a_single_exception_class_is_a_filter_too(flaky: Flaky) -> None:
     assert flaky.calls == 2
 
 
+def test_exceptions_can_be_named_as_in_a_config_file(flaky: Flaky) -> None:
+    """on= takes builtin exception names and 'package.module:Name' paths, in a list too."""
+    flaky.failures = 1
+    aspect, _ = retry(on=["TimeoutError", "builtins:ConnectionError"])
+    assert aspect.on == (TimeoutError, ConnectionError)
+    with ah.weave(fetch, aspect), capture_logs():
+        assert fetch() == "done"
+    assert flaky.calls == 2
+
+
 def test_give_up_hook_is_called_with_the_context_and_the_last_exception(flaky: Flaky) -> None:
     """give_up(ctx, exc) runs once, before the last exception propagates."""
     flaky.failures = 10
@@ -295,7 +305,9 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
         ({"max_backoff": float("nan")}, r"max_backoff=nan is out of range"),
         ({"jitter": 1.5}, r"jitter=1.5 is out of range: give jitter as a fraction"),
         ({"on": ValueError("x")}, r"on=ValueError\('x'\) is not an exception class"),
-        ({"on": (KeyError, "x")}, r"is not an exception class or a tuple of them"),
+        ({"on": (KeyError, 3)}, r"is not an exception class or a tuple of them"),
+        ({"on": (KeyError, "x")}, r"on: 'x' is not a builtin exception: name one"),
+        ({"on": "json:Nope"}, r"on: 'json:Nope' cannot be imported"),
         ({"on": ()}, r"on=\(\) is not an exception class"),
         ({"give_up": 3}, r"give_up=3 is not callable"),
         ({"sleep": None}, r"sleep=None is not callable"),
