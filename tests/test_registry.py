@@ -223,6 +223,16 @@ def test_build_wrong_parameter_lists_valid_ones(registry: Registry) -> None:
     assert isinstance(info.value, TypeError)
 
 
+def test_build_parameter_name_read_as_a_boolean_says_to_quote_it(registry: Registry) -> None:
+    """A YAML key like a bare `on:` arrives as True: the error explains it."""
+    registry.register(Stopwatch)
+    with pytest.raises(
+        AspectParameterError,
+        match=r"Stopwatch parameter names must be text, not True \(YAML reads a bare on",
+    ):
+        registry.build({"type": "Stopwatch", True: "ms"})
+
+
 def test_build_missing_required_parameter(registry: Registry) -> None:
     """A required parameter left out is named before the constructor runs."""
     registry.register(Needy)
