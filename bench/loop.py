@@ -36,9 +36,13 @@ The variants, used the way their documentation shows:
   checkpoint count equal to "every 1,000" for any ``--iters`` (at 3,000 the last save is
   due anyway). aspecthook does more per save than the others (RNG states, scheduler and
   aspect state, sha256, ``fsync`` of file and folder, a manifest): that is its
-  crash-safety, and it is inside its time. Its ``Logger`` also keeps a smoothed loss (one
-  ``loss.detach()`` per iteration) and its ``IterTimer`` times every iteration; the peers
-  do neither.
+  crash-safety. It serializes the state on the training thread at the save (inside its
+  time, like the peers' ``torch.save``) and writes the file, its sha256, the fsyncs and
+  the manifest on a background thread while training goes on; the last save of the run
+  is written before ``run()`` returns, so that write is inside its time too, and the
+  files are counted once every one is on disk. Its ``Logger`` also keeps a smoothed loss
+  (one ``loss.detach()`` in each of the 20 iterations before a log point) and its
+  ``IterTimer`` times every iteration; the peers do neither.
 
 Data: a seeded ``TensorDataset`` of 4,000 samples (250 batches an epoch, 12 epochs at
 3,000 iterations) in a ``DataLoader`` without shuffling, so every variant sees the same

@@ -123,10 +123,10 @@ class Runner:
         # Shipped aspects first, so a custom aspect of equal priority runs after them
         # (ties run in registration order); the given order is kept within each group.
         aspects.sort(key=lambda a: not type(a).__module__.startswith("aspecthook."))
-        self.aspects: list[Aspect] = []
-        self._handles: list[Handle] = []
-        for aspect in aspects:
-            self.add_aspect(aspect)
+        self.aspects: list[Aspect] = [_adapt(aspect) for aspect in aspects]
+        # One registration for all of them: each join point's dispatcher is built once,
+        # not once per aspect that advises it.
+        self._handles: list[Handle] = [self.weaver.register(self.aspects)]
 
     @classmethod
     def from_config(
@@ -198,15 +198,7 @@ class Runner:
         OpenMMLab-style hooks and Keras-style callbacks are wrapped first
         (``aspecthook.adapters.as_aspect``).
         """
-        from ..adapters import as_aspect
-
-        adapted = as_aspect(aspect)
-        if adapted is None:
-            raise RunnerError(
-                f"aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
-                f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
-            )
-        aspect = adapted
+        aspect = _adapt(aspect)
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
         self._handles.append(handle)
@@ -257,9 +249,13 @@ class Runner:
         self.inner_iter = 0
 
     def epoch_batches(self) -> Iterator[Any]:
-        """This epoch's batches, after the ``inner_iter`` already consumed (on resume)."""
-        for batch in epoch_batches(self.train_loader, self.inner_iter):
-            yield self.to_device(batch)
+        """This epoch's batches, after the ``inner_iter`` already consumed (on resume).
+
+        Without a ``device`` it is the loader's own iterator: the loop then costs nothing
+        per batch on top of the loader (no generator to resume, no call).
+        """
+        batches = epoch_batches(self.train_loader, self.inner_iter)
+        return batches if self.device is None else map(self.to_device, batches)
 
     def to_device(self, batch: Any) -> Any:
         """Move the tensors in ``batch`` to the runner's device (if one was given)."""
@@ -280,10 +276,17 @@ class Runner:
 
     def compute_train_step(self, batch: Any) -> dict[str, Any]:
         """Run the user's step and return a dict with a scalar ``loss`` tensor."""
+        # Runs every iteration: the common cases (an (x, y) batch with loss_fn, a loss
+        # tensor returned) are written out here rather than in helpers, one call each less.
+        loss_fn = self.loss_fn
         if self.train_step is not None:
             result = self.train_step(self, batch)
+        elif loss_fn is not None and type(batch) in (tuple, list) and len(batch) == 2:
+            result = loss_fn(self.model(batch[0]), batch[1])
         else:
             result = self._default_step(batch)
+        if type(result) is torch.Tensor and result.numel() == 1:
+            return {"loss": result}
         return _as_outputs(result, where="train_step" if self.train_step else "the model")
 
     def compute_eval_step(self, batch: Any) -> dict[str, Any]:
@@ -407,6 +410,18 @@ def _dist_info() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _adapt(aspect: Aspect | Any) -> Aspect:
+    from ..adapters import as_aspect
+
+    adapted = as_aspect(aspect)
+    if adapted is None:
+        raise RunnerError(
+            f"aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
+            f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
+        )
+    return adapted
 
 
 def _split_batch(batch: Any) -> tuple[Any, Any]:

@@ -7,13 +7,22 @@ costs seconds of imports per run). ``RESUME_KILL=<mode>:<k>`` (``kill=`` for
 :func:`main`) makes the run die by ``SIGKILL`` (no cleanup, no ``finally``, as with the
 OOM killer or a lost node):
 
-- ``iter:k`` in the middle of iteration ``k + 1`` (in its backward pass);
-- ``save:k`` inside ``torch.save`` of iteration ``k``'s checkpoint, with half the temp
-  file written;
+- ``iter:k`` in the middle of iteration ``k + 1`` (in its backward pass), once every
+  checkpoint saved so far is on disk (the modes below kill while one is being written);
+- ``save:k`` inside ``torch.save`` of iteration ``k``'s checkpoint (which serializes it in
+  memory on the training thread), half of it serialized: nothing of it is on disk yet;
+- ``write:k`` on the background writer thread, with half of iteration ``k``'s checkpoint
+  written to its temp file (before the fsync);
 - ``replace:k`` with iteration ``k``'s checkpoint whole in its temp file, before
   ``os.replace`` gives it its name;
 - ``latest:k`` with that checkpoint in place, before the manifest ``latest`` moves to it;
-- ``prune:k`` after ``latest`` moved, before the old checkpoints are deleted.
+- ``prune:k`` after ``latest`` moved, before the old checkpoints are deleted;
+- ``inflight:k`` on the training thread, in the backward pass of iteration ``k + 2``,
+  while iteration ``k``'s checkpoint is still being written (its writer is held before
+  ``os.replace``): training goes on while a write is in flight, and a kill then loses it.
+
+The writer-thread kills are told apart by the files they act on, not by ``runner.iter``:
+training has moved on by the time the writer gets there.
 
 A run that finishes writes :func:`snapshot` to ``OUT_FILE``. Every resume appends a JSON
 line ``{"resumed": "<file>", "iter": n}`` to ``OUT_FILE.events``.
@@ -27,6 +36,8 @@ import os
 import random
 import signal
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +53,7 @@ from aspecthook.train.aspects import EMA, Checkpoint, Evaluate, LRSchedule
 N_ITERS = 60  # 96 samples in batches of 8: 12 iterations an epoch, the run ends on epoch 5's edge
 INTERVAL = 3  # a checkpoint every 3 iterations; kills between them replay up to 2
 MAX_KEEP = 2
-KILL_MODES = ("iter", "save", "replace", "latest", "prune")
+KILL_MODES = ("iter", "save", "write", "replace", "latest", "prune", "inflight")
 
 
 class LossHistory(Aspect):
@@ -136,25 +147,38 @@ def _die() -> None:
 
 
 class _KillInBackward(Aspect):
+    """Dies in the backward pass after iteration ``at``, once ``ready`` says so."""
+
     priority = Priority.LOWEST
 
-    def __init__(self, at: int) -> None:
+    def __init__(self, at: int, ready: Any) -> None:
         super().__init__()
         self.at = at
+        self.ready = ready
 
     def before_backward(self, ctx: CallContext) -> None:
         if ctx.runner.iter == self.at:
+            self.ready()
             _die()
 
 
 def _arm(runner: Runner, mode: str, at: int) -> None:
     """Make the run die as ``mode`` says once it reaches iteration ``at``."""
+    checkpoint = runner.get_aspect(Checkpoint)
+    assert isinstance(checkpoint, Checkpoint)
     if mode == "iter":
-        runner.add_aspect(_KillInBackward(at))
+        runner.add_aspect(_KillInBackward(at, checkpoint.wait))
         return
+    held = threading.Event()  # inflight: the writer of iteration at's checkpoint is held
+    if mode == "inflight":
+        runner.add_aspect(_KillInBackward(at + 1, lambda: held.wait(60)))
+    target = f"iter_{at}.pt"
+    done: set[str] = set()  # the steps of target's save done so far: placed, latest
+    temp_names: dict[int, str] = {}  # open temp file descriptors -> their names
     real_save, real_replace, real_unlink = torch.save, os.replace, os.unlink
+    real_fsync, real_mkstemp = os.fsync, tempfile.mkstemp
 
-    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:  # training thread
         if mode == "save" and runner.iter == at:
             buffer = io.BytesIO()
             real_save(obj, buffer, *args, **kwargs)
@@ -163,21 +187,40 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
             _die()
         real_save(obj, f, *args, **kwargs)
 
+    def mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        fd, path = real_mkstemp(*args, **kwargs)
+        temp_names[fd] = Path(path).name
+        return fd, path
+
+    def fsync(fd: int) -> None:
+        name = temp_names.pop(fd, "")
+        if mode == "write" and name.startswith(f".{target}."):
+            os.ftruncate(fd, os.fstat(fd).st_size // 2)
+            _die()
+        real_fsync(fd)
+
     def replace(src: Any, dst: Any) -> None:
         name = Path(dst).name
-        if runner.iter == at and (
-            (mode == "replace" and name == f"iter_{at}.pt")
-            or (mode == "latest" and name == "latest")
-        ):
+        if name == target and mode == "replace":
+            _die()
+        if name == target and mode == "inflight":
+            held.set()
+            threading.Event().wait()  # until the training thread kills the process
+        if name == "latest" and "placed" in done and mode == "latest":
             _die()
         real_replace(src, dst)
+        if name == target:
+            done.add("placed")
+        elif name == "latest" and "placed" in done:
+            done.add("latest")
 
     def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
-        if mode == "prune" and runner.iter == at and Path(path).suffix == ".pt":
+        if mode == "prune" and "latest" in done and Path(path).suffix == ".pt":
             _die()
         real_unlink(path, *args, **kwargs)
 
-    torch.save, os.replace, os.unlink = save, replace, unlink  # type: ignore[assignment]
+    torch.save, os.replace, os.unlink, os.fsync = save, replace, unlink, fsync  # type: ignore[assignment]
+    tempfile.mkstemp = mkstemp  # type: ignore[assignment]
 
 
 def main(work_dir: str, out_file: str, kill: str | None = None) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from _fixtures import make_runner, one_thread, params
 from structlog.testing import capture_logs
 
 import aspecthook as ah
-from aspecthook import Aspect, CallContext, Event
+from aspecthook import Aspect, CallContext, Event, Priority
 from aspecthook.errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
 from aspecthook.train import aspects
 from aspecthook.train.aspects import Checkpoint, Evaluate
@@ -236,6 +238,169 @@ def test_stale_temp_files_of_a_killed_write_are_removed_at_start(tmp_path: Path)
     stale.write_bytes(b"half a checkpoint")
     make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint()]).run()
     assert not stale.exists()
+
+
+# -- the background writer -----------------------------------------------------------------
+
+
+def _hold_writes_of(
+    monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], None]
+) -> threading.Event:
+    """Run ``action`` on the writer thread just before ``name`` is given its name (its temp
+    file whole); the returned event is set once the writer got there."""
+    reached = threading.Event()
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == name:
+            reached.set()
+            action()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return reached
+
+
+class _AtIteration(Aspect):
+    """Calls ``fn(runner)`` after iteration ``at``, after every other after-advice."""
+
+    priority = Priority.LOWEST
+
+    def __init__(self, at: int, fn: Callable[[Any], None]) -> None:
+        super().__init__()
+        self.at = at
+        self.fn = fn
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at:
+            self.fn(ctx.runner)
+
+
+def test_training_goes_on_while_a_write_is_in_flight_and_latest_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With iteration 6's write held, iterations 7 and 8 run while ``latest`` still names
+    the complete iter_3.pt; released, iter_6.pt holds iteration 6's state, not a later one
+    (and the save at 9 waited for it)."""
+    release = threading.Event()
+    reached = _hold_writes_of(monkeypatch, "iter_6.pt", lambda: release.wait(30))
+    at_6: list[list[torch.Tensor]] = []
+    seen: list[tuple[int, str, int]] = []
+
+    def look(runner: Any) -> None:
+        assert reached.wait(30)
+        latest = _load_latest(tmp_path)["runner"]["counters"]["iter"]
+        seen.append((runner.iter, _manifest(tmp_path)["latest"], latest))
+        if runner.iter == 8:
+            release.set()
+
+    aspects = [
+        Checkpoint(3, by_epoch=False, save_last=False),
+        _AtIteration(6, lambda runner: at_6.append(params(runner))),
+        _AtIteration(7, look),
+        _AtIteration(8, look),
+    ]
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=10, aspects=aspects)
+    runner.run()
+    assert seen == [(7, "iter_3.pt", 3), (8, "iter_3.pt", 3)]
+    assert _manifest(tmp_path)["latest"] == "iter_9.pt"
+    saved = torch.load(tmp_path / "iter_6.pt", weights_only=True)["runner"]
+    assert saved["counters"]["iter"] == 6
+    state = list(saved["model"].values())
+    assert all(torch.equal(a, b) for a, b in zip(state, at_6[0], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(state, params(runner), strict=True))
+
+
+def test_a_failed_write_raises_on_the_training_thread_and_latest_keeps_the_last_good_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk error in the writer stops the run at the next iteration with a RunnerError
+    that names the file and chains the OSError; ``latest`` still names iter_2.pt."""
+
+    def disk_full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _hold_writes_of(monkeypatch, "iter_4.pt", disk_full)
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_iters=8, aspects=[Checkpoint(2, by_epoch=False)]
+    )
+    with pytest.raises(RunnerError, match=r"could not write iter_4\.pt .*No space left") as info:
+        runner.run()
+    assert isinstance(info.value.__cause__, OSError)
+    assert 4 < runner.iter < 8
+    assert _manifest(tmp_path)["latest"] == "iter_2.pt"
+    assert _load_latest(tmp_path)["runner"]["counters"]["iter"] == 2
+    assert not any(p.name.endswith(".ckpt-tmp") for p in tmp_path.iterdir())
+
+
+def test_a_failed_write_while_the_run_fails_is_logged_and_the_run_error_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training error propagates unchanged; the writer's error is logged beside it."""
+
+    def disk_full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def crash(runner: Any) -> None:
+        raise KeyError("the training error")
+
+    _hold_writes_of(monkeypatch, "iter_2.pt", disk_full)
+    runner = make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_iters=8,
+        aspects=[Checkpoint(2, by_epoch=False), _AtIteration(2, crash)],
+    )
+    with capture_logs() as logs, pytest.raises(KeyError, match="the training error"):
+        runner.run()
+    failed = [log for log in logs if log["event"] == "checkpoint.write_failed"]
+    assert len(failed) == 1
+    assert "iter_2.pt" in failed[0]["error"]
+
+
+def test_a_run_interrupted_while_a_write_is_in_flight_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KeyboardInterrupt right after a save: when run() raises, the file is complete and
+    ``latest`` names it, so a run started next in this process resumes from it."""
+    release = threading.Event()
+    _hold_writes_of(monkeypatch, "iter_2.pt", lambda: release.wait(30))
+
+    def interrupt(runner: Any) -> None:
+        threading.Timer(0.2, release.set).start()  # the write finishes after the interrupt
+        raise KeyboardInterrupt
+
+    runner = make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_iters=8,
+        aspects=[Checkpoint(2, by_epoch=False), _AtIteration(3, interrupt)],
+    )
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    assert release.is_set()
+    assert _manifest(tmp_path)["latest"] == "iter_2.pt"
+    assert _load_latest(tmp_path)["runner"]["counters"]["iter"] == 2
+
+
+def test_saved_events_come_on_the_training_thread_and_save_returns_a_written_file(
+    tmp_path: Path, saved: list[Event]
+) -> None:
+    """Subscribers run on the thread that trains; ``Checkpoint.save()`` returns once its
+    file and ``latest`` are on disk."""
+    threads: list[threading.Thread] = []
+    checkpoint = Checkpoint(2, by_epoch=False)
+    with ah.on("checkpoint.saved")(lambda event: threads.append(threading.current_thread())):
+        runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[checkpoint])
+        runner.run()
+        path = checkpoint.save(runner, "extra_4.pt")
+    assert [Path(e.path).name for e in saved] == ["iter_2.pt", "iter_4.pt", "extra_4.pt"]
+    assert threads == [threading.current_thread()] * 3
+    assert path == tmp_path / "extra_4.pt"
+    assert _manifest(tmp_path)["latest"] == "extra_4.pt"
+    _load_latest(tmp_path)
 
 
 # -- resume --------------------------------------------------------------------------------

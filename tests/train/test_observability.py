@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,62 @@ def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:
     assert runner.outputs["time"] > 0
     assert etas[-1] == 0.0
     assert etas[0] > 0.0
+
+
+class _SlowBatches:
+    """Three batches, each handed out after ``wait`` seconds (a slow data pipeline)."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self.data = DataLoader(TensorDataset(torch.randn(12, 4), torch.randint(0, 3, (12,))), 4)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __iter__(self) -> Any:
+        for batch in self.data:
+            time.sleep(self.wait)
+            yield batch
+
+
+def test_iter_timer_splits_the_wait_for_data_from_the_iteration(tmp_path: Path) -> None:
+    """data_time covers the wait for the batch (previous iteration's end to this one's
+    start), time the iteration itself; every iteration has both."""
+    times: list[tuple[float, float]] = []
+    model = torch.nn.Linear(4, 3)
+
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        time.sleep(0.01)
+        return torch.nn.functional.cross_entropy(runner.model(batch[0]), batch[1])
+
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        _SlowBatches(0.03),
+        train_step=step,
+        max_epochs=2,
+        aspects=[IterTimer()],
+    )
+    runner.weaver.after("train_iter", priority="LOWEST")(
+        lambda ctx: times.append((ctx.result["data_time"], ctx.result["time"]))
+    )
+    runner.run()
+    assert len(times) == 6
+    assert all(data >= 0.03 and took >= 0.01 for data, took in times)
+
+
+def test_logger_errors_raise_stops_the_run_at_the_first_failure(tmp_path: Path) -> None:
+    """With errors='raise' a failing log line is an error of the run, not a log entry."""
+    logger = Logger(interval=2, errors="raise")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("sink is gone")
+
+    logger._emit = broken  # type: ignore[method-assign]
+    runner = _runner(tmp_path, [logger])
+    with pytest.raises(RuntimeError, match="sink is gone"):
+        runner.run()
+    assert runner.iter == 2
 
 
 def test_progress_bar_advances_to_the_total(tmp_path: Path) -> None:

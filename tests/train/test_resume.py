@@ -71,7 +71,8 @@ def _kill_plan(rng: random.Random) -> list[tuple[str, int, int]]:
     """(mode, iteration, the iteration the next run resumes from) for each kill, in order.
 
     Checkpoint-write kills happen at checkpoint iterations (multiples of INTERVAL from the
-    third on, so there is something to prune); ``iter`` kills anywhere after the first.
+    third on, so there is something to prune); ``iter`` kills anywhere after the first;
+    ``inflight`` kills two iterations after a checkpoint, so not after the last one.
     """
     points = sorted(rng.sample(range(3 * INTERVAL, N_ITERS + 1, INTERVAL), len(KILL_MODES)))
     plan: list[tuple[str, int, int]] = []
@@ -80,9 +81,13 @@ def _kill_plan(rng: random.Random) -> list[tuple[str, int, int]]:
             at = min(at + rng.randrange(INTERVAL), N_ITERS - 1)
             resume = at - at % INTERVAL
         else:
+            if mode == "inflight":
+                at = min(at, N_ITERS - INTERVAL)
             resume = at if mode == "prune" else at - INTERVAL
         plan.append((mode, at, resume))
-    return plan
+    # In the order the runs reach them (moving inflight back may have put it behind
+    # another); at the same iteration, a kill that loses the checkpoint comes first.
+    return sorted(plan, key=lambda kill: (kill[1], kill[2]))
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +139,9 @@ def _resumed_from(out: Path) -> list[int]:
 def test_killed_runs_resumed_end_bit_for_bit_equal_to_an_uninterrupted_run(
     tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
 ) -> None:
-    """SIGKILL mid-iteration, inside torch.save, before os.replace, before ``latest`` moves
-    and before pruning, at random iterations: every kill leaves a readable ``latest``, each
+    """SIGKILL mid-iteration, inside torch.save, with half a temp file written, before
+    os.replace, before ``latest`` moves, before pruning and while training goes on beside
+    a write in flight, at random iterations: every kill leaves a readable ``latest``, each
     run resumes where expected, and the end state (weights, optimizer, scheduler, EMA,
     metrics, every loss and LR) and files equal those of one run in one go. The last run is
     a new interpreter, which imports everything anew while it resumes."""
@@ -377,6 +383,22 @@ def test_rng_states_survive_a_weights_only_round_trip() -> None:
     states = torch.load(buffer, weights_only=True)
     assert restore_own_rank(states, 0)
     assert _draws(torch.Generator())[:3] == first[:3]
+
+
+def test_rng_keys_are_one_tensor_each_and_older_lists_of_ints_restore_too() -> None:
+    """python's and numpy's keys are saved as int64 tensors (one record, not 624 pickled
+    ints); checkpoints written with lists of ints restore the same generators."""
+    state = capture()
+    assert state["python"]["key"].dtype == state["numpy"]["key"].dtype == torch.int64
+    as_lists = {
+        **state,
+        "python": {**state["python"], "key": state["python"]["key"].tolist()},
+        "numpy": {**state["numpy"], "key": state["numpy"]["key"].tolist()},
+    }
+    generator = torch.Generator()
+    first = _draws(generator)
+    restore(as_lists)
+    assert _draws(generator)[:3] == first[:3]
 
 
 def test_a_rank_the_checkpoint_has_no_state_for_keeps_its_generators() -> None:

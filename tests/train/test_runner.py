@@ -181,6 +181,80 @@ def test_train_step_may_return_a_dict_with_extra_outputs() -> None:
     assert runner.outputs["extra"] == 7
 
 
+class _Pair(tuple):  # type: ignore[type-arg]
+    """A tuple subclass (as a namedtuple batch is)."""
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        tuple,
+        list,
+        _Pair,
+        lambda xy: {"inputs": xy[0], "targets": xy[1]},
+    ],
+    ids=["tuple", "list", "tuple-subclass", "dict"],
+)
+def test_the_default_step_takes_every_batch_shape_it_documents(wrap: Any) -> None:
+    """(x, y) tuples, lists and tuple subclasses and {'inputs', 'targets'} dicts train
+    exactly as the hand-written loss_fn(model(x), y) does."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, [wrap(b) for b in loader], loss_fn=CE, max_epochs=1)
+    runner.run()
+    reference, ref_opt, ref_loader = _parts()
+    for x, y in ref_loader:
+        CE(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_loss_of_one_element_is_a_loss_and_a_vector_is_not() -> None:
+    """A loss of shape (1,) trains; a per-sample loss (shape (4,)) is refused at once."""
+    runner = _runner(max_iters=2, loss_fn=lambda out, y: CE(out, y).reshape(1))
+    runner.run()
+    assert runner.iter == 2
+    runner = _runner(max_iters=2, loss_fn=lambda out, y: CE(out, y, reduction="none"))
+    with pytest.raises(RunnerError, match="returned Tensor, not a loss"):
+        runner.run()
+    assert runner.iter == 0
+
+
+def test_a_device_moves_every_batch_before_the_step() -> None:
+    """With device= the step sees the batches on that device, the loader's as they are."""
+    seen: list[torch.device] = []
+    model, opt, loader = _parts()
+
+    def step(r: Runner, batch: Any) -> torch.Tensor:
+        seen.append(batch[0].device)
+        return CE(r.model(batch[0]), batch[1])
+
+    Runner(model, opt, loader, train_step=step, max_epochs=1, device="cpu").run()
+    assert seen == [torch.device("cpu")] * 3
+
+
+def test_close_removes_the_aspects_given_at_construction_and_added_later() -> None:
+    """All aspects given to the runner advise it; add_aspect's handle removes only its
+    own advice; close() leaves no advice at any join point."""
+
+    class Note(ah.Aspect):
+        def __init__(self, tag: str) -> None:
+            super().__init__(name=tag)
+
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            pass
+
+    runner = _runner(aspects=[Note("a"), Note("b")], default_aspects=False)
+    handle = runner.add_aspect(Note("c"))
+    names = runner.describe().advice_names("train_iter", "after")
+    assert names == ["a.after_train_iter", "b.after_train_iter", "c.after_train_iter"]
+    handle.remove()
+    assert runner.describe().advice_names("train_iter", "after") == names[:2]
+    runner.close()
+    assert runner.describe().advice_names("train_iter", "after") == []
+
+
 def test_default_aspects_run_before_custom_ones_of_equal_priority() -> None:
     """Shipped aspects run in priority order; an equal-priority custom aspect runs after."""
 

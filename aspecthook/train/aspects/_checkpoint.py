@@ -8,12 +8,24 @@ Files in ``runner.work_dir``:
 - ``latest``: a small JSON manifest naming the newest checkpoint and giving the size and
   sha256 of every checkpoint it keeps.
 
-A kill at any moment leaves ``latest`` naming a complete, verifiable file, because a save
-goes in this order: (1) ``torch.save`` into a temp file in the same folder, flush,
+A save has two halves. On the training thread, at the iteration it belongs to, the state
+is gathered and serialized (``torch.save`` into memory): the bytes are final before the
+next step changes anything. A background writer thread then puts them on disk, in this
+order: (1) write them (summing their sha256) into a temp file in the same folder, flush,
 ``os.fsync``; (2) ``os.replace`` it onto its name, fsync the folder; (3) write the manifest
 the same way; (4) only then delete what the new manifest dropped (old interval
 checkpoints, the previous best). The manifest lists those under ``delete``, so a run
-killed between (3) and (4) has them deleted when it resumes.
+killed between (3) and (4) has them deleted when it resumes. A kill at any moment thus
+leaves ``latest`` naming a complete, verifiable file: the newest one whose write had
+finished (a kill while a write is in flight loses that save, not the one before).
+
+At most one write is in flight: the next save, the end of the run (``after_run``, whose
+last save is written before ``run()`` returns), a run ending in an exception and
+:meth:`Checkpoint.wait` all wait for it first. A write that failed raises on the training
+thread there (``RunnerError`` naming the files, the cause chained), or is logged when the
+run is already failing. ``checkpoint.saved`` is emitted on the training thread once the
+write is complete: at the next iteration end (``by_epoch=False``) or epoch end after it, or
+at one of those waits, whichever comes first.
 
 A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
 ``save_optimizer=False``, scheduler, counters, metrics, stop reason and every aspect's own
@@ -30,16 +42,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import math
 import os
 import re
 import tempfile
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import torch
 
@@ -62,7 +77,7 @@ EVENT_RESUMED = "checkpoint.resumed"
 LATEST = "latest"
 _FORMAT = 1
 _TMP_SUFFIX = ".ckpt-tmp"
-_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
 
 class Checkpoint(Aspect):
@@ -76,6 +91,11 @@ class Checkpoint(Aspect):
     a path from that file (or the newest good one in that folder). A truncated or corrupt
     checkpoint is reported (structlog and ``warnings.warn``, naming the file) and the
     previous good one is used. Rank 0 writes; every rank resumes.
+
+    Saving during training blocks it only to gather and serialize the state; the file,
+    its sha256 and fsync, the manifest and the pruning are done by a background thread,
+    one save at a time (see the module docstring); ``wait()`` waits for it. ``save()``
+    and the save at the end of the run write before they return.
 
     Priority ``VERY_LOW``: it saves after evaluation, LR steps and EMA updates of the same
     join point, so a checkpoint holds the state the next iteration starts from.
@@ -118,6 +138,8 @@ class Checkpoint(Aspect):
         self._fresh = False  # a validation ran since the last best check
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
         self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
+        # The write in flight on the background thread (rank 0), at most one.
+        self._write_job: _WriteJob | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -147,16 +169,19 @@ class Checkpoint(Aspect):
             self._restore_rng(ctx.runner)
 
     def after_train_iter(self, ctx: CallContext) -> None:
+        if self._write_job is not None and self._write_job.done.is_set():
+            self._finish_write()  # its checkpoint.saved events, or its error, now
         runner = ctx.runner
-        if runner.finished:
-            # Saved by after_run instead, once the epoch-end advice of this last iteration
-            # has run too: a finished run's checkpoint then has nothing left to replay.
-            return
         due = not self.by_epoch and runner.iter % self.interval == 0
-        if due or self._fresh:
-            self._save(runner, self.filename_tmpl.format(runner.iter) if due else None)
+        if not (due or self._fresh) or runner.finished:
+            # A finished run is saved by after_run instead, once the epoch-end advice of
+            # this last iteration has run too: its checkpoint then has nothing to replay.
+            return
+        self._save(runner, self.filename_tmpl.format(runner.iter) if due else None)
 
     def after_train_epoch(self, ctx: CallContext) -> None:
+        if self._write_job is not None and self._write_job.done.is_set():
+            self._finish_write()
         runner = ctx.runner
         # inner_iter == 0: the epoch really ended (it was not cut short by max_iters/stop).
         due = self.by_epoch and runner.inner_iter == 0 and runner.epoch % self.interval == 0
@@ -176,7 +201,17 @@ class Checkpoint(Aspect):
         runner = ctx.runner
         due = self.save_last or (not self.by_epoch and runner.iter % self.interval == 0)
         fresh = runner.iter != self._saved_at  # not saved yet in this state
-        self._save(runner, self._last_name(runner) if due and fresh else None)
+        # Written before run() returns: nothing is left to overlap the write with.
+        self._save(runner, self._last_name(runner) if due and fresh else None, background=False)
+
+    def around_run(self, ctx: CallContext, proceed: Callable[[], Any]) -> Any:
+        """A run ending in any exception (KeyboardInterrupt too) waits for the write in
+        flight, so a new run in this process never reads a folder still being written."""
+        try:
+            return proceed()
+        except BaseException:
+            self._abandon_write()
+            raise
 
     # -- state ----------------------------------------------------------------------------
 
@@ -195,14 +230,26 @@ class Checkpoint(Aspect):
     def save(self, runner: Any, name: str | None = None) -> Path | None:
         """Save ``runner`` now as an interval checkpoint (``name`` or the usual one).
 
-        Returns the file on rank 0, None elsewhere. Training saves through the same path.
+        Returns the file on rank 0 (written when this returns), None elsewhere. Training
+        saves through the same path, without waiting for the write.
         """
         name = name or self._last_name(runner)
-        self._save(runner, name)
+        self._save(runner, name, background=False)
         return _folder(runner) / name if runner.rank == 0 else None
 
-    def _save(self, runner: Any, name: str | None) -> None:
-        """Write ``name`` (if given) and a new best checkpoint (if the metric improved)."""
+    def wait(self) -> None:
+        """Wait until the checkpoint being written in the background (if any) is on disk.
+
+        Emits its ``checkpoint.saved`` events; raises ``RunnerError`` if the write failed.
+        """
+        if self._write_job is not None:
+            self._write_job.thread.join()
+            self._finish_write()
+
+    def _save(self, runner: Any, name: str | None, *, background: bool = True) -> None:
+        """Write ``name`` (if given) and a new best checkpoint (if the metric improved),
+        on the writer thread or, with ``background=False``, before returning."""
+        self.wait()  # one write at a time; a failed one raises before anything changes
         doomed: list[str] = []
         best = self._new_best(runner, doomed)
         if name is None and best is None:
@@ -212,8 +259,28 @@ class Checkpoint(Aspect):
             self._saved_at = runner.iter
         payload = self._payload(runner)  # every rank: gathering RNG states is a collective
         if runner.rank == 0:
-            names = [n for n in (name, best) if n is not None]
-            self._write(runner, names, payload, doomed)
+            buffer = io.BytesIO()
+            torch.save(payload, buffer)  # now: the tensors change with the next step
+            job = _WriteJob(
+                runner=runner,
+                folder=_folder(runner),
+                names=[n for n in (name, best) if n is not None],
+                data=buffer.getbuffer(),
+                doomed=doomed,
+                best=self.best_file,
+                epoch=runner.epoch,
+                iter=runner.iter,
+            )
+            if not background:  # the same steps, on this thread (no thread to start)
+                self._write_job = job
+                self._write(job)
+                self._finish_write()
+                return
+            job.thread = threading.Thread(
+                target=self._write, args=(job,), name="aspecthook-checkpoint-writer"
+            )
+            job.thread.start()
+            self._write_job = job
 
     def _new_best(self, runner: Any, doomed: list[str]) -> str | None:
         """After a validation: the new best file's name if the metric improved, else None."""
@@ -254,26 +321,58 @@ class Checkpoint(Aspect):
         _check_storable(payload, "checkpoint")
         return payload
 
-    def _write(self, runner: Any, names: list[str], payload: Any, doomed: list[str]) -> None:
-        """Files, then the manifest, then deletions: never delete before ``latest`` moved."""
-        folder = _folder(runner)
-        for name in names:
-            record = _write_checkpoint(folder / name, payload)
-            self._records[name] = {**record, "epoch": runner.epoch, "iter": runner.iter}
-            self._latest = name
-        for name in doomed:
-            self._records.pop(name, None)
-        manifest = {
-            "format": _FORMAT,
-            "latest": self._latest,
-            "best": self.best_file,
-            "checkpoints": self._records,
-            "delete": doomed,
-        }
-        _write_manifest(folder, manifest)
-        _delete(folder, doomed)
-        for name in names:
-            _emit(runner, EVENT_SAVED, folder / name)
+    def _write(self, job: _WriteJob) -> None:
+        """On the writer thread: files, then the manifest, then deletions (never delete
+        before ``latest`` moved). Only this thread touches ``_records`` / ``_latest``
+        while a write is in flight; the training thread waits for it before using them."""
+        try:
+            folder = job.folder
+            for name in job.names:
+                record = _write_checkpoint(folder / name, job.data)
+                self._records[name] = {**record, "epoch": job.epoch, "iter": job.iter}
+                self._latest = name
+            for name in job.doomed:
+                self._records.pop(name, None)
+            manifest = {
+                "format": _FORMAT,
+                "latest": self._latest,
+                "best": job.best,
+                "checkpoints": self._records,
+                "delete": job.doomed,
+            }
+            _write_manifest(folder, manifest)
+            _delete(folder, job.doomed)
+        except BaseException as exc:  # handed to the training thread (_finish_write)
+            job.error = exc
+        finally:
+            job.data.release()
+            job.done.set()
+
+    def _finish_write(self) -> None:
+        """On the training thread, once the write is done: its events, or its error."""
+        job, self._write_job = self._write_job, None
+        if job is None:
+            return
+        if job.error is not None:
+            if not isinstance(job.error, Exception):  # KeyboardInterrupt during a write
+                raise job.error
+            names = ", ".join(job.names)
+            raise RunnerError(
+                f"Checkpoint could not write {names} in {str(job.folder)!r} "
+                f"({type(job.error).__name__}: {job.error}); 'latest' still names the last "
+                "complete checkpoint: free space or fix the folder's permissions and resume"
+            ) from job.error
+        for name in job.names:
+            _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
+
+    def _abandon_write(self) -> None:
+        """Wait for the write in flight while the run fails; report, never raise."""
+        if self._write_job is None:
+            return
+        try:
+            self.wait()
+        except Exception as exc:
+            get_logger().error("checkpoint.write_failed", error=str(exc), exc_info=True)
 
     def _last_name(self, runner: Any) -> str:
         if not self.by_epoch:
@@ -307,7 +406,7 @@ class Checkpoint(Aspect):
         self._adopt(folder, manifest if same_folder else None, path, runner.rank == 0)
         self._saved_at = runner.iter
         get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
-        _emit(runner, EVENT_RESUMED, path)
+        _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
         # The RNGs come back last, once nothing of the resume itself can draw from them.
         # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
         # advice, which may draw random numbers or import modules that do) although the
@@ -346,21 +445,21 @@ class _Unusable(Exception):
     """A checkpoint that cannot be resumed from; the message says why."""
 
 
-class _HashingFile:
-    """A write-only file that sums what goes through it, so checksums need no second read."""
+@dataclass(eq=False)
+class _WriteJob:
+    """One save handed to the writer thread: serialized bytes and where they go."""
 
-    def __init__(self, file: IO[bytes]) -> None:
-        self.file = file
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        self.sha256.update(data)
-        self.size += memoryview(data).nbytes
-        return self.file.write(data)
-
-    def flush(self) -> None:
-        self.file.flush()
+    runner: Any
+    folder: Path
+    names: list[str]
+    data: memoryview
+    doomed: list[str]
+    best: str | None
+    epoch: int
+    iter: int
+    thread: threading.Thread = field(init=False)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
@@ -389,15 +488,12 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_checkpoint(path: Path, payload: Any) -> dict[str, Any]:
-    hashing: list[_HashingFile] = []
-
+def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
     def write(file: IO[bytes]) -> None:
-        hashing.append(_HashingFile(file))
-        torch.save(payload, cast(IO[bytes], hashing[-1]))  # it only calls write and flush
+        file.write(data)
 
     _atomic_write(path, write)
-    return {"size": hashing[-1].size, "sha256": hashing[-1].sha256.hexdigest()}
+    return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
@@ -516,10 +612,10 @@ def _generators(runner: Any) -> dict[str, torch.Generator]:
     return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
 
 
-def _emit(runner: Any, event: str, path: Path) -> None:
+def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> None:
     """Through the runner's weaver (its subscribers and global ones), else the default one."""
     weaver = getattr(runner, "weaver", None) or default_weaver
-    weaver.emit(event, source=runner, path=str(path), epoch=runner.epoch, iter=runner.iter)
+    weaver.emit(event, source=runner, path=str(path), epoch=epoch, iter=iteration)
 
 
 def _better(value: float, best: float | None, rule: str | None) -> bool:
@@ -553,6 +649,9 @@ def _unstorable(value: Any, where: str) -> str | None:
     if kind in (dict, OrderedDict):
         items: Any = value.items()
     elif kind in (list, tuple, set, torch.Size):
+        plain = _PLAIN
+        if all(type(item) in plain for item in value):  # e.g. param ids: no recursion
+            return None
         items = enumerate(value)
     else:
         return f"{where} (a {kind.__module__}.{kind.__qualname__})"

@@ -11,10 +11,13 @@ from typing import IO, Any
 
 import torch
 
+from ..._advice import _log_failure, handles_own_errors
 from ..._aspect import Aspect
 from ..._context import CallContext
+from ..._log import get_logger
 from ..._priority import Priority
 from ...errors import InvalidOptionError
+from ._timer import IterTimer
 
 __all__ = ["Logger"]
 
@@ -67,6 +70,7 @@ class Logger(Aspect):
         self.json_file = json_file
         self.tensorboard = tensorboard
         self.losses: deque[torch.Tensor] = deque(maxlen=window)
+        self._every, self._idle_from = self._schedule()
         self.records: list[dict[str, Any]] = []
         self._file: IO[str] | None = None
         self._writer: Any = None
@@ -77,6 +81,7 @@ class Logger(Aspect):
 
         runner = ctx.runner
         self._log = structlog.get_logger("aspecthook.train")
+        self._every, self._idle_from = self._schedule()
         if runner.rank != 0:
             return
         if runner.work_dir is not None and self.json_file:
@@ -87,35 +92,48 @@ class Logger(Aspect):
 
             self._writer = SummaryWriter(str(Path(runner.work_dir) / "tb"))
 
+    @handles_own_errors  # errors= applies to the logging below, not to the cheap test
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        # Only the last `window` iterations before a log point feed the smoothed loss, so
-        # most iterations cost a modulo and nothing else.
-        every = min(self.interval, self.file_interval)
-        left = -runner.iter % every
+        it = runner.iter
+        # Iterations that neither log nor feed the smoothed loss (only the last `window`
+        # before a log point do) cost a modulo and a comparison, and nothing else.
+        left = -it % self._every
+        if left >= self._idle_from:
+            return
+        try:
+            self._train_iter(runner, it, left)
+        except Exception:
+            if self.errors != "log":
+                raise
+            _report_failure(self, ctx)
+
+    def _train_iter(self, runner: Any, it: int, left: int) -> None:
         if left < self.window:
             loss = runner.outputs.get("loss")
             if isinstance(loss, torch.Tensor):
                 self.losses.append(loss.detach())
-        console = runner.iter % self.interval == 0
-        if not (console or runner.iter % self.file_interval == 0) or runner.rank != 0:
+        console = it % self.interval == 0
+        if not (console or it % self.file_interval == 0) or runner.rank != 0:
             return
         record: dict[str, Any] = {
             "mode": TRAIN_EVENT,
             "epoch": runner.epoch,
-            "iter": runner.iter,
+            "iter": it,
             "lr": runner.optimizer.param_groups[0]["lr"],
         }
-        if self.losses:
-            record["loss"] = float(torch.stack(list(self.losses)).float().mean())
+        if self.losses:  # the mean in float32 whatever the losses' dtype, in one op
+            record["loss"] = float(torch.stack(list(self.losses)).mean(dtype=torch.float32))
+        outputs = runner.outputs
         for key in ("time", "data_time", "grad_norm"):
-            value = runner.outputs.get(key)
+            value = outputs.get(key)
             if value is not None:
                 record[key] = float(value)
-        eta = _eta(runner)
+        timer = runner.get_aspect(IterTimer)
+        eta = timer.eta(runner) if isinstance(timer, IterTimer) else None
         if eta is not None:
             record["eta_s"] = round(eta, 1)
-        self._emit(TRAIN_EVENT, record, runner.iter, console=console)
+        self._emit(TRAIN_EVENT, record, it, console=console)
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -135,16 +153,24 @@ class Logger(Aspect):
 
     def _emit(self, event: str, record: dict[str, Any], step: int, *, console: bool = True) -> None:
         self.records.append(record)
-        fields = {k: v for k, v in record.items() if k != "mode"}
         if console:  # four significant digits read well; the file keeps full precision
-            self._log.info(event, **{k: _short(v) for k, v in fields.items()})
+            short = {
+                k: float(f"{v:.4g}") if isinstance(v, float) else v
+                for k, v in record.items()
+                if k != "mode"
+            }
+            self._log.info(event, **short)
         if self._file is not None:
             self._file.write(json.dumps(record, allow_nan=True) + "\n")
             self._file.flush()
         if self._writer is not None:
-            for key, value in fields.items():
-                if isinstance(value, float) and math.isfinite(value):
+            for key, value in record.items():
+                if key != "mode" and isinstance(value, float) and math.isfinite(value):
                     self._writer.add_scalar(f"{event}/{key}", value, step)
+
+    def _schedule(self) -> tuple[int, int]:
+        """(the finest log interval, how many iterations before a log point are idle)."""
+        return min(self.interval, self.file_interval), max(self.window, 1)
 
     def _close(self) -> None:
         if self._file is not None:
@@ -155,12 +181,12 @@ class Logger(Aspect):
             self._writer = None
 
 
-def _short(value: Any) -> Any:
-    return float(f"{value:.4g}") if isinstance(value, float) else value
-
-
-def _eta(runner: Any) -> float | None:
-    from ._timer import IterTimer
-
-    timer = runner.get_aspect(IterTimer)
-    return timer.eta(runner) if isinstance(timer, IterTimer) else None
+def _report_failure(logger: Logger, ctx: CallContext) -> None:
+    """Count and log a failure as the core does for advice under ``errors='log'``."""
+    for advice in ctx.joinpoint.advice:
+        if advice.aspect is logger:
+            _log_failure(advice, ctx)
+            return
+    get_logger().error(
+        "advice.failed", aspect=logger.name, joinpoint=ctx.joinpoint.name, exc_info=True
+    )

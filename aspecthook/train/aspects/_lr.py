@@ -78,6 +78,8 @@ class LRSchedule(Aspect):
         self._main: Any = None
         self._warmup: Any = None
         self._plateau = False
+        # The main scheduler's step when it is all an iteration does (set by before_run).
+        self._iter_step: Callable[[], Any] | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -92,9 +94,12 @@ class LRSchedule(Aspect):
         runner = ctx.runner
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
+        self._iter_step = None
         if self.warmup is None:
             self._main = main
             runner.scheduler = main
+            if not self.by_epoch and not self._plateau:
+                self._iter_step = main.step
             return
         warm = _warmup_scheduler(
             runner.optimizer, self.warmup, self.warmup_iters, self.warmup_ratio
@@ -105,13 +110,17 @@ class LRSchedule(Aspect):
             )
             self._main, self._warmup = composed, None
             runner.scheduler = composed
+            self._iter_step = composed.step
         else:
             self._main, self._warmup = main, warm
             runner.scheduler = main
 
     def after_train_iter(self, ctx: CallContext) -> None:
-        runner = ctx.runner
-        if self._warmup is not None and runner.iter <= self.warmup_iters:
+        step = self._iter_step
+        if step is not None:  # the common case: one scheduler stepping per iteration
+            step()
+            return
+        if self._warmup is not None and ctx.runner.iter <= self.warmup_iters:
             self._warmup.step()
         if not self.by_epoch and self._main is not None and not self._plateau:
             self._main.step()
