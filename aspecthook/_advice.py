@@ -385,6 +385,25 @@ def _log_failure(advice: Advice, point: object) -> None:
     )
 
 
+def log_own_failure(aspect: Any, point: Any) -> None:
+    """Report a failure of ``aspect``'s own work (called in an ``except`` block) as the
+    ``errors='log'`` guard does: counted on its advice at ``point``'s join point and logged.
+
+    For aspects that apply ``errors=`` themselves (``handles_own_errors``); ``point`` is a
+    ``CallContext`` or a ``JoinPoint``.
+    """
+    jp = getattr(point, "joinpoint", point)
+    for advice in jp.advice:
+        if advice.aspect is aspect:
+            _log_failure(advice, point)
+            return
+    from ._log import get_logger
+
+    get_logger().error(
+        "advice.failed", aspect=getattr(aspect, "name", None), joinpoint=jp.name, exc_info=True
+    )
+
+
 def _guard(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
     if advice.is_async:
 

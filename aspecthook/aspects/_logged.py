@@ -45,7 +45,7 @@ import structlog._config
 import structlog.tracebacks
 
 from .. import around
-from .._advice import _log_failure, runs_as_layer
+from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._handle import Handle
@@ -58,7 +58,6 @@ log = structlog.get_logger()
 
 CALL = "call"
 """The default event name of ``Logged``."""
-ADVICE_FAILED = "advice.failed"
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 """Level names ``Logged`` and ``configure_logging`` take, with structlog's numbers."""
@@ -530,17 +529,8 @@ class Logged(Aspect):
         except Exception:
             if self.errors != "log":
                 raise
-            self._report_failure(point)
+            log_own_failure(self, point)
             return None
-
-    def _report_failure(self, point: CallContext | JoinPoint) -> None:
-        """Count and log our failure as the core does for advice under ``errors='log'``."""
-        jp = point.joinpoint if isinstance(point, CallContext) else point
-        for advice in jp.advice:
-            if advice.aspect is self:
-                _log_failure(advice, point)
-                return
-        log.error(ADVICE_FAILED, aspect=self.name, joinpoint=jp.name, exc_info=True)
 
     # -- level cache -------------------------------------------------------------------
 

@@ -24,11 +24,10 @@ from types import GeneratorType
 from typing import Any
 
 from .. import around
-from .._advice import _log_failure, runs_as_layer
+from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint
-from .._log import get_logger
 from .._priority import Priority, PriorityLike
 from ..errors import InvalidOptionError
 
@@ -471,11 +470,7 @@ class Timed(Aspect):
         """The timing itself failed (called in an ``except`` block): log or re-raise."""
         if self.errors != "log":
             raise  # the failure our caller is handling
-        for advice in jp.advice:
-            if advice.aspect is self:
-                _log_failure(advice, jp)
-                return
-        get_logger().error("advice.failed", aspect=self.name, exc_info=True)
+        log_own_failure(self, jp)
 
     # -- results ----------------------------------------------------------------------
 

@@ -11,10 +11,9 @@ from typing import IO, Any
 
 import torch
 
-from ..._advice import _log_failure, handles_own_errors
+from ..._advice import handles_own_errors, log_own_failure
 from ..._aspect import Aspect
 from ..._context import CallContext
-from ..._log import get_logger
 from ..._priority import Priority
 from ...errors import InvalidOptionError
 from ._timer import IterTimer
@@ -106,7 +105,7 @@ class Logger(Aspect):
         except Exception:
             if self.errors != "log":
                 raise
-            _report_failure(self, ctx)
+            log_own_failure(self, ctx)
 
     def _train_iter(self, runner: Any, it: int, left: int) -> None:
         if left < self.window:
@@ -179,14 +178,3 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def _report_failure(logger: Logger, ctx: CallContext) -> None:
-    """Count and log a failure as the core does for advice under ``errors='log'``."""
-    for advice in ctx.joinpoint.advice:
-        if advice.aspect is logger:
-            _log_failure(advice, ctx)
-            return
-    get_logger().error(
-        "advice.failed", aspect=logger.name, joinpoint=ctx.joinpoint.name, exc_info=True
-    )
