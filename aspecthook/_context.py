@@ -41,6 +41,7 @@ class CallContext:
         "joinpoint",
         "kwargs",
         "result",
+        "runner",
         "target",
     )
 
@@ -56,6 +57,12 @@ class CallContext:
     _recovered: bool
     _arounds: tuple[Callable[..., Any], ...]
     _level: int
+    #: The runner of this call: the bound runner of a runner join point, else the runner
+    #: whose ``run()`` is in progress in this context (so advice on any of the user's own
+    #: callables reaches it), else ``None``. A slot: the dispatchers of a runner's own join
+    #: points fill it, so advice reads it without a call; elsewhere ``__getattr__`` works
+    #: it out on first read.
+    runner: Any
 
     def __init__(
         self,
@@ -107,15 +114,16 @@ class CallContext:
     def exception(self, value: BaseException | None) -> None:
         self._exception = value
 
-    @property
-    def runner(self) -> Any:
-        """The runner of this call: the bound runner of a runner join point, else the
-        runner whose ``run()`` is in progress in this context (so advice on any of the
-        user's own callables reaches it), else ``None``."""
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an unset slot; ``runner`` is the one with a computed default.
+        if name != "runner":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         instance = self.instance
-        if getattr(instance, "__aspecthook_runner__", False):
-            return instance
-        return CURRENT_RUNNER.get()
+        runner = instance if getattr(instance, "__aspecthook_runner__", False) else None
+        if runner is None:
+            runner = CURRENT_RUNNER.get()
+        self.runner = runner
+        return runner
 
     @property
     def skipped(self) -> bool:

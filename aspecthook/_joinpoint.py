@@ -66,6 +66,7 @@ class JoinPoint:
         "_active",
         "_chain",
         "_name_counts",
+        "_sinks",
         "advice",
         "declared",
         "general",
@@ -109,6 +110,7 @@ class JoinPoint:
         self.weave_refs = 0
         self.proxy_ref: Callable[[], Any] | None = None
         self.general: Callable[..., Any] | None = None  # the chain-agnostic dispatcher
+        self._sinks: list[Callable[[Callable[..., Any]], None]] = []
 
     @property
     def chain(self) -> Chain:
@@ -130,6 +132,40 @@ class JoinPoint:
         else:
             self._active.clear()
             self._chain = chain
+        if self._sinks:
+            direct = self.direct()
+            for sink in self._sinks:
+                sink(direct)
+
+    def publish(self, sink: Callable[[Callable[..., Any]], None]) -> None:
+        """Hand ``sink`` this join point's cheapest callable now and after every change.
+
+        For a caller that holds the join point in a place of its own and always calls it
+        from there, as a ``Runner`` does with its loop's join points (instance attributes):
+        it then calls the target itself while there is no advice (an idle join point costs
+        nothing) and a dispatcher generated for the chain otherwise (see ``direct``).
+        """
+        self._sinks.append(sink)
+        sink(self.direct())
+
+    def direct(self) -> Callable[..., Any]:
+        """A plain callable that runs this join point's current chain around the target.
+
+        The target itself while the chain is empty; otherwise a function with the target
+        and its bound instance as constants, called as the target is, with no wrapt proxy
+        in between. Like every specialised dispatcher it checks that the chain it was made
+        for is still current and otherwise runs the current one, so a reference kept
+        across a change still runs the current advice, except a reference to the bare
+        target kept from an idle period: that is why it is for callers that look it up
+        each time.
+        """
+        chain = self._chain
+        if not chain:
+            return self.target  # type: ignore[no-any-return]
+        if self.is_async or self.general is None:  # async: the proxy's coroutine dispatch
+            proxy = self.proxy_ref() if self.proxy_ref is not None else None
+            return proxy if proxy is not None else self.target  # type: ignore[no-any-return]
+        return _direct(self, chain)
 
     def _rewire(self, chain: Chain) -> None:
         """Give the proxy the dispatcher made for this chain's shape (see ``_specialise``)."""
@@ -237,7 +273,7 @@ class _FastContext(CallContext):
 # bound method captured before a rebuild, or a call racing a rebuild).
 _MAX_UNROLLED = 6
 _TEMPLATE = """\
-def dispatch(wrapped, instance, args, kwargs):
+{head}
     if jp._chain is not chain:
         return general(wrapped, instance, args, kwargs)
     ctx = context()
@@ -248,7 +284,7 @@ def dispatch(wrapped, instance, args, kwargs):
     ctx.kwargs = kwargs
     ctx.result = None
     ctx._skipped = False
-{before}    if not ctx._skipped:
+{runner}{before}    if not ctx._skipped:
 {call}
 {after}    return ctx.result
 """
@@ -263,18 +299,38 @@ _CALL_AROUND = """\
         ctx.result = r0(ctx, ctx.proceed)"""
 
 
-def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
+# The wrapt wrapper's signature, or (``direct``) the target's own call with the target and
+# its instance bound as constants.
+_HEAD = "def dispatch(wrapped, instance, args, kwargs):"
+_HEAD_DIRECT = "def dispatch(*args, **kwargs):"
+
+
+def _specialise(
+    jp: JoinPoint, chain: Chain, direct: tuple[Any, Any] | None = None
+) -> Callable[..., Any] | None:
+    """The generated dispatcher for ``chain``, or None when its shape has none.
+
+    ``direct=(wrapped, instance)`` makes one called as the target itself (see
+    ``JoinPoint.direct``); a runner's join point then also fills ``ctx.runner``.
+    """
     if jp.is_async:
         return None
     if chain.around and not (chain.before or chain.after or chain.on_error):
         layered = _layered(jp, chain)
         if layered is not None:
-            return layered
+            return _called_directly(layered, direct) if direct is not None else layered
     if chain.on_error:
         return None
     if not 0 < len(chain.before) + len(chain.after) + len(chain.around) <= _MAX_UNROLLED:
         return None
-    names: dict[str, Any] = {
+    runner = ""
+    names: dict[str, Any] = {}
+    if direct is not None:
+        names["wrapped"], names["instance"] = direct
+        if getattr(direct[1], "__aspecthook_runner__", False):
+            names["runner"] = direct[1]
+            runner = "    ctx.runner = runner\n"
+    names |= {
         "jp": jp,
         "chain": chain,
         "general": jp.general,
@@ -289,13 +345,42 @@ def _specialise(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
     names.update({f"a{i}": fn for i, fn in enumerate(chain.after)})
     code = compile(
         _TEMPLATE.format(
-            before=before, after=after, call=_CALL_AROUND if chain.around else _CALL_TARGET
+            head=_HEAD if direct is None else _HEAD_DIRECT,
+            runner=runner,
+            before=before,
+            after=after,
+            call=_CALL_AROUND if chain.around else _CALL_TARGET,
         ),
         f"<aspecthook dispatch {jp.name}>",
         "exec",
     )
     exec(code, names)
     return names["dispatch"]  # type: ignore[no-any-return]
+
+
+def _direct(jp: JoinPoint, chain: Chain) -> Callable[..., Any]:
+    """``JoinPoint.direct`` for a chain with advice (see there)."""
+    target = jp.target
+    # What wrapt hands the dispatcher as the instance for this target: a bound method's
+    # ``__self__``, else the sentinel for "none" (see the module docstring).
+    instance = getattr(target, "__self__", None)
+    if instance is None:
+        instance = _UNBOUND
+    specialised = _specialise(jp, chain, (target, instance))
+    if specialised is not None:
+        return specialised
+    assert jp.general is not None
+    return _called_directly(jp.general, (target, instance))
+
+
+def _called_directly(dispatch: Callable[..., Any], direct: tuple[Any, Any]) -> Callable[..., Any]:
+    """``dispatch`` (called as wrapt calls a wrapper) as a callable with the target's call."""
+    wrapped, instance = direct
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return dispatch(wrapped, instance, args, kwargs)
+
+    return call
 
 
 def _layered(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:

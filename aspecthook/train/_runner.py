@@ -12,6 +12,7 @@ import os
 import random
 import tempfile
 import types
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,10 +114,18 @@ class Runner:
         self.rank, self.world_size = _dist_info()
         self.weaver = Weaver(f"runner@{id(self):x}", local=True)
         self._run_joinpoint: Callable[[], dict[str, Any]]
+        # Each join point is an instance attribute that its join point keeps current
+        # (``JoinPoint.publish``): the loop function itself while it has no advice, a
+        # dispatcher generated for its advice otherwise. The loop looks the attribute up
+        # on every call, so an idle join point costs the loop nothing. The proxies are
+        # kept here: they are what ``weave``, ``describe`` and module-level advice see.
+        self._proxies: dict[str, Callable[..., Any]] = {}
         for name in JOINPOINTS:
             bound = types.MethodType(getattr(_loop, name), self)
+            proxy: Any = self.weaver.joinpoint(name)(bound)
+            self._proxies[name] = proxy
             attribute = "_run_joinpoint" if name == "run" else name
-            setattr(self, attribute, self.weaver.joinpoint(name)(bound))
+            proxy._self_joinpoint.publish(_AttributeSink(self, attribute))
         aspects = list(aspects)
         if default_aspects:
             aspects = [*self._default_aspects(aspects), *aspects]
@@ -410,6 +419,22 @@ def _dist_info() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+class _AttributeSink:
+    """Sets a runner attribute to what its join point publishes (weakly: the join point
+    must not keep a closed runner alive)."""
+
+    __slots__ = ("attribute", "runner")
+
+    def __init__(self, runner: Runner, attribute: str) -> None:
+        self.runner = weakref.ref(runner)
+        self.attribute = attribute
+
+    def __call__(self, fn: Callable[..., Any]) -> None:
+        runner = self.runner()
+        if runner is not None:
+            setattr(runner, self.attribute, fn)
 
 
 def _adapt(aspect: Aspect | Any) -> Aspect:

@@ -111,6 +111,41 @@ def test_aspects_advise_only_their_own_runner_and_module_advice_reaches_all() ->
     assert seen.count(0) == 5
 
 
+def test_idle_join_points_are_the_loop_functions_themselves() -> None:
+    """A join point without advice is the bound loop function (it costs the loop nothing);
+    advice added later, by the runner or at module level, reaches it at once, and goes
+    again with its handle."""
+    runner = _runner(max_iters=2, default_aspects=False)
+    for name in ("forward", "backward", "optimizer_step", "train_iter", "train_epoch"):
+        bound = getattr(runner, name)
+        assert bound.__func__ is getattr(_loop, name) and bound.__self__ is runner, name
+    seen: list[str] = []
+    handle = runner.weaver.before("forward")(lambda ctx: seen.append("local"))
+    with ah.after("backward")(lambda ctx: seen.append("module")):
+        assert getattr(runner.forward, "__func__", None) is not _loop.forward
+        runner.run()
+    assert seen == ["local", "module"] * 2
+    assert runner.backward.__func__ is _loop.backward  # type: ignore[attr-defined]
+    handle.remove()
+    assert runner.forward.__func__ is _loop.forward  # type: ignore[attr-defined]
+    runner.run()  # at its limit already: runs no iteration, and nothing is advised
+    assert seen == ["local", "module"] * 2
+
+
+def test_a_closed_runner_is_collected() -> None:
+    """The join points that keep the runner's attributes current hold it weakly."""
+    import gc
+    import weakref
+
+    runner = _runner(max_iters=1, aspects=[Logger(json_file=None)])
+    runner.run()
+    runner.close()
+    ref = weakref.ref(runner)
+    del runner
+    gc.collect()
+    assert ref() is None
+
+
 def test_validation_every_n_epochs_and_every_n_iterations() -> None:
     """Evaluate(interval=2) validates after epochs 2 and 4; by_epoch=False every 5 iterations."""
     model, opt, loader = _parts()

@@ -1,0 +1,216 @@
+"""Published join points: a caller that keeps a join point in a place of its own.
+
+``JoinPoint.publish(sink)`` hands the sink the join point's cheapest callable now and after
+every change of its advice: the target itself while it has none, a dispatcher called as
+the target is otherwise (``JoinPoint.direct``). The ``Runner`` keeps its loop's join
+points this way. Whatever the chain, a call through the published callable must do what a
+call through the proxy does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aspecthook as ah
+from aspecthook._joinpoint import JoinPoint
+from aspecthook.aspects import Timed
+
+
+def advice(kind: Any, fn: Callable[..., Any], name: str) -> ah.Advice:
+    return ah.Advice(kind, fn, ah.Name(name))
+
+
+class Box:
+    """What a sink received last."""
+
+    def __init__(self) -> None:
+        self.fn: Callable[..., Any] | None = None
+        self.calls = 0
+
+    def __call__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.calls += 1
+
+
+class Holder:
+    def method(self, x: Any, k: int = 0) -> str:
+        if x == "boom":
+            raise KeyError("boom")
+        return f"m{x}{k}"
+
+
+def declared(weaver: ah.Weaver, name: str) -> tuple[Any, JoinPoint, Box, Holder]:
+    holder = Holder()
+    proxy: Any = weaver.joinpoint(name)(holder.method)
+    jp: JoinPoint = proxy._self_joinpoint
+    box = Box()
+    jp.publish(box)
+    return proxy, jp, box, holder
+
+
+def test_idle_publishes_the_target_and_advice_publishes_a_dispatcher() -> None:
+    weaver = ah.Weaver("direct-idle", local=True)
+    proxy, jp, box, holder = declared(weaver, "direct.idle")
+    assert box.fn == holder.method  # the bound method itself: nothing in between
+    seen: list[str] = []
+    handle = weaver.add(advice("before", lambda ctx: seen.append("before"), "direct.idle"))
+    assert box.fn != holder.method
+    assert box.fn is not None and box.fn("x", k=2) == "mx2"
+    assert seen == ["before"]
+    handle.remove()
+    assert box.fn == holder.method
+    assert box.fn("y") == "my0"
+    assert seen == ["before"]
+    weaver.close()
+
+
+def test_a_dispatcher_sees_the_call_as_the_proxy_does() -> None:
+    weaver = ah.Weaver("direct-ctx", local=True)
+    proxy, jp, box, holder = declared(weaver, "direct.ctx")
+    seen: list[tuple[Any, ...]] = []
+
+    def note(ctx: ah.CallContext) -> None:
+        seen.append((ctx.joinpoint, ctx.instance, tuple(ctx.args), dict(ctx.kwargs), ctx.runner))
+
+    weaver.add(advice("before", note, "direct.ctx"))
+    assert box.fn is not None
+    assert box.fn(1, k=3) == proxy(1, k=3) == "m13"
+    assert seen[0] == seen[1] == (jp, holder, (1,), {"k": 3}, None)
+    weaver.close()
+
+
+def test_a_stale_dispatcher_runs_the_current_advice() -> None:
+    weaver = ah.Weaver("direct-stale", local=True)
+    _, _, box, _ = declared(weaver, "direct.stale")
+    seen: list[str] = []
+    first = weaver.add(advice("before", lambda ctx: seen.append("a"), "direct.stale"))
+    stale = box.fn
+    assert stale is not None
+    weaver.add(advice("after", lambda ctx: seen.append("b"), "direct.stale"))
+    assert stale(1) == "m10"
+    assert seen == ["a", "b"]
+    first.remove()
+    assert stale(2) == "m20"
+    assert seen == ["a", "b", "b"]
+    weaver.close()
+
+
+def test_a_published_callable_follows_module_level_advice() -> None:
+    weaver = ah.Weaver("direct-global", local=True)
+    _, _, box, holder = declared(weaver, "direct.global")
+    seen: list[str] = []
+
+    @ah.after("direct.global")
+    def note(ctx: ah.CallContext) -> None:
+        seen.append(ctx.result)
+
+    try:
+        assert box.fn is not None and box.fn(5) == "m50"
+        assert seen == ["m50"]
+    finally:
+        note.remove()
+    assert box.fn == holder.method
+    weaver.close()
+
+
+# Every chain shape: unrolled before/after/around, error advice (the general dispatcher),
+# layers only (Timed), more advice than the unrolled form takes, and skipping.
+KINDS = ["before", "after", "around", "on_error", "skip", "timed"]
+
+
+def advice_of(kind: str, i: int, log: list[str], name: str) -> Any:
+    if kind == "before":
+        return advice("before", lambda ctx: log.append(f"b{i}"), name)
+    if kind == "after":
+        return advice("after", lambda ctx: log.append(f"a{i}:{ctx.result}"), name)
+    if kind == "skip":
+        return advice("before", lambda ctx: ctx.skip(f"s{i}"), name)
+    if kind == "on_error":
+
+        def recover(ctx: ah.CallContext) -> None:
+            log.append(f"e{i}")
+            ctx.recover(f"r{i}")
+
+        return advice("on_error", recover, name)
+    if kind == "around":
+
+        def wrap(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+            log.append(f"<{i}")
+            return f"w{i}({proceed()})"
+
+        return advice("around", wrap, name)
+    return Timed(name=f"timed{i}", pointcut=name)
+
+
+def outcome(fn: Callable[..., Any], log: list[str], x: Any) -> tuple[Any, list[str]]:
+    log.clear()
+    try:
+        result: Any = fn(x, k=1)
+    except KeyError as exc:
+        result = ("raised", repr(exc))
+    return result, list(log)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(KINDS), max_size=9),
+    st.sampled_from(["ok", "boom"]),
+)
+def test_every_chain_shape_runs_the_same_through_the_published_callable(
+    kinds: list[str], x: str
+) -> None:
+    weaver = ah.Weaver("direct-shapes", local=True)
+    proxy, _, box, _ = declared(weaver, "direct.shapes")
+    log: list[str] = []
+    for i, kind in enumerate(kinds):
+        weaver.register(advice_of(kind, i, log, "direct.shapes"))
+    assert box.fn is not None
+    assert outcome(box.fn, log, x) == outcome(proxy, log, x)
+    weaver.close()
+    assert outcome(box.fn, log, x) == outcome(proxy, log, x)
+
+
+def test_an_async_join_point_publishes_its_proxy_while_advised() -> None:
+    weaver = ah.Weaver("direct-async", local=True)
+
+    async def work(x: int) -> int:
+        return x
+
+    proxy: Any = weaver.joinpoint("direct.async")(work)
+    box = Box()
+    proxy._self_joinpoint.publish(box)
+    assert box.fn is work
+    weaver.add(advice("before", lambda ctx: None, "direct.async"))
+    assert box.fn is proxy
+    weaver.close()
+    assert box.fn is work
+
+
+@pytest.mark.parametrize("name", ["run", "train_iter"])
+def test_ctx_runner_is_filled_or_worked_out(name: str) -> None:
+    """On a published runner join point ``ctx.runner`` is set by the dispatcher; elsewhere
+    it is worked out on first read, with the same answer."""
+
+    class FakeRunner:
+        __aspecthook_runner__ = True
+
+        def step(self) -> Any:
+            return self
+
+    weaver = ah.Weaver("direct-runner", local=True)
+    fake = FakeRunner()
+    proxy: Any = weaver.joinpoint(name)(fake.step)
+    box = Box()
+    proxy._self_joinpoint.publish(box)
+    seen: list[Any] = []
+    weaver.add(advice("before", lambda ctx: seen.append(ctx.runner), name))
+    assert box.fn is not None
+    box.fn()
+    proxy()
+    assert seen == [fake, fake]
+    weaver.close()
