@@ -12,6 +12,7 @@ import inspect
 import itertools
 import os
 import sys
+import types
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -311,11 +312,13 @@ def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> No
             signature="",
             expected=_EXPECTED[kind],
         )
+    arity = 2 if kind == "around" else 1
+    if _takes_positional(fn, arity):
+        return
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins have no signature; let them through
         return
-    arity = 2 if kind == "around" else 1
     try:
         signature.bind(*range(arity))
     except TypeError:
@@ -328,6 +331,28 @@ def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> No
             signature=str(signature),
             expected=expected,
         ) from None
+
+
+def _takes_positional(fn: Any, arity: int) -> bool:
+    """Whether a plain function or method surely accepts ``arity`` positional arguments.
+
+    Read from the code object, because ``inspect.signature`` costs ~0.1 ms and a runner
+    checks some forty advice methods when it is built. False means "not sure": the caller
+    then asks ``inspect`` (which also words the error).
+    """
+    func = getattr(fn, "__func__", fn)
+    code = getattr(func, "__code__", None)
+    if type(func) is not types.FunctionType or code is None:
+        return False
+    if inspect.ismethod(fn):
+        arity += 1  # self (or cls) comes first
+    if func.__kwdefaults__ is None and code.co_kwonlyargcount:
+        return False  # a keyword-only argument without a default
+    if func.__kwdefaults__ is not None and len(func.__kwdefaults__) < code.co_kwonlyargcount:
+        return False
+    required = code.co_argcount - len(func.__defaults__ or ())
+    fits = arity <= code.co_argcount or bool(code.co_flags & inspect.CO_VARARGS)
+    return required <= arity and fits
 
 
 def location_of(fn: object) -> str:

@@ -6,10 +6,13 @@ import asyncio
 import inspect
 import re
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import aspecthook as ah
@@ -862,3 +865,51 @@ def test_bad_option_values_are_refused(
     assert info.value.option == option
     assert info.value.value == value
     assert weaver.registered == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.booleans(),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.booleans(),
+    st.integers(1, 2),
+)
+def test_the_quick_signature_check_never_accepts_what_inspect_refuses(
+    positional: int,
+    defaults: int,
+    varargs: bool,
+    kwonly: int,
+    kwonly_defaults: int,
+    as_method: bool,
+    arity: int,
+) -> None:
+    """The code-object check used at registration agrees with ``inspect`` whenever it says
+    yes (when unsure it defers to ``inspect``), for functions and bound methods."""
+    from aspecthook._advice import _takes_positional
+
+    defaults = min(defaults, positional)
+    kwonly_defaults = min(kwonly_defaults, kwonly)
+    params = [f"p{i}" + ("=0" if i >= positional - defaults else "") for i in range(positional)]
+    if as_method:
+        params.insert(0, "self")
+    if varargs:
+        params.append("*args")
+    elif kwonly:
+        params.append("*")
+    params += [f"k{i}" + ("=0" if i < kwonly_defaults else "") for i in range(kwonly)]
+    namespace: dict[str, Any] = {}
+    exec(f"def fn({', '.join(params)}): pass", namespace)
+    fn = namespace["fn"]
+    if as_method:
+        fn = types.MethodType(fn, object())
+    try:
+        inspect.signature(fn).bind(*range(arity))
+        binds = True
+    except TypeError:
+        binds = False
+    quick = _takes_positional(fn, arity)
+    assert not quick or binds
+    assert quick == binds  # exact for plain functions and methods

@@ -55,12 +55,13 @@ def declared(weaver: ah.Weaver, name: str) -> tuple[Any, JoinPoint, Box, Holder]
 
 def test_idle_publishes_the_target_and_advice_publishes_a_dispatcher() -> None:
     weaver = ah.Weaver("direct-idle", local=True)
-    proxy, jp, box, holder = declared(weaver, "direct.idle")
+    _proxy, _jp, box, holder = declared(weaver, "direct.idle")
     assert box.fn == holder.method  # the bound method itself: nothing in between
     seen: list[str] = []
     handle = weaver.add(advice("before", lambda ctx: seen.append("before"), "direct.idle"))
     assert box.fn != holder.method
-    assert box.fn is not None and box.fn("x", k=2) == "mx2"
+    assert box.fn is not None
+    assert box.fn("x", k=2) == "mx2"
     assert seen == ["before"]
     handle.remove()
     assert box.fn == holder.method
@@ -110,7 +111,8 @@ def test_a_published_callable_follows_module_level_advice() -> None:
         seen.append(ctx.result)
 
     try:
-        assert box.fn is not None and box.fn(5) == "m50"
+        assert box.fn is not None
+        assert box.fn(5) == "m50"
         assert seen == ["m50"]
     finally:
         note.remove()

@@ -294,7 +294,8 @@ class Runner:
             result = loss_fn(self.model(batch[0]), batch[1])
         else:
             result = self._default_step(batch)
-        if type(result) is torch.Tensor and result.numel() == 1:
+        # ``ndim`` is an attribute read, ``numel()`` a call through torch's argument parser.
+        if type(result) is torch.Tensor and (result.ndim == 0 or result.numel() == 1):
             return {"loss": result}
         return _as_outputs(result, where="train_step" if self.train_step else "the model")
 

@@ -64,6 +64,19 @@ def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     assert logged["loss"] == pytest.approx(expected, rel=1e-3)
 
 
+def test_the_smoothed_loss_keeps_device_losses_as_tensors_and_mixes_them_right() -> None:
+    """CPU losses are kept as floats; a loss on another device stays a tensor (reading it
+    would wait for the device); a window holding both averages them all, in float32 for
+    the tensors whatever their dtype."""
+    from collections import deque
+
+    from aspecthook.train.aspects._logger import _mean
+
+    window: deque[Any] = deque([1.0, torch.tensor(2.0), torch.tensor(6.0, dtype=torch.float16)])
+    assert _mean(window) == pytest.approx(3.0)
+    assert _mean(deque([0.1, 0.2, 0.3])) == pytest.approx(0.2, abs=1e-15)
+
+
 def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:
     """file_interval=2 writes every second iteration to metrics.jsonl; the console every 6."""
     runner = _runner(tmp_path, [Logger(interval=6, file_interval=2)], max_epochs=1)

@@ -118,7 +118,8 @@ def test_idle_join_points_are_the_loop_functions_themselves() -> None:
     runner = _runner(max_iters=2, default_aspects=False)
     for name in ("forward", "backward", "optimizer_step", "train_iter", "train_epoch"):
         bound = getattr(runner, name)
-        assert bound.__func__ is getattr(_loop, name) and bound.__self__ is runner, name
+        assert bound.__func__ is getattr(_loop, name), name
+        assert bound.__self__ is runner, name
     seen: list[str] = []
     handle = runner.weaver.before("forward")(lambda ctx: seen.append("local"))
     with ah.after("backward")(lambda ctx: seen.append("module")):

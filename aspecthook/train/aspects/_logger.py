@@ -68,7 +68,7 @@ class Logger(Aspect):
         self.window = window
         self.json_file = json_file
         self.tensorboard = tensorboard
-        self.losses: deque[torch.Tensor] = deque(maxlen=window)
+        self.losses: deque[float | torch.Tensor] = deque(maxlen=window)
         self._every, self._idle_from = self._schedule()
         self.records: list[dict[str, Any]] = []
         self._file: IO[str] | None = None
@@ -111,7 +111,10 @@ class Logger(Aspect):
         if left < self.window:
             loss = runner.outputs.get("loss")
             if isinstance(loss, torch.Tensor):
-                self.losses.append(loss.detach())
+                # On the CPU a float costs no more than a detached tensor and makes the
+                # mean a Python sum; on an accelerator .item() would wait for the device
+                # every iteration, so the loss stays there until a record needs it.
+                self.losses.append(loss.item() if loss.is_cpu else loss.detach())
         console = it % self.interval == 0
         if not (console or it % self.file_interval == 0) or runner.rank != 0:
             return
@@ -121,8 +124,8 @@ class Logger(Aspect):
             "iter": it,
             "lr": runner.optimizer.param_groups[0]["lr"],
         }
-        if self.losses:  # the mean in float32 whatever the losses' dtype, in one op
-            record["loss"] = float(torch.stack(list(self.losses)).mean(dtype=torch.float32))
+        if self.losses:
+            record["loss"] = _mean(self.losses)
         outputs = runner.outputs
         for key in ("time", "data_time", "grad_norm"):
             value = outputs.get(key)
@@ -178,3 +181,13 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _mean(values: deque[float | torch.Tensor]) -> float:
+    """The mean of the window: floats summed exactly, tensors in one op on their device."""
+    floats = [v for v in values if type(v) is float]
+    total = math.fsum(floats)
+    if len(floats) < len(values):
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        total += float(torch.stack(tensors).sum(dtype=torch.float32))
+    return total / len(values)
