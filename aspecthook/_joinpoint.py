@@ -268,43 +268,71 @@ class _FastContext(CallContext):
 
 
 # The shape-specialised dispatcher. A chain with no around and no error advice, and only a
-# few before/after callables, gets a dispatcher with those callables bound as constants and
-# the loops unrolled. Generated source (as attrs does for __init__) because the point is
-# to have no loop and no tuple reads at all; the guard sends a call to the general
-# dispatcher whenever the join point's chain is no longer the one this was made for (a
-# bound method captured before a rebuild, or a call racing a rebuild).
+# few before/after callables, gets a dispatcher with those callables bound as closure
+# constants and the loops unrolled. Generated source (as attrs does for __init__) because
+# the point is to have no loop and no tuple reads at all; the guard sends a call to the
+# general dispatcher whenever the join point's chain is no longer the one this was made
+# for (a bound method captured before a rebuild, or a call racing a rebuild). The source
+# is compiled once per shape into a factory (a compile costs ~0.3 ms) and the factory is
+# called per chain: free variables read faster than a namespace's globals.
 _MAX_UNROLLED = 6
-_TEMPLATE = """\
-{head}
-    if jp._chain is not chain:
-        return general(wrapped, instance, args, kwargs)
-    ctx = context()
-    ctx.joinpoint = jp
-    ctx.target = wrapped
-    ctx.instance = None if instance is unbound else instance
-    ctx._args = args
-    ctx.kwargs = kwargs
-    ctx.result = None
-    ctx._skipped = False
-{runner}{before}    if not ctx._skipped:
-{call}
-{after}    return ctx.result
+_FACTORY = """\
+def factory(jp, chain, general, context, unbound, arounds, r0, runner, target, self_, inst{advice}):
+    def dispatch({params}):
+        if jp._chain is not chain:
+            return general({general_args})
+        ctx = context()
+        ctx.joinpoint = jp
+        ctx.target = {wrapped}
+        ctx.instance = {instance}
+        ctx._args = {args}
+        ctx.kwargs = {kwargs}
+        ctx.result = None
+        ctx._skipped = False
+{runner}{before}{call}{after}        return ctx.result
+    return dispatch
 """
-_CALL_TARGET = """\
-        kw = ctx.kwargs
-        ctx.result = wrapped(*ctx._args, **kw) if kw else wrapped(*ctx._args)"""
-# Around advice: the first one is called directly; ``proceed`` (CallContext.proceed) starts
-# at level 1, so the rest of the chain and the target run as in the general dispatcher.
+# How the target is called: after before advice (which may skip the call or change the
+# arguments), through around advice (the first one directly; ``CallContext.proceed`` then
+# starts at level 1, as in the general dispatcher), or straight with the call's own
+# arguments when no advice runs before it.
+_CALL_CHECKED = """\
+        if not ctx._skipped:
+            kw = ctx.kwargs
+            ctx.result = {wrapped}(*ctx._args, **kw) if kw else {wrapped}(*ctx._args)
+"""
 _CALL_AROUND = """\
-        ctx._arounds = arounds
-        ctx._level = 1
-        ctx.result = r0(ctx, ctx.proceed)"""
-
-
-# The wrapt wrapper's signature, or (``direct``) the target's own call with the target and
-# its instance bound as constants.
-_HEAD = "def dispatch(wrapped, instance, args, kwargs):"
-_HEAD_DIRECT = "def dispatch(*args, **kwargs):"
+        if not ctx._skipped:
+            ctx._arounds = arounds
+            ctx._level = 1
+            ctx.result = r0(ctx, ctx.proceed)
+"""
+_CALL_STRAIGHT = """\
+        ctx.result = {call}
+"""
+_RESERVED = frozenset(
+    [
+        "jp",
+        "chain",
+        "general",
+        "context",
+        "unbound",
+        "arounds",
+        "r0",
+        "runner",
+        "target",
+        "self_",
+        "inst",
+        "ctx",
+        "kw",
+        "dispatch",
+        "factory",
+        "wrapped",
+        "instance",
+        "args",
+        "kwargs",
+    ]
+)
 
 
 def _specialise(
@@ -312,8 +340,9 @@ def _specialise(
 ) -> Callable[..., Any] | None:
     """The generated dispatcher for ``chain``, or None when its shape has none.
 
-    ``direct=(wrapped, instance)`` makes one called as the target itself (see
-    ``JoinPoint.direct``); a runner's join point then also fills ``ctx.runner``.
+    ``direct=(target, instance)`` makes one called as the target itself (see
+    ``JoinPoint.direct``), with the target's own parameters where it has plain ones; a
+    runner's join point then also fills ``ctx.runner``.
     """
     if jp.is_async:
         return None
@@ -323,47 +352,96 @@ def _specialise(
             return _called_directly(layered, direct) if direct is not None else layered
     if chain.on_error:
         return None
-    if not 0 < len(chain.before) + len(chain.after) + len(chain.around) <= _MAX_UNROLLED:
+    nb, na = len(chain.before), len(chain.after)
+    if not 0 < nb + na + len(chain.around) <= _MAX_UNROLLED:
         return None
-    runner = ""
-    names: dict[str, Any] = {}
-    if direct is not None:
-        names["wrapped"], names["instance"] = direct
-        if getattr(direct[1], "__aspecthook_runner__", False):
-            names["runner"] = direct[1]
-            runner = "    ctx.runner = runner\n"
-    names |= {
-        "jp": jp,
-        "chain": chain,
-        "general": jp.general,
-        "context": _FastContext,
-        "unbound": _UNBOUND,
-        "arounds": chain.around,
-        "r0": chain.around[0] if chain.around else None,
-    }
-    before = "".join(f"    b{i}(ctx)\n" for i in range(len(chain.before)))
-    after = "".join(f"    a{i}(ctx)\n" for i in range(len(chain.after)))
-    names.update({f"b{i}": fn for i, fn in enumerate(chain.before)})
-    names.update({f"a{i}": fn for i, fn in enumerate(chain.after)})
-    code = _dispatch_code(
-        head=_HEAD if direct is None else _HEAD_DIRECT,
-        runner=runner,
-        before=before,
-        after=after,
-        call=_CALL_AROUND if chain.around else _CALL_TARGET,
+    target, self_ = direct if direct is not None else (None, None)
+    params = _plain_parameters(target) if direct is not None else None
+    if direct is None:  # called by wrapt
+        parts = {"params": "wrapped, instance, args, kwargs", "wrapped": "wrapped"}
+        parts |= {"general_args": "wrapped, instance, args, kwargs", "args": "args"}
+        parts |= {"instance": "None if instance is unbound else instance", "kwargs": "kwargs"}
+    elif params is None:  # called as the target, whatever its parameters
+        parts = {"params": "*args, **kwargs", "wrapped": "target", "instance": "inst"}
+        parts |= {"general_args": "target, self_, args, kwargs", "args": "args"}
+        parts |= {"kwargs": "kwargs"}
+    else:  # called as the target, with its own parameter names
+        packed = f"({', '.join(params)}{',' if params else ''})"
+        parts = {"params": ", ".join(params), "wrapped": "target", "instance": "inst"}
+        parts |= {"general_args": f"target, self_, {packed}, {{}}", "args": packed}
+        parts |= {"kwargs": "{}"}
+    if chain.around:
+        call = _CALL_AROUND
+    elif nb:
+        call = _CALL_CHECKED.format(wrapped=parts["wrapped"])
+    elif params is not None:
+        call = _CALL_STRAIGHT.format(call=f"target({', '.join(params)})")
+    else:
+        w, a, k = parts["wrapped"], parts["args"], parts["kwargs"]
+        call = _CALL_STRAIGHT.format(call=f"{w}(*{a}, **kw) if (kw := {k}) else {w}(*{a})")
+    is_runner = getattr(self_, "__aspecthook_runner__", False)
+    factory = _dispatch_factory(
+        advice="".join(f", b{i}" for i in range(nb)) + "".join(f", a{i}" for i in range(na)),
+        runner="        ctx.runner = runner\n" if is_runner else "",
+        before="".join(f"        b{i}(ctx)\n" for i in range(nb)),
+        after="".join(f"        a{i}(ctx)\n" for i in range(na)),
+        call=call,
+        **parts,
     )
-    # The traceback names the join point; everything else is in the namespace.
-    code = code.replace(co_filename=f"<aspecthook dispatch {jp.name}>")
-    return types.FunctionType(code, names, "dispatch")
+    dispatch = factory(
+        jp,
+        chain,
+        jp.general,
+        _FastContext,
+        _UNBOUND,
+        chain.around,
+        chain.around[0] if chain.around else None,
+        self_ if is_runner else None,
+        target,
+        self_,
+        None if self_ is _UNBOUND else self_,
+        *chain.before,
+        *chain.after,
+    )
+    # Tracebacks and argument errors name the join point and the target, not the factory.
+    func = getattr(target, "__func__", target)
+    name = getattr(func, "__name__", "dispatch")
+    dispatch.__name__ = name
+    dispatch.__qualname__ = getattr(func, "__qualname__", name)
+    dispatch.__code__ = dispatch.__code__.replace(
+        co_filename=f"<aspecthook dispatch {jp.name}>", co_name=name, co_qualname=name
+    )
+    return dispatch  # type: ignore[no-any-return]
+
+
+def _plain_parameters(target: Any) -> list[str] | None:
+    """The parameter names of a target called with plain parameters only (no defaults,
+    ``*args``, keyword-only or positional-only ones), else None."""
+    func = getattr(target, "__func__", target)
+    if type(func) is not types.FunctionType:
+        return None
+    code = func.__code__
+    varargs = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+    if code.co_flags & varargs or code.co_kwonlyargcount or code.co_posonlyargcount:
+        return None
+    if func.__defaults__:
+        return None
+    names = list(code.co_varnames[: code.co_argcount])
+    if inspect.ismethod(target):
+        names = names[1:]
+    if _RESERVED.intersection(names) or any(
+        n.startswith(("a", "b")) and n[1:].isdigit() for n in names
+    ):
+        return None
+    return names
 
 
 @functools.lru_cache(maxsize=256)
-def _dispatch_code(**parts: str) -> types.CodeType:
-    """The dispatcher's code for one shape, compiled once per shape (a compile costs
-    ~0.3 ms; a runner has several join points of the same few shapes)."""
+def _dispatch_factory(**parts: str) -> Callable[..., Any]:
+    """The factory of dispatchers of one shape (compiled once per shape)."""
     names: dict[str, Any] = {}
-    exec(compile(_TEMPLATE.format(**parts), "<aspecthook dispatch>", "exec"), names)
-    return names["dispatch"].__code__  # type: ignore[no-any-return]
+    exec(compile(_FACTORY.format(**parts), "<aspecthook dispatch>", "exec"), names)
+    return names["factory"]  # type: ignore[no-any-return]
 
 
 def _direct(jp: JoinPoint, chain: Chain) -> Callable[..., Any]:

@@ -43,6 +43,14 @@ class Holder:
             raise KeyError("boom")
         return f"m{x}{k}"
 
+    def plain(self, x: Any, k: Any) -> str:
+        """Plain parameters only: its dispatcher takes them by name, as the target does."""
+        return self.method(x, k)
+
+
+def plain_function(x: Any, k: Any) -> str:
+    return Holder().method(x, k)
+
 
 def declared(weaver: ah.Weaver, name: str) -> tuple[Any, JoinPoint, Box, Holder]:
     holder = Holder()
@@ -149,25 +157,33 @@ def advice_of(kind: str, i: int, log: list[str], name: str) -> Any:
     return Timed(name=f"timed{i}", pointcut=name)
 
 
-def outcome(fn: Callable[..., Any], log: list[str], x: Any) -> tuple[Any, list[str]]:
-    log.clear()
-    try:
-        result: Any = fn(x, k=1)
-    except KeyError as exc:
-        result = ("raised", repr(exc))
-    return result, list(log)
+def outcome(fn: Callable[..., Any], log: list[str], x: Any) -> tuple[Any, ...]:
+    results: list[Any] = []
+    for call in (lambda: fn(x, k=1), lambda: fn(x, 2), lambda: fn(x=x, k=3)):
+        log.clear()
+        try:
+            results.append(call())
+        except KeyError as exc:
+            results.append(("raised", repr(exc)))
+        results.append(list(log))
+    return tuple(results)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.sampled_from(KINDS), max_size=9),
     st.sampled_from(["ok", "boom"]),
+    st.sampled_from(["method", "plain", "function"]),
 )
 def test_every_chain_shape_runs_the_same_through_the_published_callable(
-    kinds: list[str], x: str
+    kinds: list[str], x: str, target: str
 ) -> None:
     weaver = ah.Weaver("direct-shapes", local=True)
-    proxy, _, box, _ = declared(weaver, "direct.shapes")
+    holder = Holder()
+    fn = {"method": holder.method, "plain": holder.plain, "function": plain_function}[target]
+    proxy: Any = weaver.joinpoint("direct.shapes")(fn)
+    box = Box()
+    proxy._self_joinpoint.publish(box)
     log: list[str] = []
     for i, kind in enumerate(kinds):
         weaver.register(advice_of(kind, i, log, "direct.shapes"))
@@ -215,4 +231,19 @@ def test_ctx_runner_is_filled_or_worked_out(name: str) -> None:
     box.fn()
     proxy()
     assert seen == [fake, fake]
+    weaver.close()
+
+
+def test_a_wrong_call_is_refused_as_the_target_refuses_it() -> None:
+    weaver = ah.Weaver("direct-wrong", local=True)
+    holder = Holder()
+    proxy: Any = weaver.joinpoint("direct.wrong")(holder.plain)
+    box = Box()
+    proxy._self_joinpoint.publish(box)
+    weaver.add(advice("after", lambda ctx: None, "direct.wrong"))
+    assert box.fn is not None
+    with pytest.raises(TypeError, match=r"plain\(\) missing 1 required positional argument: 'k'"):
+        box.fn(1)
+    with pytest.raises(TypeError, match=r"plain\(\) got an unexpected keyword argument 'z'"):
+        box.fn(1, 2, z=3)
     weaver.close()
