@@ -50,7 +50,8 @@ def train_iter(runner: Runner, batch: Any) -> dict[str, Any]:
     runner.outputs = outputs = runner.forward(batch)
     runner.backward(outputs["loss"])
     runner.optimizer_step()
-    runner.end_iter()
+    runner.iter += 1
+    runner.inner_iter += 1
     return outputs
 
 

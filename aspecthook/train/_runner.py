@@ -249,10 +249,6 @@ class Runner:
         """Ask the loop to stop after the current iteration; ``reason`` is kept."""
         self.stop_reason = reason
 
-    def end_iter(self) -> None:
-        self.iter += 1
-        self.inner_iter += 1
-
     def end_epoch(self) -> None:
         self.epoch += 1
         self.inner_iter = 0

@@ -64,6 +64,22 @@ def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     assert logged["loss"] == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.parametrize("window", [1, 3])
+def test_console_and_file_intervals_that_do_not_divide_each_other(
+    tmp_path: Path, window: int
+) -> None:
+    """interval=6 with file_interval=4: the console at 6 and 12, the file at every point
+    of either (4, 6, 8, 12), whatever the window; the smoothed loss is over the window."""
+    logger = Logger(interval=6, file_interval=4, window=window)
+    runner = _runner(tmp_path, [logger], max_epochs=2)  # 6 batches an epoch: 12 iterations
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert [e["iter"] for e in logs if e["event"] == "train"] == [6, 12]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in lines if r["mode"] == "train"] == [4, 6, 8, 12]
+    assert all("loss" in r for r in lines if r["mode"] == "train")
+
+
 def test_the_smoothed_loss_keeps_device_losses_as_tensors_and_mixes_them_right() -> None:
     """CPU losses are kept as floats; a loss on another device stays a tensor (reading it
     would wait for the device); a window holding both averages them all, in float32 for

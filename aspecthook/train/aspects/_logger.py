@@ -69,18 +69,19 @@ class Logger(Aspect):
         self.json_file = json_file
         self.tensorboard = tensorboard
         self.losses: deque[float | torch.Tensor] = deque(maxlen=window)
-        self._every, self._idle_from = self._schedule()
         self.records: list[dict[str, Any]] = []
         self._file: IO[str] | None = None
         self._writer: Any = None
         self._log: Any = None
+        self._timer: IterTimer | None = None
 
     def before_run(self, ctx: CallContext) -> None:
         import structlog
 
         runner = ctx.runner
         self._log = structlog.get_logger("aspecthook.train")
-        self._every, self._idle_from = self._schedule()
+        timer = runner.get_aspect(IterTimer)
+        self._timer = timer if isinstance(timer, IterTimer) else None
         if runner.rank != 0:
             return
         if runner.work_dir is not None and self.json_file:
@@ -97,24 +98,28 @@ class Logger(Aspect):
         it = runner.iter
         # Iterations that neither log nor feed the smoothed loss (only the last `window`
         # before a log point do) cost a modulo and a comparison, and nothing else.
-        left = -it % self._every
-        if left >= self._idle_from:
+        left = -it % self.interval  # iterations to the next log point
+        if self.file_interval != self.interval:
+            to_file = -it % self.file_interval
+            left = to_file if to_file < left else left
+        if left and left >= self.window:
             return
         try:
-            self._train_iter(runner, it, left)
+            if left < self.window:
+                loss = runner.outputs.get("loss")
+                if type(loss) is torch.Tensor:
+                    # On the CPU a float costs no more than a detached tensor and makes
+                    # the mean a Python sum; on an accelerator .item() would wait for the
+                    # device every iteration, so the loss stays there until it is logged.
+                    self.losses.append(loss.item() if loss.is_cpu else loss.detach())
+            if left == 0:
+                self._train_record(runner, it)
         except Exception:
             if self.errors != "log":
                 raise
             log_own_failure(self, ctx)
 
-    def _train_iter(self, runner: Any, it: int, left: int) -> None:
-        if left < self.window:
-            loss = runner.outputs.get("loss")
-            if isinstance(loss, torch.Tensor):
-                # On the CPU a float costs no more than a detached tensor and makes the
-                # mean a Python sum; on an accelerator .item() would wait for the device
-                # every iteration, so the loss stays there until a record needs it.
-                self.losses.append(loss.item() if loss.is_cpu else loss.detach())
+    def _train_record(self, runner: Any, it: int) -> None:
         console = it % self.interval == 0
         if not (console or it % self.file_interval == 0) or runner.rank != 0:
             return
@@ -131,8 +136,8 @@ class Logger(Aspect):
             value = outputs.get(key)
             if value is not None:
                 record[key] = float(value)
-        timer = runner.get_aspect(IterTimer)
-        eta = timer.eta(runner) if isinstance(timer, IterTimer) else None
+        timer = self._timer
+        eta = timer.eta(runner) if timer is not None else None
         if eta is not None:
             record["eta_s"] = round(eta, 1)
         self._emit(TRAIN_EVENT, record, it, console=console)
@@ -169,10 +174,6 @@ class Logger(Aspect):
             for key, value in record.items():
                 if key != "mode" and isinstance(value, float) and math.isfinite(value):
                     self._writer.add_scalar(f"{event}/{key}", value, step)
-
-    def _schedule(self) -> tuple[int, int]:
-        """(the finest log interval, how many iterations before a log point are idle)."""
-        return min(self.interval, self.file_interval), max(self.window, 1)
 
     def _close(self) -> None:
         if self._file is not None:
