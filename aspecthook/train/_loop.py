@@ -46,10 +46,22 @@ def train_epoch(runner: Runner) -> None:
 
 
 def train_iter(runner: Runner, batch: Any) -> dict[str, Any]:
-    """forward -> backward -> optimizer_step for one batch; returns the step's outputs."""
-    runner.outputs = outputs = runner.forward(batch)
-    runner.backward(outputs["loss"])
-    runner.optimizer_step()
+    """forward -> backward -> optimizer_step for one batch; returns the step's outputs.
+
+    While none of the three has advice (``runner.inner_idle``), their bodies run here
+    instead: the same statements, without three join-point calls an iteration (about 1%
+    of a small model's iteration). Advice on any of them sends every call through them.
+    """
+    if runner.inner_idle:
+        runner.outputs = outputs = runner.compute_train_step(batch)  # forward
+        outputs["loss"].backward()  # backward
+        optimizer = runner.optimizer  # optimizer_step
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        runner.outputs = outputs = runner.forward(batch)
+        runner.backward(outputs["loss"])
+        runner.optimizer_step()
     runner.iter += 1
     runner.inner_iter += 1
     return outputs

@@ -46,6 +46,10 @@ JOINPOINTS = (
 )
 
 
+#: The join points inside train_iter, inlined there while none has advice.
+INNER = ("forward", "backward", "optimizer_step")
+
+
 def seed_everything(seed: int) -> None:
     """Seed python ``random``, numpy (when installed) and torch."""
     random.seed(seed)
@@ -120,6 +124,10 @@ class Runner:
         # on every call, so an idle join point costs the loop nothing. The proxies are
         # kept here: they are what ``weave``, ``describe`` and module-level advice see.
         self._proxies: dict[str, Callable[..., Any]] = {}
+        #: Whether forward, backward and optimizer_step all have no advice: train_iter
+        #: then runs their bodies inline (see ``_loop.train_iter``). Kept current with
+        #: the attributes.
+        self.inner_idle = True
         for name in JOINPOINTS:
             bound = types.MethodType(getattr(_loop, name), self)
             proxy: Any = self.weaver.joinpoint(name)(bound)
@@ -430,8 +438,15 @@ class _AttributeSink:
 
     def __call__(self, fn: Callable[..., Any]) -> None:
         runner = self.runner()
-        if runner is not None:
-            setattr(runner, self.attribute, fn)
+        if runner is None:
+            return
+        setattr(runner, self.attribute, fn)
+        if self.attribute in INNER:
+            # The attribute is the bare loop function exactly while the point is idle.
+            runner.inner_idle = all(
+                getattr(getattr(runner, name, None), "__func__", None) is getattr(_loop, name)
+                for name in INNER
+            )
 
 
 def _adapt(aspect: Aspect | Any) -> Aspect:

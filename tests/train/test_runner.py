@@ -133,6 +133,31 @@ def test_idle_join_points_are_the_loop_functions_themselves() -> None:
     assert seen == ["local", "module"] * 2
 
 
+@pytest.mark.parametrize("advised", ["forward", "backward", "optimizer_step"])
+def test_train_iter_inlines_idle_inner_points_with_the_same_result(advised: str) -> None:
+    """While forward, backward and optimizer_step have no advice, train_iter runs their
+    bodies itself; advice on any one of them sends every call through all three. Both
+    ways train to the same bits."""
+    plain = _runner(max_iters=5, default_aspects=False)
+    assert plain.inner_idle
+    plain.run()
+
+    calls: list[str] = []
+    runner = _runner(max_iters=5, default_aspects=False)
+    handle = runner.weaver.before(advised)(lambda ctx: calls.append(advised))
+    assert not runner.inner_idle
+    runner.run()
+    assert calls == [advised] * 5
+    for a, b in zip(plain.model.parameters(), runner.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(plain.outputs["loss"], runner.outputs["loss"])
+    handle.remove()
+    assert runner.inner_idle
+    with ah.after(advised)(lambda ctx: None):  # module-level advice counts too
+        assert not runner.inner_idle
+    assert runner.inner_idle
+
+
 def test_a_closed_runner_is_collected() -> None:
     """The join points that keep the runner's attributes current hold it weakly."""
     import gc
