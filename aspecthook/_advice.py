@@ -207,13 +207,25 @@ class Advice:
         """The callable that dispatch runs for this advice at ``key`` (a join point/event).
 
         Filters keep their counters per key, so ``every=10`` counts the calls of each join
-        point separately; the compiled callable is cached so a chain rebuild keeps them.
+        point separately (a join point with a counter numbers its calls itself, see
+        ``JoinPoint.counter``); the compiled callable is cached so a chain rebuild keeps them.
         """
         cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
         fn = cache.get(key)
         if fn is None:
-            fn = cache[key] = self._compile()
+            fn = cache[key] = self._compile(key)
         return fn  # type: ignore[no-any-return]
+
+    def inlined_every(self, key: object) -> tuple[int, Callable[..., Any]] | None:
+        """``(every, fn)`` when ``every=`` is this advice's only filter at ``key``, a join
+        point whose calls are numbered (``JoinPoint.counter``): a generated dispatcher then
+        tests ``number % every`` itself and calls ``fn`` (the advice with its ``errors=``
+        policy, without the filter) only on the calls that pass."""
+        if not self.every or self.once or self.when is not None or self.rank is not None:
+            return None
+        if getattr(key, "counter", None) is None or self.kind == "around":
+            return None
+        return self.every, self._guarded(self.fn)
 
     def layer_factory(self) -> Callable[..., Any] | None:
         """The aspect's layer factory for this around advice (``runs_as_layer``), or
@@ -231,12 +243,16 @@ class Advice:
         cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
         cache.pop(key, None)
 
-    def _compile(self) -> Callable[..., Any]:
-        fn = self.fn
-        if self.errors == "log" and not getattr(fn, GUARDED, False):
-            fn = _guard_around(self, fn) if self.kind == "around" else _guard(self, fn)
+    def _compile(self, key: object) -> Callable[..., Any]:
+        fn = self._guarded(self.fn)
         if self.every or self.once or self.when is not None or self.rank is not None:
-            fn = _filter(self, fn)
+            numbered = getattr(key, "counter", None) is not None
+            fn = _filter(self, fn, numbered=numbered)
+        return fn
+
+    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if self.errors == "log" and not getattr(fn, GUARDED, False):
+            return _guard_around(self, fn) if self.kind == "around" else _guard(self, fn)
         return fn
 
 
@@ -366,7 +382,9 @@ def location_of(fn: object) -> str:
 # -- compiled wrappers: filters and the errors='log' policy ------------------------------
 
 
-def _filter(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callable[..., Any]:
+    """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
+    reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
     every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
     counter = itertools.count()  # next() on itertools.count is atomic under the GIL
     around = advice.kind == "around"
@@ -379,7 +397,9 @@ def _filter(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
         n = next(counter)
         if once and n:
             return False
-        return not (every and (n + 1) % every)
+        if not every:
+            return True
+        return not (ctx._number if numbered else n + 1) % every
 
     if around:
 

@@ -123,8 +123,17 @@ class Aspect:
             "order_before": self.order_before,
             "name": f"{self.name}.{attr}",
         }
+        options.update(self.advice_options(attr))
         options.update(opts)
         return Advice(kind, bound, pointcut, aspect=self, aspect_name=self.name, **options)
+
+    def advice_options(self, attr: str) -> dict[str, Any]:
+        """Options for the advice of method ``attr`` that depend on this instance's
+        settings, e.g. ``{'every': self.interval}``; a decorator's own options win.
+
+        Called when the aspect is registered. The base class adds none.
+        """
+        return {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

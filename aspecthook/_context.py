@@ -35,6 +35,7 @@ class CallContext:
         "_data",
         "_exception",
         "_level",
+        "_number",
         "_recovered",
         "_skipped",
         "instance",
@@ -57,6 +58,8 @@ class CallContext:
     _recovered: bool
     _arounds: tuple[Callable[..., Any], ...]
     _level: int
+    #: The call's number at a join point with a counter (see ``JoinPoint.counter``).
+    _number: int
     #: The runner of this call: the bound runner of a runner join point, else the runner
     #: whose ``run()`` is in progress in this context (so advice on any of the user's own
     #: callables reaches it), else ``None``. A slot: the dispatchers of a runner's own join

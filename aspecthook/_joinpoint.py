@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 import weakref
 from collections import Counter
@@ -70,6 +71,7 @@ class JoinPoint:
         "_name_counts",
         "_sinks",
         "advice",
+        "counter",
         "declared",
         "general",
         "is_async",
@@ -91,8 +93,14 @@ class JoinPoint:
         *,
         declared: bool,
         local_weaver: Weaver | None = None,
+        counter: str | None = None,
     ) -> None:
         self.name = name
+        #: The attribute of the bound instance that counts the calls completed so far
+        #: (a runner's ``iter`` for ``train_iter``), or None. When set, a call's number is
+        #: that count plus one, read as the call starts, and ``every=`` filters use it: a
+        #: restored counter (a resumed run) keeps every schedule where it was.
+        self.counter = counter
         self._name_counts: Counter[str] = Counter({name: 1})
         self.names: frozenset[str] = frozenset((name,))
         self.target = target
@@ -220,6 +228,7 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
 
     context = _FastContext
     unbound = _UNBOUND
+    counter = jp.counter
 
     def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         chain = jp._chain  # one read: a concurrent rebuild swaps the whole object
@@ -233,6 +242,8 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
         ctx.kwargs = kwargs
         ctx.result = None
         ctx._skipped = False
+        if counter is not None:
+            ctx._number = getattr(instance, counter) + 1
         for fn in chain.before:
             fn(ctx)
         if not ctx._skipped:
@@ -289,8 +300,14 @@ def factory(jp, chain, general, context, unbound, arounds, r0, runner, target, s
         ctx.kwargs = {kwargs}
         ctx.result = None
         ctx._skipped = False
-{runner}{before}{call}{after}        return ctx.result
+{number}{runner}{before}{call}{after}        return ctx.result
     return dispatch
+"""
+# At a join point with a counter (``JoinPoint.counter``) the call is numbered as it starts,
+# and advice whose only filter is ``every=`` is called only on the calls it runs on: the
+# test is a modulo in the dispatcher, so on the other calls it costs no call at all.
+_NUMBER = """\
+        n = ctx._number = {owner}.{counter} + 1
 """
 # How the target is called: after before advice (which may skip the call or change the
 # arguments), through around advice (the first one directly; ``CallContext.proceed`` then
@@ -331,8 +348,10 @@ _RESERVED = frozenset(
         "instance",
         "args",
         "kwargs",
+        "n",
     ]
 )
+_GENERATED = re.compile(r"[ab]\d+(_every)?")
 
 
 def _specialise(
@@ -380,11 +399,19 @@ def _specialise(
         w, a, k = parts["wrapped"], parts["args"], parts["kwargs"]
         call = _CALL_STRAIGHT.format(call=f"{w}(*{a}, **kw) if (kw := {k}) else {w}(*{a})")
     is_runner = getattr(self_, "__aspecthook_runner__", False)
+    number = ""
+    if jp.counter is not None:
+        owner = "instance" if direct is None else "self_"
+        number = _NUMBER.format(owner=owner, counter=jp.counter)
+    before, before_fns = _stage_calls(jp, chain, "before")
+    after, after_fns = _stage_calls(jp, chain, "after")
     factory = _dispatch_factory(
-        advice="".join(f", b{i}" for i in range(nb)) + "".join(f", a{i}" for i in range(na)),
+        advice="".join(f", b{i}, b{i}_every" for i in range(nb))
+        + "".join(f", a{i}, a{i}_every" for i in range(na)),
+        number=number,
         runner="        ctx.runner = runner\n" if is_runner else "",
-        before="".join(f"        b{i}(ctx)\n" for i in range(nb)),
-        after="".join(f"        a{i}(ctx)\n" for i in range(na)),
+        before=before,
+        after=after,
         call=call,
         **parts,
     )
@@ -400,8 +427,8 @@ def _specialise(
         target,
         self_,
         None if self_ is _UNBOUND else self_,
-        *chain.before,
-        *chain.after,
+        *before_fns,
+        *after_fns,
     )
     # Tracebacks and argument errors name the join point and the target, not the factory.
     func = getattr(target, "__func__", target)
@@ -412,6 +439,27 @@ def _specialise(
         co_filename=f"<aspecthook dispatch {jp.name}>", co_name=name, co_qualname=name
     )
     return dispatch  # type: ignore[no-any-return]
+
+
+def _stage_calls(jp: JoinPoint, chain: Chain, stage: str) -> tuple[str, list[Any]]:
+    """The generated lines that call one stage's advice, and the values they name
+    (``b0, b0_every, b1, ...``): at a numbered join point, advice whose only filter is
+    ``every=`` is called behind ``if not n % b0_every:`` (see ``_NUMBER``)."""
+    compiled: tuple[Callable[..., Any], ...] = getattr(chain, stage)
+    letter = stage[0]
+    lines: list[str] = []
+    values: list[Any] = []
+    usable = [a for a in chain.entries.get(stage, ()) if a not in chain.skipped]
+    inlined = [a.inlined_every(jp) for a in usable] if len(usable) == len(compiled) else []
+    for i, fn in enumerate(compiled):
+        test = inlined[i] if inlined else None
+        if test is None:
+            lines.append(f"        {letter}{i}(ctx)\n")
+            values += [fn, None]
+        else:
+            lines.append(f"        if not n % {letter}{i}_every:\n            {letter}{i}(ctx)\n")
+            values += [test[1], test[0]]
+    return "".join(lines), values
 
 
 def _plain_parameters(target: Any) -> list[str] | None:
@@ -429,9 +477,7 @@ def _plain_parameters(target: Any) -> list[str] | None:
     names = list(code.co_varnames[: code.co_argcount])
     if inspect.ismethod(target):
         names = names[1:]
-    if _RESERVED.intersection(names) or any(
-        n.startswith(("a", "b")) and n[1:].isdigit() for n in names
-    ):
+    if _RESERVED.intersection(names) or any(_GENERATED.fullmatch(n) for n in names):
         return None
     return names
 

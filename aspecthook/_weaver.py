@@ -201,7 +201,8 @@ class Weaver:
             )
         return lambda fn: self._declare(fn, name_or_fn)
 
-    def _declare(self, fn: Any, name: str | None) -> Any:
+    def _declare(self, fn: Any, name: str | None, *, counter: str | None = None) -> Any:
+        """``@joinpoint`` on ``fn``; ``counter`` numbers its calls (``JoinPoint.counter``)."""
         if isinstance(fn, (classmethod, staticmethod)) or callable(fn):
             func = getattr(fn, "__func__", fn)
         else:
@@ -218,6 +219,7 @@ class Weaver:
             fn,
             declared=True,
             local_weaver=None if self.is_global else self,
+            counter=counter,
         )
         if name and not inspect.ismethod(fn):  # a bound method's dotted name is not its own
             jp.add_names((default,))

@@ -289,6 +289,36 @@ def test_instance_priority_overrides_the_class(weaver: ah.Weaver, point: str) ->
     assert [a.priority for a in weaver.registered] == [90]
 
 
+def test_advice_options_give_per_instance_options_that_decorators_override(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """advice_options(attr) sets options from the instance's settings; a decorator's win."""
+    step = _declare(weaver, point)
+
+    class Sampled(Aspect):
+        def __init__(self, every: int) -> None:
+            super().__init__()
+            self.every = every
+            self.seen: list[int] = []
+
+        def advice_options(self, attr: str) -> dict[str, Any]:
+            return {"every": self.every}
+
+        @after(point)
+        def sample(self, ctx: Any) -> None:
+            self.seen.append(ctx.args[0])
+
+        @after(point, every=1)
+        def each(self, ctx: Any) -> None:
+            self.seen.append(-ctx.args[0])
+
+    aspect = Sampled(every=2)
+    weaver.register(aspect)
+    for x in range(1, 5):
+        step(x)
+    assert aspect.seen == [-1, 2, -2, -3, 4, -4]
+
+
 def test_default_priority_is_normal(weaver: ah.Weaver, point: str) -> None:
     """Without a priority anywhere, an aspect's advice is NORMAL."""
 

@@ -8,6 +8,7 @@ clipping code in this module: those are aspects in ``aspecthook.train.aspects``.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,11 +36,15 @@ def run(runner: Runner) -> dict[str, Any]:
 
 
 def train_epoch(runner: Runner) -> None:
-    """One pass over the training data (resuming mid-epoch where a checkpoint left off)."""
+    """One pass over the training data (resuming mid-epoch where a checkpoint left off).
+
+    Stops early at ``max_iters`` (as it was when the epoch began) or ``runner.stop()``.
+    """
     runner.model.train()
+    last = runner.max_iters if runner.max_iters is not None else math.inf
     for batch in runner.epoch_batches():
         runner.train_iter(batch)
-        if runner.finished:
+        if runner.iter >= last or runner.stop_reason is not None:
             break
     else:
         runner.end_epoch()

@@ -46,6 +46,10 @@ JOINPOINTS = (
 )
 
 
+#: The runner attribute that counts the completed calls of a join point (its calls are
+#: numbered by it: see ``JoinPoint.counter``).
+COUNTERS = {"train_iter": "iter", "train_epoch": "epoch"}
+
 #: The join points inside train_iter, inlined there while none has advice.
 INNER = ("forward", "backward", "optimizer_step")
 
@@ -130,7 +134,10 @@ class Runner:
         self.inner_idle = True
         for name in JOINPOINTS:
             bound = types.MethodType(getattr(_loop, name), self)
-            proxy: Any = self.weaver.joinpoint(name)(bound)
+            # train_iter and train_epoch number their calls by the run's counters, so
+            # every=n means every n-th iteration (epoch) of the run, a resumed one too.
+            counter = COUNTERS.get(name)
+            proxy: Any = self.weaver._declare(bound, name, counter=counter)
             self._proxies[name] = proxy
             attribute = "_run_joinpoint" if name == "run" else name
             proxy._self_joinpoint.publish(_AttributeSink(self, attribute))

@@ -416,3 +416,55 @@ def test_non_aspect_in_aspects_is_refused() -> None:
     """aspects= takes Aspect instances (or adaptable hook objects); other objects fail."""
     with pytest.raises(RunnerError, match="aspects="):
         _runner(aspects=[object()])
+
+
+def _every_run(start: int, *, general: bool, kind: str = "after") -> list[int]:
+    """Iterations (1-based numbers) at which `every=3` advice on train_iter ran, for a run
+    of 12 iterations whose counter starts at `start` (as a resumed run's does)."""
+    runner = _runner(max_iters=12)
+    runner.iter = start
+    seen: list[int] = []
+    offset = 1 if kind == "before" else 0  # before advice runs before the count moves on
+    getattr(runner.weaver, kind)("train_iter", every=3)(
+        lambda ctx: seen.append(ctx.runner.iter + offset)
+    )
+    if general:  # error advice sends every call through the general dispatcher
+        runner.weaver.on_error("train_iter")(lambda ctx: None)
+    runner.run()
+    return seen
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["generated", "general"])
+@pytest.mark.parametrize("kind", ["before", "after"])
+def test_every_at_train_iter_counts_the_runs_iterations(kind: str, general: bool) -> None:
+    """every=3 at train_iter runs on iterations 3, 6, 9, ... of the run, before and after."""
+    assert _every_run(0, general=general, kind=kind) == [3, 6, 9, 12]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["generated", "general"])
+def test_every_keeps_the_runs_schedule_after_a_resume(general: bool) -> None:
+    """A run resumed at iteration 4 runs every=3 advice at 6, 9, 12, as the whole run did."""
+    assert _every_run(4, general=general) == [6, 9, 12]
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_every_at_train_epoch_counts_the_runs_epochs(start: int) -> None:
+    """every=2 at train_epoch runs after epochs 2 and 4, also when resumed at epoch 1."""
+    runner = _runner(max_epochs=5)
+    runner.epoch = start
+    seen: list[int] = []
+    runner.weaver.after("train_epoch", every=2)(lambda ctx: seen.append(ctx.runner.epoch))
+    runner.run()
+    assert seen == [2, 4]
+
+
+def test_every_with_other_filters_still_counts_the_runs_iterations() -> None:
+    """every= next to when= keeps the run's numbering (the filter runs as a wrapper)."""
+    runner = _runner(max_iters=12)
+    runner.iter = 4
+    seen: list[int] = []
+    runner.weaver.after("train_iter", every=3, when=lambda ctx: True)(
+        lambda ctx: seen.append(ctx.runner.iter)
+    )
+    runner.run()
+    assert seen == [6, 9, 12]

@@ -24,8 +24,8 @@ last save is written before ``run()`` returns), a run ending in an exception and
 :meth:`Checkpoint.wait` all wait for it first. A write that failed raises on the training
 thread there (``RunnerError`` naming the files, the cause chained), or is logged when the
 run is already failing. ``checkpoint.saved`` is emitted on the training thread once the
-write is complete: at the next iteration end (``by_epoch=False``) or epoch end after it, or
-at one of those waits, whichever comes first.
+write is complete: at the next epoch end after it (with ``save_best``, also at the next
+iteration end), or at one of those waits, whichever comes first.
 
 A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
 ``save_optimizer=False``, scheduler, counters, metrics, stop reason and every aspect's own
@@ -144,9 +144,17 @@ class Checkpoint(Aspect):
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
         unused = {"after_val_epoch"} if self.save_best is None else set()
-        if self.save_best is None:
-            unused.add("after_train_iter" if self.by_epoch else "after_train_epoch")
+        if self.save_best is None and self.by_epoch:
+            unused.add("after_train_iter")
         return [a for a in super().make_advice(target) if a.name.rpartition(".")[2] not in unused]
+
+    def advice_options(self, attr: str) -> dict[str, Any]:
+        """Saving every ``interval`` iterations and nothing else per iteration (no
+        ``save_best``): ``after_train_iter`` runs only on those iterations (``every=``,
+        numbered by ``runner.iter``, so a resumed run keeps the schedule)."""
+        if attr == "after_train_iter" and not self.by_epoch and self.save_best is None:
+            return {"every": self.interval}
+        return {}
 
     # -- advice -------------------------------------------------------------------------
 
@@ -181,7 +189,7 @@ class Checkpoint(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
-            self._finish_write()
+            self._finish_write()  # also for by_epoch=False: its checkpoint.saved events
         runner = ctx.runner
         # inner_iter == 0: the epoch really ended (it was not cut short by max_iters/stop).
         due = self.by_epoch and runner.inner_iter == 0 and runner.epoch % self.interval == 0
