@@ -97,6 +97,7 @@ class Advice:
         *,
         priority: object = 50,
         every: int | None = None,
+        window: int | None = None,
         once: bool = False,
         when: Callable[[Any], bool] | None = None,
         rank: int | None = None,
@@ -118,6 +119,7 @@ class Advice:
         self.pointcut = pointcut
         self.priority = resolve_priority(priority)
         self.every = _check_every(every)
+        self.window = _check_window(window, self.every)
         self.once = bool(once)
         self.when = _check_callable("when", when)
         self.rank = _check_rank(rank)
@@ -184,6 +186,8 @@ class Advice:
         parts = []
         if self.every:
             parts.append(f"every={self.every}")
+        if self.window > 1:
+            parts.append(f"window={self.window}")
         if self.once:
             parts.append("once")
         if self.when is not None:
@@ -216,16 +220,17 @@ class Advice:
             fn = cache[key] = self._compile(key)
         return fn  # type: ignore[no-any-return]
 
-    def inlined_every(self, key: object) -> tuple[int, Callable[..., Any]] | None:
-        """``(every, fn)`` when ``every=`` is this advice's only filter at ``key``, a join
-        point whose calls are numbered (``JoinPoint.counter``): a generated dispatcher then
-        tests ``number % every`` itself and calls ``fn`` (the advice with its ``errors=``
-        policy, without the filter) only on the calls that pass."""
+    def inlined_every(self, key: object) -> tuple[int, int, Callable[..., Any]] | None:
+        """``(every, window, fn)`` when ``every=`` (with its ``window=``) is this advice's
+        only filter at ``key``, a join point whose calls are numbered
+        (``JoinPoint.counter``): a generated dispatcher then tests the call's number itself
+        and calls ``fn`` (the advice with its ``errors=`` policy, without the filter) only
+        on the calls that pass."""
         if not self.every or self.once or self.when is not None or self.rank is not None:
             return None
         if getattr(key, "counter", None) is None or self.kind == "around":
             return None
-        return self.every, self._guarded(self.fn)
+        return self.every, self.window, self._guarded(self.fn)
 
     def layer_factory(self) -> Callable[..., Any] | None:
         """The aspect's layer factory for this around advice (``runs_as_layer``), or
@@ -268,6 +273,26 @@ def _check_every(every: object) -> int | None:
         f"every={every!r} is not a positive int: give every=n to run on every n-th call",
         option="every",
         value=every,
+    )
+
+
+def _check_window(window: object, every: int | None) -> int:
+    if window is None:
+        return 1
+    if every is None:
+        raise InvalidOptionError(
+            f"window={window!r} needs every=n: it runs the advice on the `window` calls "
+            "that end at every n-th call",
+            option="window",
+            value=window,
+        )
+    if isinstance(window, int) and not isinstance(window, bool) and 1 <= window <= every:
+        return window
+    raise InvalidOptionError(
+        f"window={window!r} is not an int from 1 to every={every}: give the number of calls, "
+        "ending at each n-th call, on which the advice runs",
+        option="window",
+        value=window,
     )
 
 
@@ -386,6 +411,7 @@ def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callab
     """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
     reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
     every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
+    lead = advice.window - 1  # the window's calls end at each every-th one
     counter = itertools.count()  # next() on itertools.count is atomic under the GIL
     around = advice.kind == "around"
 
@@ -399,7 +425,7 @@ def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callab
             return False
         if not every:
             return True
-        return not (ctx._number if numbered else n + 1) % every
+        return ((ctx._number if numbered else n + 1) + lead) % every <= lead
 
     if around:
 

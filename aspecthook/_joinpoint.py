@@ -318,6 +318,16 @@ _CALL_CHECKED = """\
             kw = ctx.kwargs
             ctx.result = {wrapped}(*ctx._args, **kw) if kw else {wrapped}(*ctx._args)
 """
+# The same with the target's own parameters: while before advice left the arguments as
+# they came (the same tuple, no keyword added), the target is called with them directly.
+_CALL_CHECKED_PLAIN = """\
+        if not ctx._skipped:
+            if ctx._args is packed and not ctx.kwargs:
+                ctx.result = {call}
+            else:
+                kw = ctx.kwargs
+                ctx.result = target(*ctx._args, **kw) if kw else target(*ctx._args)
+"""
 _CALL_AROUND = """\
         if not ctx._skipped:
             ctx._arounds = arounds
@@ -349,6 +359,7 @@ _RESERVED = frozenset(
         "args",
         "kwargs",
         "n",
+        "packed",
     ]
 )
 _GENERATED = re.compile(r"[ab]\d+(_every)?")
@@ -387,10 +398,12 @@ def _specialise(
     else:  # called as the target, with its own parameter names
         packed = f"({', '.join(params)}{',' if params else ''})"
         parts = {"params": ", ".join(params), "wrapped": "target", "instance": "inst"}
-        parts |= {"general_args": f"target, self_, {packed}, {{}}", "args": packed}
-        parts |= {"kwargs": "{}"}
+        parts |= {"general_args": f"target, self_, {packed}, {{}}"}
+        parts |= {"args": f"(packed := {packed})", "kwargs": "{}"}
     if chain.around:
         call = _CALL_AROUND
+    elif nb and params is not None:
+        call = _CALL_CHECKED_PLAIN.format(call=f"target({', '.join(params)})")
     elif nb:
         call = _CALL_CHECKED.format(wrapped=parts["wrapped"])
     elif params is not None:
@@ -444,7 +457,8 @@ def _specialise(
 def _stage_calls(jp: JoinPoint, chain: Chain, stage: str) -> tuple[str, list[Any]]:
     """The generated lines that call one stage's advice, and the values they name
     (``b0, b0_every, b1, ...``): at a numbered join point, advice whose only filter is
-    ``every=`` is called behind ``if not n % b0_every:`` (see ``_NUMBER``)."""
+    ``every=`` is called behind ``if not n % b0_every:`` (see ``_NUMBER``), or with a
+    ``window=`` of w, ``if (n + w - 1) % b0_every <= w - 1:``."""
     compiled: tuple[Callable[..., Any], ...] = getattr(chain, stage)
     letter = stage[0]
     lines: list[str] = []
@@ -457,8 +471,15 @@ def _stage_calls(jp: JoinPoint, chain: Chain, stage: str) -> tuple[str, list[Any
             lines.append(f"        {letter}{i}(ctx)\n")
             values += [fn, None]
         else:
-            lines.append(f"        if not n % {letter}{i}_every:\n            {letter}{i}(ctx)\n")
-            values += [test[1], test[0]]
+            every, window, call = test
+            name = f"{letter}{i}"
+            check = (
+                f"not n % {name}_every"
+                if window == 1
+                else f"(n + {window - 1}) % {name}_every <= {window - 1}"
+            )
+            lines.append(f"        if {check}:\n            {name}(ctx)\n")
+            values += [call, every]
     return "".join(lines), values
 
 

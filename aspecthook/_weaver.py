@@ -29,7 +29,18 @@ __all__ = ["Weaver", "default_weaver"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _OPTIONS = frozenset(
-    ("priority", "every", "once", "when", "rank", "errors", "name", "order_after", "order_before")
+    (
+        "priority",
+        "every",
+        "window",
+        "once",
+        "when",
+        "rank",
+        "errors",
+        "name",
+        "order_after",
+        "order_before",
+    )
 )
 POINTCUT_FAILED = "event.pointcut_failed"
 # Subscriptions whose pointcut raised when matched against an event name, already logged.

@@ -561,6 +561,28 @@ def test_every_runs_on_every_nth_call(weaver: ah.Weaver, point: str) -> None:
     assert ran == [3, 6]
 
 
+@pytest.mark.parametrize("kind", ["before", "after"])
+def test_window_runs_on_the_calls_ending_at_every_nth(
+    weaver: ah.Weaver, point: str, kind: str
+) -> None:
+    """every=5, window=2 runs on calls 4, 5, 9, 10, ... (the 2 calls ending at each 5th)."""
+    add = _declare(weaver, point)
+    ran: list[int] = []
+    getattr(weaver, kind)(point, every=5, window=2)(lambda ctx: ran.append(ctx.args[0]))
+    for i in range(1, 12):
+        add(i)
+    assert ran == [4, 5, 9, 10]
+
+
+def test_window_is_shown_with_every_in_describe(weaver: ah.Weaver, point: str) -> None:
+    """describe() lists window= beside every=; a window of 1 is every= alone."""
+    _declare(weaver, point)
+    weaver.after(point, every=5, window=2, name="smooth")(lambda ctx: None)
+    weaver.after(point, every=5, window=1, name="plain")(lambda ctx: None)
+    filters = {row.advice: row.filters for row in weaver.describe(point)}
+    assert filters == {"smooth": "every=5, window=2", "plain": "every=5"}
+
+
 def test_every_counts_each_joinpoint_separately(weaver: ah.Weaver, point: str) -> None:
     """every= counts calls per join point, not across all join points of a glob."""
     one = _declare(weaver, f"{point}.one")
@@ -837,6 +859,14 @@ def test_compatible_signatures_are_accepted(
 # -- bad option values -------------------------------------------------------------------------
 
 
+def test_a_window_longer_than_every_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """window= must be from 1 to every=; the message says so."""
+    for window in (0, 4, 1.5):
+        with pytest.raises(InvalidOptionError, match=r"from 1 to every=3"):
+            weaver.before(point, every=3, window=window)(lambda ctx: None)
+    assert weaver.registered == []
+
+
 @pytest.mark.parametrize(
     ("option", "value", "match"),
     [
@@ -845,6 +875,7 @@ def test_compatible_signatures_are_accepted(
         ("every", 1.5, "positive int"),
         ("every", True, "positive int"),
         ("every", "10", "positive int"),
+        ("window", 2, "needs every=n"),
         ("rank", -1, "int >= 0"),
         ("rank", "0", "int >= 0"),
         ("rank", False, "int >= 0"),

@@ -129,8 +129,9 @@ def test_a_published_callable_follows_module_level_advice() -> None:
 
 
 # Every chain shape: unrolled before/after/around, error advice (the general dispatcher),
-# layers only (Timed), more advice than the unrolled form takes, and skipping.
-KINDS = ["before", "after", "around", "on_error", "skip", "timed"]
+# layers only (Timed), more advice than the unrolled form takes, skipping, and before
+# advice that rewrites the first argument (given by position or by name).
+KINDS = ["before", "after", "around", "on_error", "skip", "timed", "rewrite"]
 
 
 def advice_of(kind: str, i: int, log: list[str], name: str) -> Any:
@@ -140,6 +141,15 @@ def advice_of(kind: str, i: int, log: list[str], name: str) -> Any:
         return advice("after", lambda ctx: log.append(f"a{i}:{ctx.result}"), name)
     if kind == "skip":
         return advice("before", lambda ctx: ctx.skip(f"s{i}"), name)
+    if kind == "rewrite":
+
+        def rewrite(ctx: ah.CallContext) -> None:
+            if ctx.args:
+                ctx.args[0] = f"{ctx.args[0]}{i}"
+            else:
+                ctx.kwargs["x"] = f"{ctx.kwargs['x']}{i}"
+
+        return advice("before", rewrite, name)
     if kind == "on_error":
 
         def recover(ctx: ah.CallContext) -> None:

@@ -50,6 +50,10 @@ JOINPOINTS = (
 #: numbered by it: see ``JoinPoint.counter``).
 COUNTERS = {"train_iter": "iter", "train_epoch": "epoch"}
 
+#: Batch types taken as ``(inputs, targets)`` by the default step; the tensor type.
+_PAIRS = (tuple, list)
+_Tensor = torch.Tensor
+
 #: The join points inside train_iter, inlined there while none has advice.
 INNER = ("forward", "backward", "optimizer_step")
 
@@ -296,19 +300,22 @@ class Runner:
 
     def compute_train_step(self, batch: Any) -> dict[str, Any]:
         """Run the user's step and return a dict with a scalar ``loss`` tensor."""
-        # Runs every iteration: the common cases (an (x, y) batch with loss_fn, a loss
-        # tensor returned) are written out here rather than in helpers, one call each less.
+        # Runs every iteration: the common case (loss_fn on an (x, y) batch, a 0-d loss
+        # returned) comes first and is written out here, with the fewest tests; every other
+        # case (and a one-element loss) goes through the checks in _as_outputs.
         loss_fn = self.loss_fn
-        if self.train_step is not None:
-            result = self.train_step(self, batch)
-        elif loss_fn is not None and type(batch) in (tuple, list) and len(batch) == 2:
+        train_step = self.train_step
+        pair = type(batch) in _PAIRS and len(batch) == 2
+        if train_step is None and loss_fn is not None and pair:
             result = loss_fn(self.model(batch[0]), batch[1])
-        else:
-            result = self._default_step(batch)
-        # ``ndim`` is an attribute read, ``numel()`` a call through torch's argument parser.
-        if type(result) is torch.Tensor and (result.ndim == 0 or result.numel() == 1):
+            # ``ndim`` is an attribute read, ``numel()`` a call through torch's parser.
+            if type(result) is _Tensor and not result.ndim:
+                return {"loss": result}
+            return _as_outputs(result, where="the model")
+        result = train_step(self, batch) if train_step is not None else self._default_step(batch)
+        if type(result) is _Tensor and not result.ndim:
             return {"loss": result}
-        return _as_outputs(result, where="train_step" if self.train_step else "the model")
+        return _as_outputs(result, where="train_step" if train_step else "the model")
 
     def compute_eval_step(self, batch: Any) -> dict[str, Any]:
         """The validation/test step: ``val_step`` or model output, targets and loss."""

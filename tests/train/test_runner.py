@@ -468,3 +468,19 @@ def test_every_with_other_filters_still_counts_the_runs_iterations() -> None:
     )
     runner.run()
     assert seen == [6, 9, 12]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["generated", "general"])
+def test_window_at_train_iter_counts_the_runs_iterations(general: bool) -> None:
+    """every=5, window=2 at train_iter runs after iterations 4, 5, 9, 10, resumed or not."""
+    for start, expected in ((0, [4, 5, 9, 10]), (4, [5, 9, 10])):
+        runner = _runner(max_iters=12)
+        runner.iter = start
+        seen: list[int] = []
+        runner.weaver.after("train_iter", every=5, window=2)(
+            lambda ctx, seen=seen: seen.append(ctx.runner.iter)
+        )
+        if general:
+            runner.weaver.on_error("train_iter")(lambda ctx: None)
+        runner.run()
+        assert seen == expected

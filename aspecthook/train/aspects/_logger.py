@@ -92,6 +92,13 @@ class Logger(Aspect):
 
             self._writer = SummaryWriter(str(Path(runner.work_dir) / "tb"))
 
+    def advice_options(self, attr: str) -> dict[str, Any]:
+        """One log interval: ``after_train_iter`` runs only on the ``window`` iterations
+        that end at each log point (the test is made in the join point's dispatcher)."""
+        if attr == "after_train_iter" and self.file_interval == self.interval:
+            return {"every": self.interval, "window": max(1, min(self.window, self.interval))}
+        return {}
+
     @handles_own_errors  # errors= applies to the logging below, not to the cheap test
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
