@@ -81,6 +81,7 @@ Setup is not in these figures (it is in the table above).
 
     python bench/loop.py                        # full run: 3-6 minutes on 2 busy cores
     python bench/loop.py --variants aspecthook --rounds 30   # and the hand-written baseline
+    python bench/loop.py --variants aspecthook --aspects lr,timer --lockstep 5  # one aspect's cost
     python bench/loop.py --quick --json o.json  # smoke run: 60 iterations, 1 round
 """
 
@@ -232,6 +233,8 @@ class Work:
     ckpt_every: int
     #: Lockstep only: called after each iteration of the variant; batches are stamped.
     after_iter: Callable[[], None] | None = None
+    #: The Runner's aspects (``--aspects``): all four, or fewer to see what each costs.
+    aspects: tuple[str, ...] = ("timer", "lr", "logger", "checkpoint")
 
     def build(self) -> Parts:
         model = make_model()
@@ -424,6 +427,12 @@ def run_aspecthook(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
 
     p = w.build()
     t0 = stamp()
+    made = {
+        "timer": IterTimer,
+        "lr": lambda: LRSchedule(by_epoch=False),
+        "logger": lambda: Logger(interval=w.log_every, json_file=None),
+        "checkpoint": lambda: Checkpoint(interval=w.ckpt_every, by_epoch=False, save_last=False),
+    }
     runner = Runner(
         p.model,
         p.optimizer,
@@ -433,10 +442,7 @@ def run_aspecthook(w: Work, folder: Path) -> tuple[Stamp, Stamp, Parts]:
         max_iters=w.iters,
         work_dir=folder,
         aspects=[
-            IterTimer(),
-            LRSchedule(by_epoch=False),
-            Logger(interval=w.log_every, json_file=None),
-            Checkpoint(interval=w.ckpt_every, by_epoch=False, save_last=False),
+            *(made[name]() for name in w.aspects),
             *([AfterIter()] if w.after_iter is not None else []),
         ],
     )
@@ -498,9 +504,13 @@ def check_same_work(runs: dict[str, Run], w: Work) -> None:
         "records": w.iters // w.log_every,
         "checkpoints": w.iters // w.ckpt_every,
     }
+    # --aspects without the logger or the checkpoint: the Runner does less, on purpose.
+    left_out = {"records": "logger", "checkpoints": "checkpoint"}
     problems = []
     for key, run in runs.items():
         for what, value in expected.items():
+            if key == "aspecthook" and left_out.get(what, "lr") not in w.aspects:
+                continue
             if getattr(run, what) != value:
                 problems.append(f"{key}: {what} = {getattr(run, what)}, expected {value}")
         if run.last_lr != ref.last_lr:
@@ -755,7 +765,7 @@ def print_report(
         f"{meta['ckpt_every']}; {rounds} interleaved round{'s' if rounds != 1 else ''}"
         + (" after 1 untimed warm-up round" if meta["warmup"] else "")
         + f"; final state bit-identical to the hand-written loop's in {meta['identical_rounds']}"
-        f" of {meta['checked_rounds']} rounds"
+        f" of {meta['checked_rounds']} rounds; Runner aspects: {meta['aspects']}"
     )
     print()
     width = max(len(r["label"]) for r in rows.values())
@@ -857,6 +867,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated variants to run (the hand-written loop always runs: it is the "
         f"baseline); default: all of {','.join(VARIANTS)}",
     )
+    parser.add_argument(
+        "--aspects",
+        default="timer,lr,logger,checkpoint",
+        help="the Runner's aspects, of timer,lr,logger,checkpoint (lr always: the others step "
+        "the scheduler too); fewer show what each costs, the others then do more work",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-round variant order")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
@@ -873,12 +889,16 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{option.replace('_', '-')} must be a positive int")
     if args.lockstep < 0:
         parser.error("--lockstep must be 0 or more")
+    aspects = tuple(a.strip() for a in args.aspects.split(",") if a.strip())
+    if not set(aspects) <= {"timer", "lr", "logger", "checkpoint"} or "lr" not in aspects:
+        parser.error("--aspects takes timer, lr, logger, checkpoint, and lr must be one of them")
 
     configure_sink()
     if "lightning" in keys:
         quiet_peers()
     dataset, x_eval, y_eval = make_data()
     work = Work(dataset, x_eval, y_eval, args.iters, args.log_every, args.ckpt_every)
+    work = replace(work, aspects=aspects)
     loadavg = " ".join(f"{v:.2f}" for v in os.getloadavg())
     with one_thread():
         threads = torch.get_num_threads()
@@ -899,6 +919,7 @@ def main(argv: list[str] | None = None) -> int:
         "iters": args.iters,
         "log_every": args.log_every,
         "ckpt_every": args.ckpt_every,
+        "aspects": ",".join(aspects),
         "rounds": args.rounds,
         "warmup": not args.no_warmup,
         "seed": args.seed,

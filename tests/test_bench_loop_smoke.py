@@ -52,3 +52,33 @@ def test_quick_run_reports_every_variant_with_equal_work(tmp_path: Path) -> None
     for key in VARIANTS:
         assert math.isfinite(lockstep[key]["corrected"]), key
         assert lockstep[key]["hand_us_per_iter"] > 0, key
+
+
+def test_a_runner_with_fewer_aspects_does_less_but_ends_where_the_loop_ends(
+    tmp_path: Path,
+) -> None:
+    """--aspects lr: the Runner writes no records or checkpoints, takes the same steps."""
+    out = tmp_path / "loop.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(BENCH), "--quick", "--variants", "aspecthook"),
+            *("--aspects", "lr", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCH.parents[1],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    variants = json.loads(out.read_text())["variants"]
+    assert (variants["aspecthook"]["records"], variants["aspecthook"]["checkpoints"]) == (0, 0)
+    assert variants["aspecthook"]["eval_loss"] == variants["hand"]["eval_loss"]
+    bad = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--aspects", "timer"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCH.parents[1],
+    )
+    assert bad.returncode == 2
+    assert "lr must be one of them" in bad.stderr
