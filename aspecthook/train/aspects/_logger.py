@@ -29,7 +29,8 @@ class Logger(Aspect):
 
     (``file_interval`` can make the JSON-lines file finer-grained than the console.)
     A console line has epoch, iteration, the loss smoothed over the last ``window``
-    iterations, the LR, data/iteration time and ETA (when ``IterTimer`` runs). Every logged
+    iterations (10 by default, the window OpenMMLab's log processor smooths over), the LR,
+    data/iteration time and ETA (when ``IterTimer`` runs). Every logged
     scalar also goes to ``work_dir/metrics.jsonl`` (one JSON object per line) and, with
     ``tensorboard=True``, to a ``torch.utils.tensorboard`` writer in ``work_dir/tb``.
     Validation metrics are logged after each validation. Failures never stop training
@@ -44,7 +45,7 @@ class Logger(Aspect):
         self,
         interval: int = 50,
         *,
-        window: int = 20,
+        window: int = 10,
         file_interval: int | None = None,
         json_file: str | None = "metrics.jsonl",
         tensorboard: bool = False,
