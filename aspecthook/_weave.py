@@ -225,6 +225,7 @@ def _rebind(advice: Advice, token: Name) -> Advice:
         token,
         priority=advice.priority,
         every=advice.every,
+        window=advice.window if advice.every else None,
         once=advice.once,
         when=advice.when,
         rank=advice.rank,

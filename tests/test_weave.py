@@ -441,6 +441,16 @@ def test_weave_advice_object_positionally() -> None:
     assert not advice.active
 
 
+def test_weave_advice_object_keeps_every_and_window() -> None:
+    """every= and window= of an Advice passed positionally survive the copy."""
+    seen: list[int] = []
+    advice = ah.Advice("before", lambda ctx: seen.append(ctx.args[0]), None, every=5, window=2)
+    with ah.weave(targets.add_one, advice):
+        for i in range(1, 12):
+            targets.add_one(i)
+    assert seen == [4, 5, 9, 10]
+
+
 def test_weave_rejects_a_function_as_aspect() -> None:
     """A plain function given positionally is refused with a hint to use before=/after=."""
     with pytest.raises(AspectDefinitionError, match=r"before=/after=/on_error=/around="):

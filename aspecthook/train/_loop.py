@@ -8,7 +8,6 @@ clipping code in this module: those are aspects in ``aspecthook.train.aspects``.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,15 +35,11 @@ def run(runner: Runner) -> dict[str, Any]:
 
 
 def train_epoch(runner: Runner) -> None:
-    """One pass over the training data (resuming mid-epoch where a checkpoint left off).
-
-    Stops early at ``max_iters`` (as it was when the epoch began) or ``runner.stop()``.
-    """
+    """One pass over the training data (resuming mid-epoch where a checkpoint left off)."""
     runner.model.train()
-    last = runner.max_iters if runner.max_iters is not None else math.inf
     for batch in runner.epoch_batches():
         runner.train_iter(batch)
-        if runner.iter >= last or runner.stop_reason is not None:
+        if runner.finished:
             break
     else:
         runner.end_epoch()

@@ -114,6 +114,18 @@ def test_by_iteration_saves_every_interval_and_the_last(tmp_path: Path) -> None:
     assert _load_latest(tmp_path)["runner"]["counters"]["iter"] == 10
 
 
+def test_a_resumed_run_keeps_saving_on_the_interval_of_the_whole_run(tmp_path: Path) -> None:
+    """Resumed from iter_5 (interval 3), the next saves are iter_6 and iter_9, as they
+    would have been without the interruption, not 3 and 6 iterations after the resume."""
+    make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_iters=5, aspects=[Checkpoint(3, by_epoch=False)]
+    ).run()
+    assert _files(tmp_path) == {"iter_3.pt", "iter_5.pt", "latest"}
+    resumed = Checkpoint(3, by_epoch=False, save_last=False, resume="auto")
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=10, aspects=[resumed]).run()
+    assert _files(tmp_path) == {"iter_3.pt", "iter_5.pt", "iter_6.pt", "iter_9.pt", "latest"}
+
+
 def test_a_run_stopped_inside_an_epoch_saves_its_last_state_by_iteration(tmp_path: Path) -> None:
     """by_epoch with max_iters=6 (mid-epoch 2): the last file is iter_6, not a 2nd epoch_1."""
     make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=6, aspects=[Checkpoint()]).run()

@@ -93,6 +93,25 @@ def test_the_smoothed_loss_keeps_device_losses_as_tensors_and_mixes_them_right()
     assert _mean(deque([0.1, 0.2, 0.3])) == pytest.approx(0.2, abs=1e-15)
 
 
+def test_logger_keeps_its_log_points_and_window_in_a_resumed_run(tmp_path: Path) -> None:
+    """A run whose counter starts at 5 logs at iterations 8 and 12, each loss the mean of
+    the 3 iterations before it, as the uninterrupted run does."""
+    losses: dict[int, float] = {}
+    logger = Logger(interval=4, window=3)
+    runner = _runner(tmp_path, [logger], max_epochs=None, max_iters=12)
+    runner.iter = 5
+    runner.weaver.after("train_iter")(
+        lambda ctx: losses.__setitem__(ctx.runner.iter, ctx.result["loss"].item())
+    )
+    runner.run()
+    assert [r["iter"] for r in logger.records if r["mode"] == "train"] == [8, 12]
+    for record in logger.records:
+        if record["mode"] == "train":
+            it = record["iter"]
+            expected = sum(losses[i] for i in (it - 2, it - 1, it)) / 3
+            assert record["loss"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:
     """file_interval=2 writes every second iteration to metrics.jsonl; the console every 6."""
     runner = _runner(tmp_path, [Logger(interval=6, file_interval=2)], max_epochs=1)

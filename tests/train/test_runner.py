@@ -484,3 +484,18 @@ def test_window_at_train_iter_counts_the_runs_iterations(general: bool) -> None:
             runner.weaver.on_error("train_iter")(lambda ctx: None)
         runner.run()
         assert seen == expected
+
+
+@pytest.mark.parametrize("new_limit", [4, 7])
+def test_max_iters_changed_during_an_epoch_takes_effect_at_once(new_limit: int) -> None:
+    """Lowering or raising max_iters from advice mid-epoch ends the run there, in one epoch."""
+    runner = _runner(max_iters=5)  # 3 batches an epoch
+    epochs: list[int] = []
+    runner.weaver.after("train_iter")(
+        lambda ctx: ctx.runner.iter == 2 and setattr(ctx.runner, "max_iters", new_limit)
+    )
+    runner.weaver.after("train_epoch")(lambda ctx: epochs.append(ctx.runner.epoch))
+    runner.run()
+    assert runner.iter == new_limit
+    # train_epoch ends once per epoch begun; the last one is cut short (no epoch count).
+    assert epochs == {4: [1, 1], 7: [1, 2, 2]}[new_limit]
