@@ -305,7 +305,7 @@ def factory(jp, chain, general, context, unbound, arounds, r0, runner, target, s
 """
 # At a join point with a counter (``JoinPoint.counter``) the call is numbered as it starts,
 # and advice whose only filter is ``every=`` is called only on the calls it runs on: the
-# test is a modulo in the dispatcher, so on the other calls it costs no call at all.
+# test is made in the dispatcher (``_stage_calls``), so the other calls cost no call at all.
 _NUMBER = """\
         n = ctx._number = {owner}.{counter} + 1
 """
@@ -457,8 +457,8 @@ def _specialise(
 def _stage_calls(jp: JoinPoint, chain: Chain, stage: str) -> tuple[str, list[Any]]:
     """The generated lines that call one stage's advice, and the values they name
     (``b0, b0_every, b1, ...``): at a numbered join point, advice whose only filter is
-    ``every=`` is called behind ``if not n % b0_every:`` (see ``_NUMBER``), or with a
-    ``window=`` of w, ``if (n + w - 1) % b0_every <= w - 1:``."""
+    ``every=`` (with its ``window=`` w) is called behind ``if (n + w - 1) % b0_every <= w - 1:``,
+    the test ``_filter`` makes (see ``_NUMBER``)."""
     compiled: tuple[Callable[..., Any], ...] = getattr(chain, stage)
     letter = stage[0]
     lines: list[str] = []
@@ -472,13 +472,9 @@ def _stage_calls(jp: JoinPoint, chain: Chain, stage: str) -> tuple[str, list[Any
             values += [fn, None]
         else:
             every, window, call = test
-            name = f"{letter}{i}"
-            check = (
-                f"not n % {name}_every"
-                if window == 1
-                else f"(n + {window - 1}) % {name}_every <= {window - 1}"
-            )
-            lines.append(f"        if {check}:\n            {name}(ctx)\n")
+            name, lead = f"{letter}{i}", window - 1
+            lines.append(f"        if (n + {lead}) % {name}_every <= {lead}:\n")
+            lines.append(f"            {name}(ctx)\n")
             values += [call, every]
     return "".join(lines), values
 

@@ -305,8 +305,7 @@ class Runner:
         # case (and a one-element loss) goes through the checks in _as_outputs.
         loss_fn = self.loss_fn
         train_step = self.train_step
-        pair = type(batch) in _PAIRS and len(batch) == 2
-        if train_step is None and loss_fn is not None and pair:
+        if train_step is None and loss_fn is not None and type(batch) in _PAIRS and len(batch) == 2:
             result = loss_fn(self.model(batch[0]), batch[1])
             # ``ndim`` is an attribute read, ``numel()`` a call through torch's parser.
             if type(result) is _Tensor and not result.ndim:
