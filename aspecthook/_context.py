@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
 
-__all__ = ["CURRENT_RUNNER", "CallContext", "Event", "Proceed"]
+__all__ = ["CURRENT_RUNNER", "CallContext", "Event", "Proceed", "RunnerOnRead", "runner_of"]
 
 #: The runner whose ``run()`` is in progress in this context (thread / task), if any.
 CURRENT_RUNNER: ContextVar[Any] = ContextVar("aspecthook_current_runner", default=None)
@@ -62,9 +62,9 @@ class CallContext:
     _number: int
     #: The runner of this call: the bound runner of a runner join point, else the runner
     #: whose ``run()`` is in progress in this context (so advice on any of the user's own
-    #: callables reaches it), else ``None``. A slot: the dispatchers of a runner's own join
-    #: points fill it, so advice reads it without a call; elsewhere ``__getattr__`` works
-    #: it out on first read.
+    #: callables reaches it), else ``None`` (see ``runner_of``). A slot: the dispatchers
+    #: of a runner's own join points fill it, so advice reads it without a call;
+    #: elsewhere the context is a ``RunnerOnRead``, which works it out on first read.
     runner: Any
 
     def __init__(
@@ -82,6 +82,7 @@ class CallContext:
         self.kwargs = kwargs
         self.result = None
         self._skipped = False
+        self.runner = runner_of(instance)
 
     @property
     def args(self) -> list[Any]:
@@ -116,17 +117,6 @@ class CallContext:
     @exception.setter
     def exception(self, value: BaseException | None) -> None:
         self._exception = value
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for an unset slot; ``runner`` is the one with a computed default.
-        if name != "runner":
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        instance = self.instance
-        runner = instance if getattr(instance, "__aspecthook_runner__", False) else None
-        if runner is None:
-            runner = CURRENT_RUNNER.get()
-        self.runner = runner
-        return runner
 
     @property
     def skipped(self) -> bool:
@@ -175,6 +165,34 @@ class CallContext:
         return (
             f"<CallContext {self.joinpoint.name} args={tuple(self._args)!r} kwargs={self.kwargs!r}>"
         )
+
+
+def runner_of(instance: Any) -> Any:
+    """``CallContext.runner`` for a call on ``instance``: it, if it is a runner, else the
+    runner whose ``run()`` is in progress in this context, else None."""
+    if getattr(instance, "__aspecthook_runner__", False):
+        return instance
+    return CURRENT_RUNNER.get()
+
+
+class RunnerOnRead(CallContext):
+    """A ``CallContext`` that works ``runner`` out when advice first reads it.
+
+    For dispatchers that build contexts without ``__init__`` at join points that are not
+    a runner's: most advice there never reads ``runner``. Kept out of ``CallContext``
+    itself because a class with ``__getattr__`` has every attribute read take the slow,
+    generic path (the interpreter does not specialise reads on it), and a runner's join
+    points read their contexts every iteration.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an unset slot; ``runner`` is the one with a computed default.
+        if name != "runner":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        runner = self.runner = runner_of(self.instance)
+        return runner
 
 
 class Event:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from ._chain import EMPTY_CHAIN, Chain
-from ._context import CallContext
+from ._context import CallContext, RunnerOnRead
 
 if TYPE_CHECKING:
     from ._advice import Advice
@@ -266,13 +266,23 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
     return dispatch
 
 
-class _FastContext(CallContext):
+class _FastContext(RunnerOnRead):
     """``CallContext`` built without a Python ``__init__``.
 
     With ``object.__init__`` as its initialiser, calling the class runs only C code; the
     dispatcher then fills the seven slots a call needs. Measured: faster than both
-    ``CallContext(...)`` and ``object.__new__(CallContext)``.
+    ``CallContext(...)`` and ``object.__new__(CallContext)``. ``runner`` is worked out
+    on first read (``RunnerOnRead``).
     """
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
+class _FastRunnerContext(CallContext):
+    """``_FastContext`` for a runner's own join points, whose dispatchers fill ``runner``:
+    no ``__getattr__``, so the interpreter specialises every read of it (see
+    ``RunnerOnRead``), in the dispatcher and in the advice alike."""
 
     __slots__ = ()
     __init__ = object.__init__
@@ -432,7 +442,7 @@ def _specialise(
         jp,
         chain,
         jp.general,
-        _FastContext,
+        _FastRunnerContext if is_runner else _FastContext,
         _UNBOUND,
         chain.around,
         chain.around[0] if chain.around else None,

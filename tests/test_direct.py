@@ -257,3 +257,28 @@ def test_a_wrong_call_is_refused_as_the_target_refuses_it() -> None:
     with pytest.raises(TypeError, match=r"plain\(\) got an unexpected keyword argument 'z'"):
         box.fn(1, 2, z=3)
     weaver.close()
+
+
+def test_a_context_built_directly_works_out_its_runner() -> None:
+    """``CallContext(...)`` (as layers and async join points build it) has ``runner`` set
+    from the start: the instance if it is a runner, else the run in progress, else None;
+    an unset slot still reads as its documented default."""
+    from aspecthook._context import CURRENT_RUNNER, CallContext
+
+    class FakeRunner:
+        __aspecthook_runner__ = True
+
+    jp: Any = object()
+    assert CallContext(jp, print, None, (), {}).runner is None
+    fake = FakeRunner()
+    assert CallContext(jp, print, fake, (), {}).runner is fake
+    token = CURRENT_RUNNER.set(fake)
+    try:
+        ctx = CallContext(jp, print, object(), (), {})
+    finally:
+        CURRENT_RUNNER.reset(token)
+    assert ctx.runner is fake
+    assert ctx.exception is None
+    assert not ctx.recovered
+    with pytest.raises(AttributeError):
+        ctx.no_such_field

@@ -36,7 +36,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -176,7 +175,7 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
     done: set[str] = set()  # the steps of target's save done so far: placed, latest
     temp_names: dict[int, str] = {}  # open temp file descriptors -> their names
     real_save, real_replace, real_unlink = torch.save, os.replace, os.unlink
-    real_fsync, real_mkstemp = os.fsync, tempfile.mkstemp
+    real_fsync, real_open = os.fsync, os.open
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:  # training thread
         if mode == "save" and runner.iter == at:
@@ -187,10 +186,10 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
             _die()
         real_save(obj, f, *args, **kwargs)
 
-    def mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
-        fd, path = real_mkstemp(*args, **kwargs)
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, *args, **kwargs)
         temp_names[fd] = Path(path).name
-        return fd, path
+        return fd
 
     def fsync(fd: int) -> None:
         name = temp_names.pop(fd, "")
@@ -220,7 +219,7 @@ def _arm(runner: Runner, mode: str, at: int) -> None:
         real_unlink(path, *args, **kwargs)
 
     torch.save, os.replace, os.unlink, os.fsync = save, replace, unlink, fsync  # type: ignore[assignment]
-    tempfile.mkstemp = mkstemp  # type: ignore[assignment]
+    os.open = open_
 
 
 def main(work_dir: str, out_file: str, kill: str | None = None) -> None:

@@ -202,7 +202,8 @@ def test_a_missing_best_metric_is_an_error_at_the_first_validation(tmp_path: Pat
 def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each save: fsync + replace the file, fsync + replace ``latest``, then delete old ones."""
+    """Each save: fsync + replace the file, fsync + replace ``latest``, fsync the folder
+    (durable renames, both at once), then delete old ones."""
     ops: list[str] = []
     real_replace, real_unlink, real_fsync = os.replace, os.unlink, os.fsync
 
@@ -222,7 +223,7 @@ def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_las
     )
     runner.run()
     monkeypatch.undo()
-    save = ["fsync", "replace {}", "fsync", "fsync", "replace latest", "fsync"]
+    save = ["fsync", "replace {}", "fsync", "replace latest", "fsync"]
     expected = [op.format("epoch_1.pt") for op in save]
     expected += [op.format("epoch_2.pt") for op in save] + ["unlink epoch_1.pt"]
     expected += [op.format("epoch_3.pt") for op in save] + ["unlink epoch_2.pt"]
@@ -621,3 +622,14 @@ def test_openmmlab_name_is_an_alias() -> None:
     """``CheckpointHook`` is ``Checkpoint`` for configs written for OpenMMLab."""
     assert aspects.CheckpointHook is Checkpoint
     assert "Checkpoint" in aspects.__all__
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_checkpoint_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    """Checkpoints and ``latest`` are created as ``open()`` would (0o666 less the umask),
+    not private to the owner as a temp file would leave them."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=1, aspects=[Checkpoint()]).run()
+    for name in ("epoch_1.pt", "latest"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask

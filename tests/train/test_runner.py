@@ -499,3 +499,22 @@ def test_max_iters_changed_during_an_epoch_takes_effect_at_once(new_limit: int) 
     assert runner.iter == new_limit
     # train_epoch ends once per epoch begun; the last one is cut short (no epoch count).
     assert epochs == {4: [1, 1], 7: [1, 2, 2]}[new_limit]
+
+
+def test_a_subclass_with_its_own_finished_is_asked_after_every_iteration() -> None:
+    """The loop tests the stock limits without the property, but a subclass's own
+    ``finished`` (a time or budget limit, say) is what ends its run."""
+
+    class Budget(Runner):
+        @property
+        def finished(self) -> bool:
+            return self.iter >= 5 or super().finished
+
+    model, opt, loader = _parts()  # 3 batches an epoch
+    runner = Budget(model, opt, loader, loss_fn=CE, max_epochs=10)
+    runner.run()
+    assert runner.iter == 5
+    assert runner.finished
+    plain = _runner(max_epochs=10)
+    plain.run()
+    assert plain.iter == 30  # the stock test: the epoch limit

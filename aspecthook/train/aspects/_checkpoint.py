@@ -11,13 +11,16 @@ Files in ``runner.work_dir``:
 A save has two halves. On the training thread, at the iteration it belongs to, the state
 is gathered and serialized (``torch.save`` into memory): the bytes are final before the
 next step changes anything. A background writer thread then puts them on disk, in this
-order: (1) write them (summing their sha256) into a temp file in the same folder, flush,
-``os.fsync``; (2) ``os.replace`` it onto its name, fsync the folder; (3) write the manifest
-the same way; (4) only then delete what the new manifest dropped (old interval
-checkpoints, the previous best). The manifest lists those under ``delete``, so a run
-killed between (3) and (4) has them deleted when it resumes. A kill at any moment thus
-leaves ``latest`` naming a complete, verifiable file: the newest one whose write had
-finished (a kill while a write is in flight loses that save, not the one before).
+order: (1) write them (summing their sha256) into a temp file in the same folder,
+``os.fsync``; (2) ``os.replace`` it onto its name; (3) write the manifest the same way and
+fsync the folder, which makes both renames durable; (4) only then delete what the new
+manifest dropped (old interval checkpoints, the previous best). The manifest lists those
+under ``delete``, so a run killed between (3) and (4) has them deleted when it resumes. A
+kill at any moment thus leaves ``latest`` naming a complete, verifiable file: the newest
+one whose write had finished (a kill while a write is in flight loses that save, not the
+one before). Should power fail before (3)'s folder fsync and a file system keep the
+manifest's rename but not the checkpoint's, ``latest`` names a missing file: resume
+reports it and takes the previous checkpoint, still there since deletions come last.
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -47,14 +50,13 @@ import json
 import math
 import os
 import re
-import tempfile
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
@@ -77,6 +79,7 @@ EVENT_RESUMED = "checkpoint.resumed"
 LATEST = "latest"
 _FORMAT = 1
 _TMP_SUFFIX = ".ckpt-tmp"
+_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
 
@@ -470,20 +473,33 @@ class _WriteJob:
     error: BaseException | None = None
 
 
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Temp file in the same folder, flush + fsync, ``os.replace``, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+def _atomic_write(path: Path, data: bytes | memoryview, *, sync_folder: bool = True) -> None:
+    """Temp file in the same folder, write + fsync, ``os.replace``, fsync the folder.
+
+    ``sync_folder=False`` leaves the folder's fsync to the next atomic write in it, whose
+    one fsync then makes both renames durable (see ``_write``). Plain ``os`` calls, not
+    ``tempfile`` and file objects: this runs on the writer thread beside training, and
+    every line of Python it runs holds the GIL the training thread needs. The temp name
+    is this process's and thread's own (one write at a time each); ``before_run`` deletes
+    those a killed process left.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}{_TMP_SUFFIX}")
     try:
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_BINARY, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if sync_folder:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -497,20 +513,14 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
-    def write(file: IO[bytes]) -> None:
-        file.write(data)
-
-    _atomic_write(path, write)
+    """Write one checkpoint file (its folder synced by the manifest's write that follows)."""
+    _atomic_write(path, data, sync_folder=False)
     return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-
-    def write(file: IO[bytes]) -> None:
-        file.write(data)
-
-    _atomic_write(folder / LATEST, write)
+    # One line: the C encoder (an indented dump runs the pure-Python one).
+    _atomic_write(folder / LATEST, json.dumps(manifest, sort_keys=True).encode())
 
 
 def _delete(folder: Path, names: list[str]) -> None:
