@@ -306,7 +306,10 @@ class Runner:
         loss_fn = self.loss_fn
         train_step = self.train_step
         if train_step is None and loss_fn is not None and type(batch) in _PAIRS and len(batch) == 2:
-            result = loss_fn(self.model(batch[0]), batch[1])
+            # A plain read: ``self.model(...)`` is a method lookup on an instance attribute,
+            # which the interpreter cannot specialise.
+            model = self.model
+            result = loss_fn(model(batch[0]), batch[1])
             # ``ndim`` is an attribute read, ``numel()`` a call through torch's parser.
             if type(result) is _Tensor and not result.ndim:
                 return {"loss": result}
