@@ -170,22 +170,42 @@ class CallContext:
 def runner_of(instance: Any) -> Any:
     """``CallContext.runner`` for a call on ``instance``: it, if it is a runner, else the
     runner whose ``run()`` is in progress in this context, else None."""
-    if getattr(instance, "__aspecthook_runner__", False):
-        return instance
-    return CURRENT_RUNNER.get()
+    try:
+        is_runner = bool(getattr(instance, "__aspecthook_runner__", False))
+    except Exception:  # a proxy object whose __getattr__ raises: not a runner
+        is_runner = False
+    return instance if is_runner else CURRENT_RUNNER.get()
 
 
 class RunnerOnRead(CallContext):
     """A ``CallContext`` that works ``runner`` out when advice first reads it.
 
-    For dispatchers that build contexts without ``__init__`` at join points that are not
-    a runner's: most advice there never reads ``runner``. Kept out of ``CallContext``
+    What the dispatch paths build at join points that are not a runner's (layers, async
+    calls, and, without ``__init__``, the dispatchers): most advice there never reads
+    ``runner``, and working it out reads an attribute of the instance. Kept out of ``CallContext``
     itself because a class with ``__getattr__`` has every attribute read take the slow,
     generic path (the interpreter does not specialise reads on it), and a runner's join
     points read their contexts every iteration.
     """
 
     __slots__ = ()
+
+    def __init__(
+        self,
+        joinpoint: JoinPoint,
+        target: Any,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        # CallContext.__init__ without its ``runner`` (worked out below, if ever read).
+        self.joinpoint = joinpoint
+        self.target = target
+        self.instance = instance
+        self._args = args
+        self.kwargs = kwargs
+        self.result = None
+        self._skipped = False
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for an unset slot; ``runner`` is the one with a computed default.

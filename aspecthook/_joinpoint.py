@@ -572,7 +572,7 @@ def new_context(
     jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> CallContext:
     """A ``CallContext`` for a call a layer is handling (when it needs one)."""
-    return CallContext(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
+    return RunnerOnRead(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
 
 
 def _handle_error(
@@ -613,7 +613,7 @@ async def _dispatch_async(
     jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     chain = jp._chain
-    ctx = CallContext(jp, wrapped, instance, args, kwargs)
+    ctx = RunnerOnRead(jp, wrapped, instance, args, kwargs)
     for fn in chain.before:
         await _maybe_await(fn(ctx))
     if not ctx._skipped:

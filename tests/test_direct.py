@@ -282,3 +282,44 @@ def test_a_context_built_directly_works_out_its_runner() -> None:
     assert not ctx.recovered
     with pytest.raises(AttributeError):
         ctx.no_such_field
+
+
+class _Strict:
+    """An object whose ``__getattr__`` raises something other than AttributeError (as some
+    proxy objects do): asking it whether it is a runner must not break its calls."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name} here")
+
+    def double(self, x: int) -> int:
+        return 2 * x
+
+    async def double_later(self, x: int) -> int:
+        return 2 * x
+
+
+def test_calls_on_an_object_whose_getattr_raises_are_not_broken_by_the_context() -> None:
+    """Layers (``Logged``), async join points and plain advice build their contexts
+    without asking the instance anything until advice reads ``ctx.runner``; reading it
+    then says None (not a runner) instead of raising."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from aspecthook.aspects import Logged
+
+    weaver = ah.Weaver("direct-strict", local=True)
+    strict = _Strict()
+    double: Any = weaver.joinpoint("strict.double")(strict.double)
+    later: Any = weaver.joinpoint("strict.later")(strict.double_later)
+    runners: list[Any] = []
+    weaver.register(Logged(pointcut="strict.double"))
+    with capture_logs() as logs:
+        assert double(3) == 6
+    assert [e["joinpoint"] for e in logs] == ["strict.double"]
+    weaver.add(advice("before", lambda ctx: None, "strict.later"))
+    assert asyncio.run(later(4)) == 8
+    weaver.add(advice("before", lambda ctx: runners.append(ctx.runner), "strict.later"))
+    assert asyncio.run(later(5)) == 10
+    assert runners == [None]
+    weaver.close()

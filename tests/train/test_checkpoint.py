@@ -202,8 +202,8 @@ def test_a_missing_best_metric_is_an_error_at_the_first_validation(tmp_path: Pat
 def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each save: fsync + replace the file, fsync + replace ``latest``, fsync the folder
-    (durable renames, both at once), then delete old ones."""
+    """Each save: fsync + replace the file, fsync + replace ``latest`` (each rename made
+    durable by a folder fsync before the next step), then delete old ones."""
     ops: list[str] = []
     real_replace, real_unlink, real_fsync = os.replace, os.unlink, os.fsync
 
@@ -223,7 +223,7 @@ def test_files_are_synced_and_in_place_before_latest_moves_and_pruning_comes_las
     )
     runner.run()
     monkeypatch.undo()
-    save = ["fsync", "replace {}", "fsync", "replace latest", "fsync"]
+    save = ["fsync", "replace {}", "fsync", "fsync", "replace latest", "fsync"]
     expected = [op.format("epoch_1.pt") for op in save]
     expected += [op.format("epoch_2.pt") for op in save] + ["unlink epoch_1.pt"]
     expected += [op.format("epoch_3.pt") for op in save] + ["unlink epoch_2.pt"]

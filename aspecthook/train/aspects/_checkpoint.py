@@ -11,16 +11,13 @@ Files in ``runner.work_dir``:
 A save has two halves. On the training thread, at the iteration it belongs to, the state
 is gathered and serialized (``torch.save`` into memory): the bytes are final before the
 next step changes anything. A background writer thread then puts them on disk, in this
-order: (1) write them (summing their sha256) into a temp file in the same folder,
-``os.fsync``; (2) ``os.replace`` it onto its name; (3) write the manifest the same way and
-fsync the folder, which makes both renames durable; (4) only then delete what the new
-manifest dropped (old interval checkpoints, the previous best). The manifest lists those
-under ``delete``, so a run killed between (3) and (4) has them deleted when it resumes. A
-kill at any moment thus leaves ``latest`` naming a complete, verifiable file: the newest
-one whose write had finished (a kill while a write is in flight loses that save, not the
-one before). Should power fail before (3)'s folder fsync and a file system keep the
-manifest's rename but not the checkpoint's, ``latest`` names a missing file: resume
-reports it and takes the previous checkpoint, still there since deletions come last.
+order: (1) write them into a temp file in the same folder, ``os.fsync``, and sum their
+sha256; (2) ``os.replace`` it onto its name, fsync the folder; (3) write the manifest the
+same way; (4) only then delete what the new manifest dropped (old interval checkpoints,
+the previous best). The manifest lists those under ``delete``, so a run killed between (3)
+and (4) has them deleted when it resumes. A kill at any moment thus leaves ``latest``
+naming a complete, verifiable file: the newest one whose write had finished (a kill while
+a write is in flight loses that save, not the one before).
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -50,6 +47,7 @@ import json
 import math
 import os
 import re
+import secrets
 import threading
 import warnings
 from collections import OrderedDict
@@ -80,6 +78,7 @@ LATEST = "latest"
 _FORMAT = 1
 _TMP_SUFFIX = ".ckpt-tmp"
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
 
@@ -473,19 +472,18 @@ class _WriteJob:
     error: BaseException | None = None
 
 
-def _atomic_write(path: Path, data: bytes | memoryview, *, sync_folder: bool = True) -> None:
+def _atomic_write(path: Path, data: bytes | memoryview) -> None:
     """Temp file in the same folder, write + fsync, ``os.replace``, fsync the folder.
 
-    ``sync_folder=False`` leaves the folder's fsync to the next atomic write in it, whose
-    one fsync then makes both renames durable (see ``_write``). Plain ``os`` calls, not
-    ``tempfile`` and file objects: this runs on the writer thread beside training, and
-    every line of Python it runs holds the GIL the training thread needs. The temp name
-    is this process's and thread's own (one write at a time each); ``before_run`` deletes
-    those a killed process left.
+    Plain ``os`` calls, not ``tempfile`` and file objects: this runs on the writer thread
+    beside training, and every line of Python it runs holds the GIL the training thread
+    needs. The temp name is random and created exclusively (``O_EXCL``: never an existing
+    file or a link); ``before_run`` deletes those a killed process left.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}{_TMP_SUFFIX}")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY | _O_NOFOLLOW
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_BINARY, 0o666)
+        fd = os.open(tmp, flags, 0o666)
         try:
             view = memoryview(data)
             while view:
@@ -498,8 +496,7 @@ def _atomic_write(path: Path, data: bytes | memoryview, *, sync_folder: bool = T
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if sync_folder:
-        _fsync_dir(path.parent)
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -513,8 +510,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
-    """Write one checkpoint file (its folder synced by the manifest's write that follows)."""
-    _atomic_write(path, data, sync_folder=False)
+    _atomic_write(path, data)
     return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
