@@ -180,12 +180,13 @@ def runner_of(instance: Any) -> Any:
 class RunnerOnRead(CallContext):
     """A ``CallContext`` that works ``runner`` out when advice first reads it.
 
-    What the dispatch paths build at join points that are not a runner's (layers, async
-    calls, and, without ``__init__``, the dispatchers): most advice there never reads
-    ``runner``, and working it out reads an attribute of the instance. Kept out of ``CallContext``
-    itself because a class with ``__getattr__`` has every attribute read take the slow,
-    generic path (the interpreter does not specialise reads on it), and a runner's join
-    points read their contexts every iteration.
+    What the dispatch paths build where no dispatcher fills ``runner`` (layers, async
+    calls, and, without ``__init__``, the dispatchers of join points that are not a
+    runner's): most advice there never reads it, and working it out reads an attribute of
+    the instance. Kept out of ``CallContext`` itself because a class with ``__getattr__``
+    has every attribute read take the slow, generic path (the interpreter does not
+    specialise reads on it), and a runner's join points read their contexts every
+    iteration.
     """
 
     __slots__ = ()
