@@ -66,6 +66,8 @@ class CallContext:
     #: of a runner's own join points fill it, so advice reads it without a call;
     #: elsewhere the context is a ``RunnerOnRead``, which works it out on first read.
     runner: Any
+    #: Whether ``__init__`` works ``runner`` out (``RunnerOnRead`` leaves it to a read).
+    _runner_on_init = True
 
     def __init__(
         self,
@@ -82,7 +84,8 @@ class CallContext:
         self.kwargs = kwargs
         self.result = None
         self._skipped = False
-        self.runner = runner_of(instance)
+        if self._runner_on_init:  # else worked out on first read (RunnerOnRead)
+            self.runner = runner_of(instance)
 
     @property
     def args(self) -> list[Any]:
@@ -190,23 +193,7 @@ class RunnerOnRead(CallContext):
     """
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        joinpoint: JoinPoint,
-        target: Any,
-        instance: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        # CallContext.__init__ without its ``runner`` (worked out below, if ever read).
-        self.joinpoint = joinpoint
-        self.target = target
-        self.instance = instance
-        self._args = args
-        self.kwargs = kwargs
-        self.result = None
-        self._skipped = False
+    _runner_on_init = False
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for an unset slot; ``runner`` is the one with a computed default.
