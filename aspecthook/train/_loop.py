@@ -35,11 +35,17 @@ def run(runner: Runner) -> dict[str, Any]:
 
 
 def train_epoch(runner: Runner) -> None:
-    """One pass over the training data (resuming mid-epoch where a checkpoint left off)."""
+    """One pass over the training data (resuming mid-epoch where a checkpoint left off).
+
+    A run that finishes on the epoch's last batch (``max_iters`` a multiple of its length,
+    or a stop there) ends the epoch too, as running out of batches would.
+    """
     runner.model.train()
     for batch in runner.epoch_batches():
         runner.train_iter(batch)
         if runner.finished:
+            if runner.epoch_consumed():
+                runner.end_epoch()
             break
     else:
         runner.end_epoch()

@@ -272,6 +272,13 @@ class Runner:
         self.epoch += 1
         self.inner_iter = 0
 
+    def epoch_consumed(self) -> bool:
+        """Whether this epoch's batches are all used (False when the loader has no length)."""
+        try:
+            return self.inner_iter >= len(self.train_loader)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+
     def epoch_batches(self) -> Iterator[Any]:
         """This epoch's batches, after the ``inner_iter`` already consumed (on resume).
 

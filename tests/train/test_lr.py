@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from aspecthook import CallContext
 from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
-from aspecthook.train.aspects import LRSchedule
+from aspecthook.train.aspects import Evaluate, LRSchedule
 
 ITERS = 40
 BASE_LR = 0.5
@@ -158,8 +158,11 @@ def test_epoch_schedule_steps_once_per_epoch() -> None:
     assert seen == [BASE_LR, BASE_LR / 2, BASE_LR / 4]
 
 
-def test_plateau_steps_on_the_validation_metric() -> None:
-    """ReduceLROnPlateau reads runner.metrics[monitor] after each epoch's validation."""
+def _plateau_runner(
+    *, by_epoch: bool, evaluate: Evaluate, **limits: int
+) -> tuple[Runner, lr_scheduler.ReduceLROnPlateau, list[int]]:
+    """A runner whose plateau scheduler watches a metric that never improves; also returns
+    the iterations at which validation ran."""
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
     plateau = lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
@@ -168,17 +171,86 @@ def test_plateau_steps_on_the_validation_metric() -> None:
         opt,
         _loader(4),
         val_loader=_loader(4),
-        scheduler=plateau,
         loss_fn=torch.nn.functional.cross_entropy,
-        max_epochs=4,
-        aspects=[LRSchedule(monitor="val/loss")],
+        aspects=[evaluate, LRSchedule(plateau, by_epoch=by_epoch, monitor="val/flat")],
+        **limits,
     )
-    runner.metrics["val/loss"] = 0.0
-    runner.weaver.after("val_epoch", priority="LOWEST")(
-        lambda ctx: ctx.runner.metrics.update({"val/loss": 1.0})  # never improves
+    validated: list[int] = []
+    runner.weaver.after("val_epoch")(lambda ctx: validated.append(ctx.runner.iter))
+    return runner, plateau, validated
+
+
+def test_plateau_steps_once_per_validation() -> None:
+    """ReduceLROnPlateau steps after each validation (every 2nd epoch here), on its metric."""
+    flat = Evaluate(interval=2, metrics={"flat": lambda outputs, targets: 1.0})
+    runner, plateau, validated = _plateau_runner(by_epoch=True, evaluate=flat, max_epochs=6)
+    runner.run()
+    assert validated == [8, 16, 24]
+    assert plateau.last_epoch == 3  # once per validation, not once per epoch
+    # patience=0: the first value sets the best, each later (equal) one halves the LR
+    assert runner.optimizer.param_groups[0]["lr"] == BASE_LR / 4
+
+
+def test_plateau_steps_after_validation_by_iteration() -> None:
+    """With LRSchedule(by_epoch=False) and validation every 3 iterations, it still steps."""
+    flat = Evaluate(interval=3, by_epoch=False, metrics={"flat": lambda outputs, targets: 1.0})
+    runner, plateau, validated = _plateau_runner(by_epoch=False, evaluate=flat, max_iters=9)
+    runner.run()
+    assert validated == [3, 6, 9]
+    assert plateau.last_epoch == 3
+    assert runner.optimizer.param_groups[0]["lr"] == BASE_LR / 4
+
+
+def test_plateau_without_validation_data_is_refused_before_training() -> None:
+    """A plateau schedule needs a validation metric: no val_loader is an error up front."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        scheduler=lr_scheduler.ReduceLROnPlateau(opt),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+    )
+    with pytest.raises(RunnerError, match="val_loader"):
+        runner.run()
+    assert runner.iter == 0
+
+
+@pytest.mark.parametrize("kind", ["constant", "linear", "exp"])
+def test_warmup_composes_with_an_epoch_schedule_across_epochs(kind: str) -> None:
+    """A per-iteration warm-up longer than an epoch keeps the epoch schedule's steps: the
+    LR is the warm-up factor times the StepLR value at every iteration."""
+    per_epoch, w, ratio, gamma = 4, 6, 0.1, 0.5
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(per_epoch),
+        scheduler=lr_scheduler.StepLR(opt, step_size=1, gamma=gamma),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=3,
+        aspects=[LRSchedule(warmup=kind, warmup_iters=w, warmup_ratio=ratio)],
+    )
+    seen: list[float] = []
+    runner.weaver.before("optimizer_step")(
+        lambda ctx: seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
     )
     runner.run()
-    assert opt.param_groups[0]["lr"] < BASE_LR
+
+    def factor(i: int) -> float:  # the warm-up's own factor at iteration i
+        if i >= w:
+            return 1.0
+        if kind == "constant":
+            return ratio
+        if kind == "linear":
+            return ratio + (1 - ratio) * i / w
+        return float(ratio ** (1 - i / w))
+
+    expected = [BASE_LR * gamma ** (i // per_epoch) * factor(i) for i in range(3 * per_epoch)]
+    assert seen == pytest.approx(expected, abs=1e-12, rel=0)
 
 
 def test_bad_options_are_refused() -> None:

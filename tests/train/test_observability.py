@@ -15,7 +15,7 @@ from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
 from aspecthook.train import Runner
-from aspecthook.train.aspects import IterTimer, Logger, ProgressBar
+from aspecthook.train.aspects import Evaluate, IterTimer, Logger, ProgressBar
 
 
 def _runner(tmp_path: Path, aspects: list[Any], **kwargs: Any) -> Runner:
@@ -176,6 +176,20 @@ def test_iter_timer_splits_the_wait_for_data_from_the_iteration(tmp_path: Path) 
     runner.run()
     assert len(times) == 6
     assert all(data >= 0.03 and took >= 0.01 for data, took in times)
+
+
+def test_iter_timer_does_not_count_a_validation_as_data_time(tmp_path: Path) -> None:
+    """Validation every 2 iterations (taking 50 ms here) between two iterations: the next
+    iteration's data_time is the wait for its batch, not the validation."""
+    runner = _runner(tmp_path, [IterTimer(), Evaluate(interval=2, by_epoch=False)], max_epochs=1)
+    runner.weaver.before("val_epoch")(lambda ctx: time.sleep(0.05))
+    data_times: list[float] = []
+    runner.weaver.after("train_iter", priority="LOWEST")(
+        lambda ctx: data_times.append(ctx.result["data_time"])
+    )
+    runner.run()
+    assert len(data_times) == 6
+    assert max(data_times) < 0.04
 
 
 def test_logger_errors_raise_stops_the_run_at_the_first_failure(tmp_path: Path) -> None:

@@ -142,6 +142,15 @@ def test_early_stopping_options_are_checked() -> None:
     assert EarlyStopping("val/acc").rule == "greater"
 
 
+@pytest.mark.parametrize(
+    ("metric", "rule"),
+    [("val/mape", "less"), ("val/smape", "less"), ("val/mAP", "greater"), ("val/nll", "less")],
+)
+def test_metric_direction_is_inferred_from_the_name(metric: str, rule: str) -> None:
+    """An error such as MAPE goes down even though its name contains 'map' (a precision)."""
+    assert EarlyStopping(metric).rule == rule
+
+
 def test_ema_tracks_torch_averaged_model_and_is_used_for_validation() -> None:
     """EMA weights follow decay * ema + (1 - decay) * w and are swapped in for validation."""
     decay = 0.5
@@ -172,3 +181,110 @@ def test_ema_tracks_torch_averaged_model_and_is_used_for_validation() -> None:
     for a, b in zip(during_val, averaged, strict=True):
         torch.testing.assert_close(a, b)
     assert not all(torch.equal(a, b) for a, b in zip(_params(runner), averaged, strict=True))
+
+
+def test_amp_float16_with_grad_accumulation_unscales_only_before_real_steps() -> None:
+    """GradScaler allows one unscale_ per update(): AMP(float16) must not unscale on the
+    iterations GradAccumulation skips (it used to fail on the second iteration)."""
+    runner = _runner(aspects=[AMP("float16"), GradAccumulation(2)])
+    unscaled: list[int] = []
+    runner.weaver.after("optimizer_step")(
+        lambda ctx: unscaled.append(ctx.runner.iter) if not ctx.skipped else None
+    )
+    runner.run()
+    assert runner.iter == 4
+    assert unscaled == [1, 3]
+    assert all(torch.isfinite(p).all() for p in runner.model.parameters())
+
+
+def test_amp_float16_with_nan_guard_keeps_training_after_a_bad_loss() -> None:
+    """A skipped step (NaN loss) does not unscale either: training goes on after it."""
+    runner = _runner(train_step=_nan_at(1), aspects=[AMP("float16"), NaNGuard("skip")])
+    runner.run()
+    assert runner.iter == 4
+    guard = runner.get_aspect(NaNGuard)
+    assert guard is not None
+    assert guard.skipped == [1]
+
+
+def test_grad_clip_with_accumulation_clips_the_accumulated_gradient_once() -> None:
+    """GradClip runs only before the real step, on the whole group's gradient: the result
+    equals torch's own accumulate-then-clip loop."""
+    max_norm = 0.05
+    runner = _runner(batch_size=2, aspects=[GradAccumulation(2), GradClip(max_norm)])
+    runner.run()
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(DataLoader(_data(16), batch_size=2)):
+        (CE(model(x), y) / 2).backward()
+        if i % 2 == 1:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("limits", [{"max_iters": 6}, {"max_epochs": 3}])
+def test_grad_accumulation_steps_the_last_short_group(limits: dict[str, int]) -> None:
+    """6 iterations in groups of 4: the last group (2 iterations) steps at the run's end,
+    with its loss divided by 2, and no gradient is left behind."""
+    runner = _runner(
+        batch_size=4, n=8, aspects=[GradAccumulation(4)], **{"max_epochs": None, **limits}
+    )
+    steps: list[int] = []
+    runner.weaver.after("optimizer_step")(
+        lambda ctx: steps.append(ctx.runner.iter) if not ctx.skipped else None
+    )
+    runner.run()
+    assert steps == [3, 5]
+    assert all(p.grad is None for p in runner.model.parameters())
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [b for _ in range(3) for b in DataLoader(_data(8), batch_size=4)]
+    for group in (batches[:4], batches[4:]):
+        for x, y in group:
+            (CE(model(x), y) / len(group)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_ema_update_every_counts_optimizer_steps() -> None:
+    """With GradAccumulation(2) there are 2 steps in 4 iterations: update_every=2 averages
+    once, not twice."""
+    runner = _runner(aspects=[GradAccumulation(2), EMA(0.5, update_every=2)])
+    runner.run()
+    ema = runner.get_aspect(EMA)
+    assert ema is not None
+    assert ema.averaged is not None
+    assert int(ema.averaged.n_averaged) == 1
+    assert ema.state_dict()["steps"] == 2
+
+
+def test_ema_before_start_iter_follows_the_live_weights() -> None:
+    """Before start_iter the EMA copy is the trained weights (validation sees those, not
+    the initial ones), and averaging starts from them."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=2,
+        aspects=[EMA(0.5, start_iter=100, use_buffers=False)],
+    )
+    initial = _params(runner)
+    validated: list[list[torch.Tensor]] = []
+    trained: list[list[torch.Tensor]] = []
+    runner.weaver.before("val_epoch", priority="HIGHEST")(
+        lambda ctx: trained.append(_params(runner))  # before EMA swaps its weights in
+    )
+    runner.weaver.before("val_iter")(lambda ctx: validated.append(_params(runner)))
+    runner.run()
+    ema = runner.get_aspect(EMA)
+    assert ema is not None
+    assert ema.averaged is not None
+    assert int(ema.averaged.n_averaged) == 0
+    assert len(validated) == len(trained) == 2
+    for seen, live in zip(validated, trained, strict=True):
+        for a, b, c in zip(seen, live, initial, strict=True):
+            assert torch.equal(a, b)
+            assert not torch.equal(a, c)

@@ -87,6 +87,30 @@ def test_iteration_based_run_stops_mid_epoch() -> None:
     assert (runner.iter, runner.epoch, runner.inner_iter) == (4, 1, 1)
 
 
+@pytest.mark.parametrize("limits", [{"max_iters": 6}, {"max_epochs": 2}])
+def test_a_run_that_ends_on_an_epoch_boundary_ends_that_epoch(limits: dict[str, int]) -> None:
+    """max_iters=6 over 3 batches per epoch ends where max_epochs=2 does: epoch 2 counted,
+    and the epoch-end advice (validation every 2 epochs here) sees it."""
+    runner = _runner(val_loader=_parts()[2], aspects=[Evaluate(interval=2)], **limits)
+    validated: list[tuple[int, int]] = []
+    runner.weaver.after("val_epoch")(
+        lambda ctx: validated.append((ctx.runner.iter, ctx.runner.epoch))
+    )
+    runner.run()
+    assert (runner.iter, runner.epoch, runner.inner_iter) == (6, 2, 0)
+    assert validated == [(6, 2)]
+
+
+def test_a_stop_on_the_last_batch_still_ends_the_epoch() -> None:
+    """runner.stop() on an epoch's last iteration: that epoch is complete, and counted."""
+    runner = _runner(max_epochs=5)
+    runner.weaver.after("train_iter")(
+        lambda ctx: ctx.runner.stop("enough") if ctx.runner.iter == 3 else None
+    )
+    runner.run()
+    assert (runner.iter, runner.epoch, runner.inner_iter) == (3, 1, 0)
+
+
 def test_every_join_point_is_advisable_with_ctx_runner() -> None:
     """Advice on each train join point sees ctx.runner, in the nesting order of the loop."""
     order: list[str] = []

@@ -18,10 +18,14 @@ __all__ = ["EMA"]
 class EMA(Aspect):
     """Keeps ``AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))`` updated.
 
-    Updated after every ``update_every``-th optimizer step from ``start_iter`` on. With
-    ``use_for_eval`` (default) validation and test run on the EMA weights: they are swapped
-    into the model for the epoch and swapped back afterwards. Its state (the averaged
-    weights and the update count) is part of checkpoints.
+    Updated after every ``update_every``-th optimizer step (steps skipped by
+    ``GradAccumulation`` or ``NaNGuard`` do not count) from iteration ``start_iter`` on;
+    before that the EMA weights follow the live ones (copied after each step), so the
+    average starts from the weights trained so far and an evaluation before ``start_iter``
+    sees them, not the initial ones. With ``use_for_eval`` (default) validation and test
+    run on the EMA weights: they are swapped into the model for the epoch and swapped back
+    afterwards. Its state (the averaged weights, the update and step counts) is part of
+    checkpoints.
     """
 
     name = "ema"
@@ -51,6 +55,7 @@ class EMA(Aspect):
         self.use_for_eval = use_for_eval
         self.averaged: AveragedModel | None = None
         self._backup: list[torch.Tensor] | None = None
+        self._steps = 0  # optimizer steps taken (update_every counts these)
 
     def before_run(self, ctx: CallContext) -> None:
         if self.averaged is None:
@@ -68,8 +73,14 @@ class EMA(Aspect):
         runner = ctx.runner
         if self.averaged is None or ctx.skipped:
             return
-        step = runner.iter  # counted after the step's iteration ends, so this one is iter + 1
-        if step >= self.start_iter and (step + 1) % self.update_every == 0:
+        self._steps += 1
+        if runner.iter < self.start_iter:  # not started: follow the live weights
+            with torch.no_grad():
+                for dst, src in zip(
+                    self._tensors(self.averaged.module), self._tensors(runner.model), strict=True
+                ):
+                    dst.copy_(src)
+        elif self._steps % self.update_every == 0:
             self.averaged.update_parameters(runner.model)
 
     def before_val_epoch(self, ctx: CallContext) -> None:
@@ -112,8 +123,9 @@ class EMA(Aspect):
     def state_dict(self) -> dict[str, Any]:
         if self.averaged is None:
             return {}
-        return {"averaged": self.averaged.state_dict()}
+        return {"averaged": self.averaged.state_dict(), "steps": self._steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "averaged" in state and self.averaged is not None:
             self.averaged.load_state_dict(state["averaged"])
+        self._steps = int(state.get("steps", self._steps))

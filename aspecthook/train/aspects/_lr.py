@@ -3,8 +3,10 @@
 No LR formula is written here: warm-up is torch's ``ConstantLR`` / ``LinearLR`` /
 ``LambdaLR`` (for the exponential ramp) and is composed with the main scheduler by
 torch's ``SequentialLR`` (when both step per iteration) or by chaining (a per-iteration
-warm-up in front of a per-epoch schedule, as torch's chainable schedulers allow), so the
-LR at every step is exactly what torch computes for the same schedule.
+warm-up in front of a per-epoch schedule, as torch's chainable schedulers allow; there the
+exponential ramp is ``LinearLR`` for its first factor and ``MultiplicativeLR`` for the
+rest, since ``LambdaLR`` sets the LR outright and would undo the epoch schedule's steps),
+so the LR at every step is exactly what torch computes for the same schedule.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class LRSchedule(Aspect):
     ``scheduler`` is a torch scheduler, a callable ``optimizer -> scheduler``, or None for
     the runner's own ``scheduler``. ``warmup='linear'|'constant'|'exp'`` ramps the LR from
     ``warmup_ratio`` times its value to its value over the first ``warmup_iters``
-    iterations. ``ReduceLROnPlateau`` steps after validation with ``runner.metrics[monitor]``.
+    iterations. ``ReduceLROnPlateau`` steps after each validation, with
+    ``runner.metrics[monitor]`` (so patience counts validations, whatever their interval).
     The composed scheduler becomes ``runner.scheduler``, so checkpoints save and restore it.
     """
 
@@ -94,6 +97,11 @@ class LRSchedule(Aspect):
         runner = ctx.runner
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
+        if self._plateau and runner.val_loader is None:
+            raise RunnerError(
+                f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
+                "runner has no val_loader: pass Runner(val_loader=...) or use another scheduler"
+            )
         self._iter_step = None
         if self.warmup is None:
             self._main = main
@@ -101,10 +109,11 @@ class LRSchedule(Aspect):
             if not self.by_epoch and not self._plateau:
                 self._iter_step = main.step
             return
+        chained = self.by_epoch or self._plateau
         warm = _warmup_scheduler(
-            runner.optimizer, self.warmup, self.warmup_iters, self.warmup_ratio
+            runner.optimizer, self.warmup, self.warmup_iters, self.warmup_ratio, chained=chained
         )
-        if not self.by_epoch and not self._plateau:
+        if not chained:
             composed = lr_scheduler.SequentialLR(
                 runner.optimizer, [warm, main], milestones=[self.warmup_iters]
             )
@@ -126,12 +135,13 @@ class LRSchedule(Aspect):
             self._main.step()
 
     def after_train_epoch(self, ctx: CallContext) -> None:
-        if self._main is None:
-            return
-        if self._plateau:
-            self._main.step(self._metric(ctx.runner))
-        else:
+        if self._main is not None and not self._plateau:
             self._main.step()
+
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        # After Evaluate (higher priority) has put this validation's metrics in place.
+        if self._plateau and self._main is not None:
+            self._main.step(self._metric(ctx.runner))
 
     def state_dict(self) -> dict[str, Any]:
         return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
@@ -167,12 +177,23 @@ class LRSchedule(Aspect):
         return float(value)
 
 
-def _warmup_scheduler(optimizer: torch.optim.Optimizer, kind: str, iters: int, ratio: float) -> Any:
+def _warmup_scheduler(
+    optimizer: torch.optim.Optimizer, kind: str, iters: int, ratio: float, *, chained: bool
+) -> Any:
     if kind == "constant":
         return lr_scheduler.ConstantLR(optimizer, factor=ratio, total_iters=iters)
     if kind == "linear":
         return lr_scheduler.LinearLR(
             optimizer, start_factor=ratio, end_factor=1.0, total_iters=iters
         )
+    if chained:
+        # The same ramp as factors on the LR in place: times ratio now, then times
+        # ratio ** (-1 / iters) on each of the next ``iters`` steps.
+        start = lr_scheduler.LinearLR(
+            optimizer, start_factor=ratio, end_factor=ratio, total_iters=1
+        )
+        growth = ratio ** (-1 / iters)
+        grow = lr_scheduler.MultiplicativeLR(optimizer, lambda i: growth if i <= iters else 1.0)
+        return lr_scheduler.ChainedScheduler([start, grow], optimizer)
     ramp: Callable[[int], float] = lambda i: ratio ** (1 - i / iters) if i < iters else 1.0  # noqa: E731
     return lr_scheduler.LambdaLR(optimizer, ramp)

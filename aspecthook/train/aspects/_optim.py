@@ -29,7 +29,8 @@ class GradClip(Aspect):
     """Clips the gradient norm before each optimizer step (``clip_grad_norm_``).
 
     The norm before clipping is reported as ``runner.outputs['grad_norm']``. Runs after
-    ``AMP`` has unscaled the gradients (its priority is higher).
+    ``AMP`` has unscaled the gradients (its priority is higher), and only before a step
+    that happens: with ``GradAccumulation`` the accumulated gradient is clipped once.
     """
 
     name = "grad_clip"
@@ -42,6 +43,8 @@ class GradClip(Aspect):
         self.norm_type = float(norm_type)
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
+        if ctx.skipped:  # no step this iteration (GradAccumulation, NaNGuard)
+            return
         runner = ctx.runner
         norm = torch.nn.utils.clip_grad_norm_(
             runner.model.parameters(), self.max_norm, norm_type=self.norm_type
@@ -54,10 +57,15 @@ class GradAccumulation(Aspect):
 
     The loss is divided by ``steps`` before ``backward`` so the accumulated gradient is the
     mean over the group, and ``optimizer_step`` is skipped until the group is complete.
+    Groups are counted by the run's iterations (a group may span two epochs). When the
+    run's length is known (``max_iters``, or ``max_epochs`` with a sized loader), its last
+    group may be shorter: its loss is divided by its own size and it steps on the run's
+    last iteration, so no gradient is left unapplied. Its priority is above ``AMP`` and
+    ``GradClip``, which then see that the step is skipped and leave the gradients alone.
     """
 
     name = "grad_accumulation"
-    priority = Priority.ABOVE_NORMAL
+    priority = Priority.VERY_HIGH
 
     def __init__(self, steps: int, **options: Any) -> None:
         super().__init__(**options)
@@ -70,12 +78,33 @@ class GradAccumulation(Aspect):
         self.steps = steps
 
     def before_backward(self, ctx: CallContext) -> None:
-        if self.steps > 1:
-            ctx.args[0] = ctx.args[0] / self.steps
+        size = self._group_size(ctx.runner)
+        if size > 1:
+            ctx.args[0] = ctx.args[0] / size
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
-        if (ctx.runner.iter + 1) % self.steps:
+        runner = ctx.runner
+        done = runner.iter + 1  # iterations done once this one ends
+        if done % self.steps and done != _run_length(runner):
             ctx.skip()
+
+    def _group_size(self, runner: Any) -> int:
+        """``steps``, or fewer for the run's last, shorter group."""
+        total = _run_length(runner)
+        if total is None:
+            return self.steps
+        tail = total % self.steps
+        return tail if tail and runner.iter >= total - tail else self.steps
+
+
+def _run_length(runner: Any) -> int | None:
+    """The run's number of iterations, when it is known before it ends."""
+    if runner.max_iters is not None:
+        return int(runner.max_iters)
+    try:
+        return int(runner.max_epochs) * len(runner.train_loader)
+    except TypeError:  # a loader without a length
+        return None
 
 
 class AMP(Aspect):
@@ -120,8 +149,10 @@ class AMP(Aspect):
             ctx.args[0] = self.scaler.scale(ctx.args[0])
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
-        if self.scaler is not None:
-            # Unscale first so GradClip (lower priority, same stage) clips true gradients.
+        # Unscale first so GradClip (lower priority, same stage) clips true gradients; not
+        # when the step is skipped (GradAccumulation, NaNGuard): the scaler allows one
+        # unscale_ per update(), and update() comes with the step.
+        if self.scaler is not None and not ctx.skipped:
             self.scaler.unscale_(ctx.runner.optimizer)
 
     def around_optimizer_step(self, ctx: CallContext, proceed: Proceed) -> Any:

@@ -7,7 +7,8 @@ from ...errors import InvalidOptionError
 __all__ = ["infer_rule"]
 
 _GREATER = ("acc", "top", "ar@", "auc", "precision", "map", "miou", "f1", "recall")
-_LESS = ("loss", "error", "err", "mse", "mae", "perplexity")
+# Checked first: "mape" (an error) would otherwise match "map" (a precision).
+_LESS = ("loss", "error", "err", "mse", "mae", "mape", "nll", "perplexity")
 
 
 def infer_rule(metric: str, rule: str | None) -> str:

@@ -41,6 +41,13 @@ class IterTimer(Aspect):
     def before_train_iter(self, ctx: CallContext) -> None:
         self._start = _clock()
 
+    def after_val_epoch(self, ctx: CallContext) -> None:
+        # A validation between two iterations (Evaluate by iteration) is not data time.
+        if self._last_end is not None:
+            self._last_end = _clock()
+
+    after_test_epoch = after_val_epoch
+
     def after_train_iter(self, ctx: CallContext) -> None:
         # Per iteration: two clock readings, one append, two stores; nothing allocated
         # but the floats. The data time comes from the same readings (start - last end).
