@@ -3,7 +3,9 @@
 A map-style ``DataLoader`` draws batches of indices from its batch sampler and only then
 loads them. To resume ``k`` batches into an epoch we iterate a copy of the loader whose
 batch sampler drops the first ``k`` index lists: the dataset's ``__getitem__`` is never
-called for them. Iterable datasets have no sampler; they are advanced by iteration.
+called for them. Iterable datasets have no indices to skip, and a ``DataLoader``
+subclass may do its own work per batch: both are advanced by iteration (the skipped
+batches are loaded and dropped).
 
 Resuming draws no random numbers: the interrupted run drew this epoch's (the
 ``DataLoader`` iterator's base seed, anything the skipped batches used) before its
@@ -19,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 __all__ = ["SkipBatchSampler", "epoch_batches"]
 
@@ -47,7 +49,14 @@ def epoch_batches(loader: Iterable[Any], skip: int) -> Iterator[Any]:
 
 
 def _skipped(loader: Iterable[Any], skip: int) -> Iterator[Any]:
-    if isinstance(loader, DataLoader) and loader.batch_sampler is not None:
+    # A plain DataLoader over a map-style dataset is rebuilt around a skipping batch
+    # sampler. A subclass is iterated as it is (its own __iter__ may change the batches),
+    # as is an iterable dataset (it has no indices to skip).
+    if (
+        type(loader) is DataLoader
+        and loader.batch_sampler is not None
+        and not isinstance(loader.dataset, IterableDataset)
+    ):
         resumed: DataLoader[Any] = DataLoader(
             loader.dataset,
             batch_sampler=SkipBatchSampler(loader.batch_sampler, skip),
@@ -59,6 +68,9 @@ def _skipped(loader: Iterable[Any], skip: int) -> Iterator[Any]:
             multiprocessing_context=loader.multiprocessing_context,
             generator=loader.generator,
             persistent_workers=loader.persistent_workers,
+            prefetch_factor=loader.prefetch_factor,
+            pin_memory_device=loader.pin_memory_device,
+            in_order=loader.in_order,
         )
         return iter(resumed)
     batches = iter(loader)

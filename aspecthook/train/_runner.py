@@ -151,7 +151,9 @@ class Runner:
         # Shipped aspects first, so a custom aspect of equal priority runs after them
         # (ties run in registration order); the given order is kept within each group.
         aspects.sort(key=lambda a: not type(a).__module__.startswith("aspecthook."))
-        self.aspects: list[Aspect] = [_adapt(aspect) for aspect in aspects]
+        self.aspects: list[Aspect] = []
+        for aspect in aspects:
+            self.aspects.append(_unique(_adapt(aspect), self.aspects))
         # One registration for all of them: each join point's dispatcher is built once,
         # not once per aspect that advises it.
         self._handles: list[Handle] = [self.weaver.register(self.aspects)]
@@ -226,7 +228,7 @@ class Runner:
         OpenMMLab-style hooks and Keras-style callbacks are wrapped first
         (``aspecthook.adapters.as_aspect``).
         """
-        aspect = _adapt(aspect)
+        aspect = _unique(_adapt(aspect), self.aspects)
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
         self._handles.append(handle)
@@ -482,6 +484,23 @@ def _adapt(aspect: Aspect | Any) -> Aspect:
             f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
         )
     return adapted
+
+
+def _unique(aspect: Aspect, others: list[Aspect]) -> Aspect:
+    """``aspect``, unless it has state and so has another of the run's aspects with its
+    name: checkpoints keep each aspect's state under its name."""
+    if _has_state(aspect) and any(
+        other.name == aspect.name and _has_state(other) for other in others
+    ):
+        raise RunnerError(
+            f"two aspects of this run are named {aspect.name!r}; checkpoints keep each "
+            f"aspect's state under its name: give one another (name='{aspect.name}_2')"
+        )
+    return aspect
+
+
+def _has_state(aspect: Aspect) -> bool:
+    return callable(getattr(aspect, "state_dict", None))
 
 
 def _split_batch(batch: Any) -> tuple[Any, Any]:

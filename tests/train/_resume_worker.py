@@ -272,3 +272,42 @@ def rank_main(rank: int, world_size: int, init_file: str, work_dir: str, out_fil
         torch.save(draws, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def save_best_rank_main(rank: int, init_file: str, work_dir: str, out_file: str) -> None:
+    """One of two gloo ranks whose validation shards disagree on whether ``val/acc``
+    improved (rank 0: up every time, rank 1: down): every rank must still take part in
+    every save, which is a collective, or rank 0 would wait in it for ever."""
+    import datetime
+
+    torch.set_num_threads(1)
+    dist = torch.distributed
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=20),
+    )
+    try:
+        from aspecthook.train.aspects import Evaluate
+
+        scores = iter({0: [0.5, 0.7, 0.9], 1: [0.5, 0.4, 0.3]}[rank])
+        model = make_model()
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(16)),
+            val_loader=make_loader(make_dataset(8, seed=1), batch_size=8),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=3,
+            work_dir=work_dir,
+            aspects=[
+                Evaluate(metrics={"acc": lambda outputs, targets: next(scores)}),
+                Checkpoint(interval=10, save_last=False, save_best="val/acc"),
+            ],
+        )
+        runner.run()
+        torch.save({"epoch": runner.epoch}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

@@ -633,3 +633,156 @@ def test_checkpoint_files_get_the_usual_permissions(tmp_path: Path) -> None:
     make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=1, aspects=[Checkpoint()]).run()
     for name in ("epoch_1.pt", "latest"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_an_unreadable_manifest_keeps_the_kept_and_best_files_of_the_resumed_state(
+    tmp_path: Path,
+) -> None:
+    """Resumed past a broken ``latest``, max_keep still prunes the files saved before it
+    and a worse score does not replace the best file."""
+    per_epoch = [0.1, 0.9, 0.5, 0.3, 0.2, 0.1]
+    scores = [s for s in per_epoch for _ in range(2)]  # two validation batches each
+
+    def run(epochs: int, resume: str | None) -> None:
+        make_runner(
+            tmp_path,
+            n=N,
+            batch_size=BATCH,
+            val=True,
+            max_epochs=epochs,
+            aspects=[
+                Evaluate(metrics={"acc": _scripted(scores)}),
+                Checkpoint(max_keep=2, save_best="val/acc", resume=resume),
+            ],
+        ).run()
+
+    run(3, None)
+    assert _files(tmp_path) == {"epoch_2.pt", "epoch_3.pt", "best_val_acc_epoch_2.pt", "latest"}
+    (tmp_path / "latest").write_text("{not json")
+    scores[:] = scores[6:]  # the resumed run validates epochs 4, 5 and 6
+    with pytest.warns(RuntimeWarning, match="unreadable manifest"):
+        run(6, "auto")
+    assert _files(tmp_path) == {"epoch_5.pt", "epoch_6.pt", "best_val_acc_epoch_2.pt", "latest"}
+    assert _manifest(tmp_path)["best"] == "best_val_acc_epoch_2.pt"
+
+
+def test_an_unreadable_manifest_falls_back_to_files_named_by_the_template(tmp_path: Path) -> None:
+    """filename_tmpl='ckpt_{}.pth': the folder scan tries those files too."""
+    make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_epochs=2,
+        aspects=[Checkpoint(filename_tmpl="ckpt_{}.pth")],
+    ).run()
+    (tmp_path / "latest").write_text("{not json")
+    resumed: list[Event] = []
+    runner = make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_epochs=2,
+        aspects=[Checkpoint(filename_tmpl="ckpt_{}.pth", resume="auto")],
+    )
+    with ah.on("checkpoint.resumed")(resumed.append), pytest.warns(RuntimeWarning):
+        runner.run()
+    assert [Path(e.path).name for e in resumed] == ["ckpt_2.pth"]
+
+
+class _Tally(Aspect):
+    """An aspect with state: how many iterations it saw."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.seen = 0
+
+    def after_train_iter(self, ctx: CallContext) -> None:
+        self.seen += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen, "per_class": {(0, "a"): 1.0}}  # tuple keys load too
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen = state["seen"]
+
+
+def test_two_aspects_with_state_and_one_name_are_refused(tmp_path: Path) -> None:
+    """Their states would share one slot in the checkpoint; named apart they both resume."""
+    with pytest.raises(RunnerError, match=r"named '_tally'.*name="):
+        make_runner(tmp_path, aspects=[_Tally(), _Tally()])
+    runner = make_runner(tmp_path, aspects=[_Tally(), _Tally(name="other")])
+    with pytest.raises(RunnerError, match="named 'other'"):
+        runner.add_aspect(_Tally(name="other"))
+    tally = runner.get_aspect("_tally")
+    assert isinstance(tally, _Tally)
+    tally.seen = 5
+    saved = runner.state_dict()
+    assert saved["aspects"]["_tally"]["seen"] == 5
+    assert saved["aspects"]["other"]["seen"] == 0
+    runner.run()  # tuple keys pass the weights_only check
+
+
+def test_resume_with_an_iterable_dataset_skips_by_iteration(tmp_path: Path) -> None:
+    """A DataLoader over an IterableDataset has no indices to skip: it is advanced, and the
+    resumed run ends where an uninterrupted one does."""
+
+    class Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            g = torch.Generator().manual_seed(0)
+            for _ in range(N):
+                yield torch.randn(4, generator=g), torch.randint(0, 3, (), generator=g)
+
+    def runner(folder: Path, max_iters: int, resume: str | None = None) -> Any:
+        model = make_runner(None).model
+        return ah.train.Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.utils.data.DataLoader(Stream(), batch_size=BATCH),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_iters=max_iters,
+            work_dir=folder,
+            aspects=[Checkpoint(interval=1, by_epoch=False, resume=resume)],
+        )
+
+    whole = runner(tmp_path / "whole", 3)
+    whole.run()
+    runner(tmp_path / "cut", 2).run()
+    resumed = runner(tmp_path / "cut", 3, resume="auto")
+    resumed.run()
+    assert resumed.iter == 3
+    for a, b in zip(params(whole), params(resumed), strict=True):
+        assert torch.equal(a, b)
+
+
+class _Scaled(torch.utils.data.DataLoader[Any]):
+    """A DataLoader subclass with its own per-batch work (inputs scaled by 10)."""
+
+    def __iter__(self) -> Any:
+        for x, y in super().__iter__():
+            yield x * 10, y
+
+
+def test_a_dataloader_subclass_keeps_its_own_batches_in_a_resumed_epoch(tmp_path: Path) -> None:
+    """Resumed mid-epoch, the subclass's __iter__ still shapes the batches: the run ends
+    where an uninterrupted one does."""
+    from _fixtures import make_dataset
+
+    def runner(folder: Path, max_iters: int, resume: str | None = None) -> Any:
+        model = make_runner(None).model
+        return ah.train.Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            _Scaled(make_dataset(N), batch_size=BATCH),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_iters=max_iters,
+            work_dir=folder,
+            aspects=[Checkpoint(interval=1, by_epoch=False, resume=resume)],
+        )
+
+    whole = runner(tmp_path / "whole", 4)
+    whole.run()
+    runner(tmp_path / "cut", 2).run()
+    resumed = runner(tmp_path / "cut", 4, resume="auto")
+    resumed.run()
+    for a, b in zip(params(whole), params(resumed), strict=True):
+        assert torch.equal(a, b)

@@ -353,6 +353,28 @@ def test_each_rank_of_a_distributed_run_gets_its_own_rng_states_back(
     assert_identical(resumed, first, "draws")
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_ranks_whose_metrics_disagree_still_save_the_best_together(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """save_best follows rank 0's metric on every rank: both ranks finish, and the best
+    file is rank 0's best (it used to leave rank 0 waiting in the save's collective)."""
+    args = (str(tmp_path / "init"), str(tmp_path / "run"), str(tmp_path / "out"))
+    ranks = [
+        forkserver.Process(target=_resume_worker.save_best_rank_main, args=(r, *args))
+        for r in (0, 1)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    assert [process.exitcode for process in ranks] == [0, 0]
+    assert [torch.load(f"{args[2]}.{r}", weights_only=True)["epoch"] for r in (0, 1)] == [3, 3]
+    assert {p.name for p in (tmp_path / "run").glob("best_*")} == {"best_val_acc_epoch_3.pt"}
+
+
 # -- RNG states --------------------------------------------------------------------------
 
 

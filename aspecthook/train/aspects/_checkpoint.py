@@ -297,7 +297,9 @@ class Checkpoint(Aspect):
         if self.save_best is None or not self._fresh:
             return None
         self._fresh = False
-        value = float(runner.metrics[self.save_best])
+        # Rank 0's value decides on every rank: a save is a collective (RNG states are
+        # gathered), so ranks whose own validation shards disagree must still agree.
+        value = _from_rank0(runner, float(runner.metrics[self.save_best]))
         if not _better(value, self.best_score, self.rule):
             return None
         previous, self.best_score = self.best_file, value
@@ -400,7 +402,7 @@ class Checkpoint(Aspect):
 
     def _resume(self, runner: Any, folder: Path) -> None:
         source = folder if self.resume == "auto" else Path(self.resume or folder)
-        found = _find(source)
+        found = _find(source, {".pt", Path(self.filename_tmpl).suffix})
         if found is None:
             get_logger().info("checkpoint.none_found", folder=str(source))
             return
@@ -434,6 +436,12 @@ class Checkpoint(Aspect):
         """Reconcile the restored kept/best lists with what the folder really holds."""
         records = (manifest or {}).get("checkpoints") or {}
         wanted = {*self.kept, self.best_file}
+        if manifest == {}:  # unreadable: the files as found (the next manifest lists them)
+            records = {
+                name: _record(folder / name)
+                for name in wanted
+                if name is not None and (folder / name).is_file()
+            }
         self._records = {
             name: dict(record)
             for name, record in records.items()
@@ -514,6 +522,11 @@ def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
     return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _record(path: Path) -> dict[str, Any]:
+    """A manifest record for a file found without one (its iteration unknown)."""
+    return {"size": path.stat().st_size, "sha256": _sha256(path), "epoch": None, "iter": -1}
+
+
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     # One line: the C encoder (an indented dump runs the pure-Python one).
     _atomic_write(folder / LATEST, json.dumps(manifest, sort_keys=True).encode())
@@ -539,19 +552,38 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def _candidates(folder: Path, manifest: dict[str, Any]) -> list[tuple[Path, Any]]:
+def _candidates(
+    folder: Path, manifest: dict[str, Any], suffixes: set[str]
+) -> list[tuple[Path, Any]]:
     """Files to try, newest first: ``latest``, then the others by iteration."""
     records: dict[str, Any] = manifest.get("checkpoints") or {}
     if not manifest:  # unreadable manifest: any complete file will do, newest first
-        files = [p for p in folder.glob("*.pt") if p.is_file()]
-        return [(p, None) for p in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)]
+        files = [
+            p
+            for p in folder.iterdir()
+            if p.suffix in suffixes
+            and p.name != LATEST
+            and not p.name.startswith(".")
+            and p.is_file()
+        ]
+        return [(p, None) for p in sorted(files, key=_age_order, reverse=True)]
     latest = manifest.get("latest")
     order = sorted(records, key=lambda n: (n == latest, records[n].get("iter", -1)), reverse=True)
     return [(folder / name, records[name]) for name in order]
 
 
-def _find(source: Path) -> tuple[Path, dict[str, Any], Any] | None:
-    """(path, payload, manifest) of the checkpoint to resume from; None if there is none."""
+def _age_order(path: Path) -> tuple[int, list[Any]]:
+    """Sort key, oldest first: the modification time, then the numbers in the name (two
+    saves in one clock tick of the file system have the same time)."""
+    name = [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+    return path.stat().st_mtime_ns, name
+
+
+def _find(source: Path, suffixes: set[str]) -> tuple[Path, dict[str, Any], Any] | None:
+    """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
+
+    ``suffixes``: those of checkpoint files, tried in the folder when ``latest`` is
+    unreadable."""
     if source.is_file():
         beside = _read_manifest(source.parent) or {}
         record = (beside.get("checkpoints") or {}).get(source.name)
@@ -565,7 +597,7 @@ def _find(source: Path) -> tuple[Path, dict[str, Any], Any] | None:
     manifest = _read_manifest(source)
     if manifest is None:
         return None
-    candidates = _candidates(source, manifest)
+    candidates = _candidates(source, manifest, suffixes)
     for path, record in candidates:
         try:
             return path, _load(path, record), manifest
@@ -626,6 +658,16 @@ def _generators(runner: Any) -> dict[str, torch.Generator]:
     return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
 
 
+def _from_rank0(runner: Any, value: float) -> float:
+    """``value`` as rank 0 has it (the value itself outside a distributed run)."""
+    dist = torch.distributed
+    if getattr(runner, "world_size", 1) <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return value
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return float(box[0])
+
+
 def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> None:
     """Through the runner's weaver (its subscribers and global ones), else the default one."""
     weaver = getattr(runner, "weaver", None) or default_weaver
@@ -670,7 +712,7 @@ def _unstorable(value: Any, where: str) -> str | None:
     else:
         return f"{where} (a {kind.__module__}.{kind.__qualname__})"
     for key, item in items:
-        if type(key) not in _PLAIN:
+        if type(key) not in _PLAIN and (type(key) is not tuple or _unstorable(key, where)):
             return f"the key {key!r} in {where}"
         bad = _unstorable(item, f"{where}[{key!r}]")
         if bad is not None:
