@@ -786,3 +786,43 @@ def test_a_dataloader_subclass_keeps_its_own_batches_in_a_resumed_epoch(tmp_path
     resumed.run()
     for a, b in zip(params(whole), params(resumed), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_folder_without_latest_resumes_from_its_newest_file(tmp_path: Path) -> None:
+    """Files copied without ``latest`` (or a first save cut short before it): resume uses
+    the newest complete file instead of training from scratch over them."""
+    make_runner(tmp_path / "run", n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint()]).run()
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    for name in ("epoch_2.pt", "epoch_3.pt"):
+        (copied / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    resumed: list[Event] = []
+    runner = make_runner(
+        tmp_path / "new",
+        n=N,
+        batch_size=BATCH,
+        max_epochs=4,
+        aspects=[Checkpoint(resume=copied)],
+    )
+    with ah.on("checkpoint.resumed")(resumed.append):
+        runner.run()
+    assert [(Path(e.path).name, e.epoch) for e in resumed] == [("epoch_3.pt", 3)]
+    assert runner.iter == 4 * N // BATCH
+
+
+def test_an_explicit_file_beside_an_unreadable_manifest_says_it_is_loaded_unchecked(
+    tmp_path: Path,
+) -> None:
+    """The warning says what happens: the named file is loaded without its checksum."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint()]).run()
+    (tmp_path / "latest").write_text("{not json")
+    runner = make_runner(
+        tmp_path,
+        n=N,
+        batch_size=BATCH,
+        max_epochs=2,
+        aspects=[Checkpoint(resume=tmp_path / "epoch_1.pt")],
+    )
+    with pytest.warns(RuntimeWarning, match="loading the named file without a size and checksum"):
+        runner.run()
+    assert runner.epoch == 2

@@ -537,8 +537,11 @@ def _delete(folder: Path, names: list[str]) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
-def _read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The folder's manifest; None if there is none, ``{}`` (reported) if unreadable."""
+def _read_manifest(
+    folder: Path, action: str = "trying the checkpoint files in its folder"
+) -> dict[str, Any] | None:
+    """The folder's manifest; None if there is none, ``{}`` if unreadable (reported, with
+    ``action``: what is done instead)."""
     path = folder / LATEST
     if not path.is_file():
         return None
@@ -547,7 +550,7 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
         if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
             raise ValueError("not a checkpoint manifest")
     except (OSError, ValueError) as exc:
-        _report(path, f"unreadable manifest: {exc}", "trying the checkpoint files in its folder")
+        _report(path, f"unreadable manifest: {exc}", action)
         return {}
     return manifest
 
@@ -583,9 +586,11 @@ def _find(source: Path, suffixes: set[str]) -> tuple[Path, dict[str, Any], Any] 
     """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
 
     ``suffixes``: those of checkpoint files, tried in the folder when ``latest`` is
-    unreadable."""
+    unreadable or missing (a first save cut short before it, or files copied without it).
+    """
     if source.is_file():
-        beside = _read_manifest(source.parent) or {}
+        unchecked = "loading the named file without a size and checksum to check it against"
+        beside = _read_manifest(source.parent, unchecked) or {}
         record = (beside.get("checkpoints") or {}).get(source.name)
         try:
             return source, _load(source, record), beside
@@ -595,8 +600,8 @@ def _find(source: Path, suffixes: set[str]) -> tuple[Path, dict[str, Any], Any] 
                 "resume='auto' to use the newest good one in work_dir"
             ) from None
     manifest = _read_manifest(source)
-    if manifest is None:
-        return None
+    if manifest is None:  # no manifest: the files themselves, as when it is unreadable
+        manifest = {}
     candidates = _candidates(source, manifest, suffixes)
     for path, record in candidates:
         try:
