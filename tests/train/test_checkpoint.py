@@ -15,7 +15,7 @@ from typing import Any
 import numpy
 import pytest
 import torch
-from _fixtures import make_runner, one_thread, params
+from _fixtures import make_dataset, make_runner, one_thread, params
 from structlog.testing import capture_logs
 
 import aspecthook as ah
@@ -722,22 +722,44 @@ def test_two_aspects_with_state_and_one_name_are_refused(tmp_path: Path) -> None
     runner.run()  # tuple keys pass the weights_only check
 
 
-def test_resume_with_an_iterable_dataset_skips_by_iteration(tmp_path: Path) -> None:
-    """A DataLoader over an IterableDataset has no indices to skip: it is advanced, and the
-    resumed run ends where an uninterrupted one does."""
+class _Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """An iterable dataset: no indices for a sampler to skip."""
 
-    class Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
-        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            g = torch.Generator().manual_seed(0)
-            for _ in range(N):
-                yield torch.randn(4, generator=g), torch.randint(0, 3, (), generator=g)
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(0)
+        for _ in range(N):
+            yield torch.randn(4, generator=g), torch.randint(0, 3, (), generator=g)
+
+
+class _Scaled(torch.utils.data.DataLoader[Any]):
+    """A DataLoader subclass with its own per-batch work (inputs scaled by 10)."""
+
+    def __iter__(self) -> Any:
+        for x, y in super().__iter__():
+            yield x * 10, y
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        lambda: torch.utils.data.DataLoader(_Stream(), batch_size=BATCH),
+        lambda: _Scaled(make_dataset(N), batch_size=BATCH),
+    ],
+    ids=["iterable-dataset", "dataloader-subclass"],
+)
+def test_loaders_without_a_sampler_to_skip_in_resume_by_iteration(
+    tmp_path: Path, loader: Callable[[], Any]
+) -> None:
+    """An iterable dataset has no indices to skip, and a DataLoader subclass's __iter__ may
+    change the batches: both are advanced by iteration, and the resumed run ends where an
+    uninterrupted one does."""
 
     def runner(folder: Path, max_iters: int, resume: str | None = None) -> Any:
         model = make_runner(None).model
         return ah.train.Runner(
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
-            torch.utils.data.DataLoader(Stream(), batch_size=BATCH),
+            loader(),
             loss_fn=torch.nn.functional.cross_entropy,
             max_iters=max_iters,
             work_dir=folder,
@@ -750,40 +772,6 @@ def test_resume_with_an_iterable_dataset_skips_by_iteration(tmp_path: Path) -> N
     resumed = runner(tmp_path / "cut", 3, resume="auto")
     resumed.run()
     assert resumed.iter == 3
-    for a, b in zip(params(whole), params(resumed), strict=True):
-        assert torch.equal(a, b)
-
-
-class _Scaled(torch.utils.data.DataLoader[Any]):
-    """A DataLoader subclass with its own per-batch work (inputs scaled by 10)."""
-
-    def __iter__(self) -> Any:
-        for x, y in super().__iter__():
-            yield x * 10, y
-
-
-def test_a_dataloader_subclass_keeps_its_own_batches_in_a_resumed_epoch(tmp_path: Path) -> None:
-    """Resumed mid-epoch, the subclass's __iter__ still shapes the batches: the run ends
-    where an uninterrupted one does."""
-    from _fixtures import make_dataset
-
-    def runner(folder: Path, max_iters: int, resume: str | None = None) -> Any:
-        model = make_runner(None).model
-        return ah.train.Runner(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            _Scaled(make_dataset(N), batch_size=BATCH),
-            loss_fn=torch.nn.functional.cross_entropy,
-            max_iters=max_iters,
-            work_dir=folder,
-            aspects=[Checkpoint(interval=1, by_epoch=False, resume=resume)],
-        )
-
-    whole = runner(tmp_path / "whole", 4)
-    whole.run()
-    runner(tmp_path / "cut", 2).run()
-    resumed = runner(tmp_path / "cut", 4, resume="auto")
-    resumed.run()
     for a, b in zip(params(whole), params(resumed), strict=True):
         assert torch.equal(a, b)
 
