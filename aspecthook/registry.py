@@ -59,9 +59,14 @@ class Registry:
         *,
         group: str | None = None,
         fallback: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
+        accepts: tuple[Callable[[Any], bool], str] | None = None,
     ) -> None:
         self.kind = kind
         self.group = group
+        # (test, what it wants): what an explicit 'package.module:Name' path (not a name
+        # registered in code) may name, checked before anything is called, so a config
+        # file cannot run an arbitrary callable ('os:system').
+        self._accepts = accepts
         # Called once, on first use: names it returns resolve after registered names and
         # plugins, so registering a name it also has shadows it instead of clashing.
         self._fallback_source = fallback
@@ -127,7 +132,7 @@ class Registry:
             old = self._entries.get(key)
             if isinstance(old, importlib.metadata.EntryPoint):
                 old = None  # what is registered in code wins over a plugin of that name
-            if old is not None and old is not obj and old != obj and not replace:
+            if old is not None and not replace and not _same(old, obj, self._loaded.get(key)):
                 raise InvalidOptionError(
                     f"{self.kind} name {key!r} is already registered for {_describe(old)}; "
                     "give another name= or pass replace=True",
@@ -158,8 +163,20 @@ class Registry:
             if fallback is not None:
                 return fallback
         if ":" in name:
-            return self._load(name, name)
+            return self._checked(name, self._load(name, name))
         raise self._unknown(name)
+
+    def _checked(self, name: str, value: Callable[..., Any]) -> Callable[..., Any]:
+        if self._accepts is None or self._accepts[0](value):
+            return value
+        raise UnknownAspectError(
+            f"{self.kind} type {name!r} is {_describe(value)}, not {self._accepts[1]}: a path "
+            f"in a config must name one; register anything else in code "
+            f"(registry.register) and give its name",
+            name=name,
+            known=tuple(self.names()),
+            suggestion=None,
+        )
 
     def names(self) -> list[str]:
         """Every name this registry knows, plugins included, sorted."""
@@ -345,8 +362,25 @@ def _collect(signature: inspect.Signature, defaults: dict[str, Any], required: l
     return open_ended
 
 
+def _same(old: Any, new: Any, loaded: Any) -> bool:
+    """Whether registering ``new`` where ``old`` is (``loaded``: what a lazy ``old`` string
+    resolved to, if it was looked up) registers the same thing again."""
+    if old is new or old == new or (loaded is not None and loaded is new):
+        return True
+    if isinstance(old, str) and not isinstance(new, str):  # 'pkg.mod:Name' vs the class
+        module, _, attr = old.partition(":")
+        qualname = attr.strip()
+        return bool(
+            getattr(new, "__module__", None) == module.strip()
+            and getattr(new, "__qualname__", None) == qualname
+        )
+    return False
+
+
 def _collect_bases(cls: type, defaults: dict[str, Any]) -> bool:
-    """Follow ``**kwargs`` into base classes' ``__init__``; True if it stays open-ended."""
+    """Follow ``**kwargs`` into base classes' ``__init__``; True if it stays open-ended
+    (no base closes it: the class may take the keywords itself, ``def __init__(self,
+    **cfg)``, so none is refused)."""
     for klass in cls.__mro__[1:]:
         init = vars(klass).get("__init__")
         if init is None or klass is object:
@@ -358,7 +392,7 @@ def _collect_bases(cls: type, defaults: dict[str, Any]) -> bool:
         params = list(signature.parameters.values())[1:]  # drop self
         if not _collect(signature.replace(parameters=params), defaults, []):
             return False
-    return False  # object.__init__ takes no keywords
+    return True
 
 
 def _import(path: str) -> Any:
@@ -378,7 +412,26 @@ def _describe(entry: Any) -> str:
     return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', entry)!s}"
 
 
-ASPECTS = Registry("aspect", group=ENTRY_POINT_GROUP)
+def _aspect_class(value: Any) -> bool:
+    """An ``Aspect`` subclass, or a hook / callback class the adapters take."""
+    from ._aspect import Aspect
+    from .adapters import KERAS_METHODS, MM_METHODS
+
+    if not isinstance(value, type):
+        return False
+    return issubclass(value, Aspect) or any(
+        callable(getattr(value, m, None)) for m in (*MM_METHODS, *KERAS_METHODS)
+    )
+
+
+ASPECTS = Registry(
+    "aspect",
+    group=ENTRY_POINT_GROUP,
+    accepts=(
+        _aspect_class,
+        "an Aspect, OpenMMLab-style hook or Keras-style callback class",
+    ),
+)
 """The aspect types ``aspecthook run`` and ``Runner.from_config`` know by name."""
 
 for _name in ("Counted", "Logged", "Retry", "Timed"):

@@ -19,7 +19,10 @@ keyword parameters, checked against the constructor's signature before it is cal
     max_epochs: 2
     aspects: [IterTimerHook, {type: CheckpointHook, interval: 1}]   # ASPECTS
 
-YAML is read with ``yaml.safe_load`` only, so a file never builds arbitrary objects.
+YAML is read with ``yaml.safe_load`` only, and a ``'package.module:Name'`` path must name a
+class of the part's kind (a ``torch.nn.Module`` for ``model``, an ``Aspect`` or hook class
+for ``aspects``...), checked before it is called: a file never builds arbitrary objects.
+Anything else can be registered in code and named.
 Every problem is a ``ConfigError`` naming the key path of the bad value
 (``aspects[2].type``) and, when the config came from a file, the file.
 """
@@ -85,6 +88,11 @@ KEYS = (
     "work_dir",
 )
 _LOADERS = ("train_loader", "val_loader", "test_loader")
+#: Each loader key and its OpenMMLab name, both ways.
+_LOADER_TWINS = {
+    **{key: key.replace("_loader", "_dataloader") for key in _LOADERS},
+    **{key.replace("_loader", "_dataloader"): key for key in _LOADERS},
+}
 _GIVEN = {"params": "the model's parameters", "optimizer": "the runner's optimizer"}
 
 
@@ -131,15 +139,48 @@ def _torch_losses() -> dict[str, Callable[..., Any]]:
     return found
 
 
-MODELS = Registry("model", fallback=_torch_models)
+def _subclass_of(*bases: type) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, type) and issubclass(value, bases)
+
+
+def _loss_like(value: Any) -> bool:
+    """A loss module class, or a Python function (used as the loss, not called here)."""
+    return inspect.isfunction(value) or _subclass_of(torch.nn.Module)(value)
+
+
+MODELS = Registry(
+    "model",
+    fallback=_torch_models,
+    accepts=(_subclass_of(torch.nn.Module), "a torch.nn.Module class"),
+)
 """Model types by name; names of ``torch.nn`` modules resolve when not registered."""
-OPTIMIZERS = Registry("optimizer", fallback=_torch_optimizers)
+OPTIMIZERS = Registry(
+    "optimizer",
+    fallback=_torch_optimizers,
+    accepts=(_subclass_of(torch.optim.Optimizer), "a torch.optim.Optimizer class"),
+)
 """Optimizer types by name; ``torch.optim`` optimizers resolve when not registered."""
-SCHEDULERS = Registry("scheduler", fallback=_torch_schedulers)
+SCHEDULERS = Registry(
+    "scheduler",
+    fallback=_torch_schedulers,
+    accepts=(
+        _subclass_of(
+            torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau
+        ),
+        "a torch LR scheduler class",
+    ),
+)
 """LR scheduler types by name; ``torch.optim.lr_scheduler`` ones resolve when not registered."""
-LOSSES = Registry("loss", fallback=_torch_losses)
+LOSSES = Registry(
+    "loss",
+    fallback=_torch_losses,
+    accepts=(_loss_like, "a torch.nn.Module loss class or a Python loss function"),
+)
 """Losses by name: ``torch.nn`` loss classes and ``torch.nn.functional`` loss functions."""
-DATASETS = Registry("dataset")
+DATASETS = Registry(
+    "dataset",
+    accepts=(_subclass_of(torch.utils.data.Dataset), "a torch.utils.data.Dataset class"),
+)
 """Dataset types by name: ``RandomClassification``, ``RandomRegression`` and yours."""
 DATASETS.register(RandomClassification)
 DATASETS.register(RandomRegression)
@@ -154,6 +195,8 @@ def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str,
     ``overrides`` replace top-level keys; a None value removes the key.
     """
     file, data = read_config(config)
+    for key in overrides:  # an override replaces the key under either of its names
+        data.pop(_LOADER_TWINS.get(key, key), None)
     data.update(overrides)
     build = _Builder(file)
     build.check_keys("", data, KEYS)
@@ -352,13 +395,23 @@ class _Builder:
                 "aspects",
                 f"must be a list of names or {{type: Name, ...}} mappings, not {_kind(cfg)}",
             )
+        from ..adapters import as_aspect
+
         built = []
         for i, item in enumerate(cfg):
-            aspect = (
-                item if isinstance(item, Aspect) else self.build(ASPECTS, f"aspects[{i}]", item)
-            )
-            if not isinstance(aspect, Aspect):
-                raise self.error(f"aspects[{i}]", f"made {_kind(aspect)}, which is not an Aspect")
+            made = None
+            if isinstance(item, (str, Mapping)) or _is_factory(item):
+                made = self.build(ASPECTS, f"aspects[{i}]", item)
+            # An OpenMMLab-style hook or Keras-style callback (given or built) is wrapped,
+            # as Runner(aspects=[...]) wraps it.
+            aspect = as_aspect(item if made is None else made)
+            if aspect is None:
+                what = _kind(item if made is None else made)
+                raise self.error(
+                    f"aspects[{i}]",
+                    f"{'made ' if made is not None else 'is '}{what}, which is not an Aspect, "
+                    "an OpenMMLab-style hook or a Keras-style callback",
+                )
             built.append(aspect)
         return built
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import random
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -68,9 +70,7 @@ def _skipped(loader: Iterable[Any], skip: int) -> Iterator[Any]:
             multiprocessing_context=loader.multiprocessing_context,
             generator=loader.generator,
             persistent_workers=loader.persistent_workers,
-            prefetch_factor=loader.prefetch_factor,
-            pin_memory_device=loader.pin_memory_device,
-            in_order=loader.in_order,
+            **_newer_options(loader),
         )
         return iter(resumed)
     batches = iter(loader)
@@ -79,16 +79,30 @@ def _skipped(loader: Iterable[Any], skip: int) -> Iterator[Any]:
     return batches
 
 
+def _newer_options(loader: DataLoader[Any]) -> dict[str, Any]:
+    """The loader's options that only newer torch versions have (``in_order``: 2.6)."""
+    names = ("prefetch_factor", "pin_memory_device", "in_order")
+    return {name: getattr(loader, name) for name in names if hasattr(loader, name)}
+
+
 @contextlib.contextmanager
 def _rng_untouched(loader: Iterable[Any]) -> Iterator[None]:
-    """Give torch's global generator (and ``loader.generator``) back as they were."""
+    """Give torch's global generator, ``loader.generator``, python's ``random`` and numpy's
+    global generator back as they were: batches skipped by loading them (an iterable
+    dataset, a ``DataLoader`` subclass) may draw from any of them."""
     generator = getattr(loader, "generator", None)
     owned = [generator] if isinstance(generator, torch.Generator) else []
     states = [g.get_state() for g in owned]
     state = torch.get_rng_state()
+    python = random.getstate()
+    numpy = sys.modules.get("numpy")  # only if something imported it
+    numpy_state = numpy.random.get_state() if numpy is not None else None
     try:
         yield
     finally:
         torch.set_rng_state(state)
         for g, saved in zip(owned, states, strict=True):
             g.set_state(saved)
+        random.setstate(python)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)

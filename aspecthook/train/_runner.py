@@ -278,7 +278,7 @@ class Runner:
         """Whether this epoch's batches are all used (False when the loader has no length)."""
         try:
             return self.inner_iter >= len(self.train_loader)  # type: ignore[arg-type]
-        except TypeError:
+        except (TypeError, NotImplementedError):  # a loader without a length
             return False
 
     def epoch_batches(self) -> Iterator[Any]:

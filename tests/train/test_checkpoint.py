@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import random
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -666,27 +667,28 @@ def test_an_unreadable_manifest_keeps_the_kept_and_best_files_of_the_resumed_sta
     assert _manifest(tmp_path)["best"] == "best_val_acc_epoch_2.pt"
 
 
-def test_an_unreadable_manifest_falls_back_to_files_named_by_the_template(tmp_path: Path) -> None:
-    """filename_tmpl='ckpt_{}.pth': the folder scan tries those files too."""
+@pytest.mark.parametrize("template", ["ckpt_{}.pth", "model.pt.{}"])
+def test_without_a_manifest_the_file_furthest_into_the_run_is_used(
+    tmp_path: Path, template: str
+) -> None:
+    """The folder scan finds the template's files (whatever their suffix) and takes the one
+    furthest into the run, not the newest on disk (a copy renews the times)."""
     make_runner(
-        tmp_path,
-        n=N,
-        batch_size=BATCH,
-        max_epochs=2,
-        aspects=[Checkpoint(filename_tmpl="ckpt_{}.pth")],
+        tmp_path, n=N, batch_size=BATCH, max_epochs=3, aspects=[Checkpoint(filename_tmpl=template)]
     ).run()
     (tmp_path / "latest").write_text("{not json")
+    os.utime(tmp_path / template.format(1), (2e9, 2e9))  # the oldest save, newest on disk
     resumed: list[Event] = []
     runner = make_runner(
         tmp_path,
         n=N,
         batch_size=BATCH,
-        max_epochs=2,
-        aspects=[Checkpoint(filename_tmpl="ckpt_{}.pth", resume="auto")],
+        max_epochs=3,
+        aspects=[Checkpoint(filename_tmpl=template, resume="auto")],
     )
     with ah.on("checkpoint.resumed")(resumed.append), pytest.warns(RuntimeWarning):
         runner.run()
-    assert [Path(e.path).name for e in resumed] == ["ckpt_2.pth"]
+    assert [Path(e.path).name for e in resumed] == [template.format(3)]
 
 
 class _Tally(Aspect):
@@ -707,36 +709,45 @@ class _Tally(Aspect):
 
 
 def test_two_aspects_with_state_and_one_name_are_refused(tmp_path: Path) -> None:
-    """Their states would share one slot in the checkpoint; named apart they both resume."""
+    """Their states would share one slot in the checkpoint; named apart, each resumes its
+    own (tuple keys in a state load with weights_only too)."""
     with pytest.raises(RunnerError, match=r"named '_tally'.*name="):
         make_runner(tmp_path, aspects=[_Tally(), _Tally()])
     runner = make_runner(tmp_path, aspects=[_Tally(), _Tally(name="other")])
     with pytest.raises(RunnerError, match="named 'other'"):
         runner.add_aspect(_Tally(name="other"))
-    tally = runner.get_aspect("_tally")
-    assert isinstance(tally, _Tally)
-    tally.seen = 5
-    saved = runner.state_dict()
-    assert saved["aspects"]["_tally"]["seen"] == 5
-    assert saved["aspects"]["other"]["seen"] == 0
-    runner.run()  # tuple keys pass the weights_only check
+
+    def tallies(start: int) -> list[_Tally]:
+        one, other = _Tally(), _Tally(name="other")
+        other.seen = start
+        make_runner(
+            tmp_path, n=N, batch_size=BATCH, aspects=[one, other, Checkpoint(resume="auto")]
+        ).run()
+        return [one, other]
+
+    assert [t.seen for t in tallies(100)] == [4, 104]
+    # A finished run resumed: each state comes back from its own slot, nothing more runs.
+    assert [t.seen for t in tallies(0)] == [4, 104]
+    assert _load_latest(tmp_path)["runner"]["aspects"]["other"]["per_class"] == {(0, "a"): 1.0}
 
 
 class _Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
-    """An iterable dataset: no indices for a sampler to skip."""
+    """An iterable dataset: no indices for a sampler to skip. Its noise comes from python's
+    and numpy's global generators, which skipping by loading must leave as they were."""
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         g = torch.Generator().manual_seed(0)
         for _ in range(N):
-            yield torch.randn(4, generator=g), torch.randint(0, 3, (), generator=g)
+            noise = random.random() + float(numpy.random.rand())
+            yield torch.randn(4, generator=g) + noise, torch.randint(0, 3, (), generator=g)
 
 
 class _Scaled(torch.utils.data.DataLoader[Any]):
-    """A DataLoader subclass with its own per-batch work (inputs scaled by 10)."""
+    """A DataLoader subclass with its own per-batch work (inputs scaled at random)."""
 
     def __iter__(self) -> Any:
         for x, y in super().__iter__():
-            yield x * 10, y
+            yield x * (1 + random.random()), y
 
 
 @pytest.mark.parametrize(
@@ -756,6 +767,8 @@ def test_loaders_without_a_sampler_to_skip_in_resume_by_iteration(
 
     def runner(folder: Path, max_iters: int, resume: str | None = None) -> Any:
         model = make_runner(None).model
+        random.seed(0)  # every run draws the same noise from the start
+        numpy.random.seed(0)
         return ah.train.Runner(
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),

@@ -302,7 +302,7 @@ def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
         ({"optimizer": {"type": "SGD", "params": []}}, r"^optimizer\.params: is filled in by"),
         ({"train_loader": {"batch_size": 4}}, r"^train_loader: must be a mapping with dataset:"),
         ({"aspects": [{"level": 1}]}, r"^aspects\[0\]\.type: must name the aspect type"),
-        ({"aspects": ["collections:OrderedDict"]}, r"^aspects\[0\]: made .*not an Aspect"),
+        ({"aspects": ["collections:OrderedDict"]}, r"^aspects\[0\]: .*OrderedDict, not an Aspect"),
         ({"train_dataloader": {"dataset": "RandomRegression"}}, r"^train_dataloader: is another"),
         ({"model": {"type": "Linear", "in_features": -1, "out_features": 1}}, r"^model: Linear\("),
     ],

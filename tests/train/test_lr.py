@@ -218,6 +218,25 @@ def test_plateau_without_validation_data_is_refused_before_training() -> None:
     assert runner.iter == 0
 
 
+def test_a_plateau_that_never_steps_is_reported() -> None:
+    """A val_loader but no validation (no Evaluate): the run warns that the plateau
+    schedule never saw its metric."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        default_aspects=False,
+        aspects=[LRSchedule(lr_scheduler.ReduceLROnPlateau(opt))],
+    )
+    with pytest.warns(RuntimeWarning, match="never stepped.*Evaluate"):
+        runner.run()
+
+
 @pytest.mark.parametrize("kind", ["constant", "linear", "exp"])
 def test_warmup_composes_with_an_epoch_schedule_across_epochs(kind: str) -> None:
     """A per-iteration warm-up longer than an epoch keeps the epoch schedule's steps: the

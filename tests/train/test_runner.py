@@ -111,6 +111,58 @@ def test_a_stop_on_the_last_batch_still_ends_the_epoch() -> None:
     assert (runner.iter, runner.epoch, runner.inner_iter) == (3, 1, 0)
 
 
+class _Streaming:
+    """A loader whose length is unknown: ``len()`` raises NotImplementedError."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Any:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        raise NotImplementedError("streaming: length unknown")
+
+
+def test_a_loader_without_a_length_runs_to_max_iters() -> None:
+    """Epoch ends and GradAccumulation's last group need the length only when it exists."""
+    from aspecthook.train.aspects import GradAccumulation
+
+    model, opt, loader = _parts()
+    runner = Runner(
+        model,
+        opt,
+        _Streaming(list(loader)),
+        loss_fn=CE,
+        max_iters=5,
+        aspects=[GradAccumulation(2)],
+    )
+    runner.run()
+    assert (runner.iter, runner.epoch) == (5, 1)
+
+
+def test_a_run_cut_inside_an_epoch_does_not_end_it() -> None:
+    """max_iters=4 over 3 batches per epoch: the per-epoch schedule and by-epoch validation
+    run for epoch 1 only, not for the unfinished second (a resumed run finishes it)."""
+    model, opt, loader = _parts()
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=_parts()[2],
+        scheduler=scheduler,
+        loss_fn=CE,
+        max_iters=4,
+    )
+    validated: list[int] = []
+    runner.weaver.after("val_epoch")(lambda ctx: validated.append(ctx.runner.iter))
+    runner.run()
+    assert (runner.iter, runner.epoch, runner.inner_iter) == (4, 1, 1)
+    assert scheduler.last_epoch == 1
+    assert validated == [3]
+
+
 def test_every_join_point_is_advisable_with_ctx_runner() -> None:
     """Advice on each train join point sees ctx.runner, in the nesting order of the loop."""
     order: list[str] = []

@@ -402,7 +402,7 @@ class Checkpoint(Aspect):
 
     def _resume(self, runner: Any, folder: Path) -> None:
         source = folder if self.resume == "auto" else Path(self.resume or folder)
-        found = _find(source, {".pt", Path(self.filename_tmpl).suffix})
+        found = _find(source, _checkpoint_names(self.filename_tmpl))
         if found is None:
             get_logger().info("checkpoint.none_found", folder=str(source))
             return
@@ -556,37 +556,32 @@ def _read_manifest(
 
 
 def _candidates(
-    folder: Path, manifest: dict[str, Any], suffixes: set[str]
+    folder: Path, manifest: dict[str, Any], names: re.Pattern[str]
 ) -> list[tuple[Path, Any]]:
-    """Files to try, newest first: ``latest``, then the others by iteration."""
+    """Files to try: ``latest`` first, then the others by iteration; without a manifest,
+    the files whose names ``names`` matches (``_find`` then takes the furthest one)."""
     records: dict[str, Any] = manifest.get("checkpoints") or {}
-    if not manifest:  # unreadable manifest: any complete file will do, newest first
-        files = [
-            p
-            for p in folder.iterdir()
-            if p.suffix in suffixes
-            and p.name != LATEST
-            and not p.name.startswith(".")
-            and p.is_file()
-        ]
-        return [(p, None) for p in sorted(files, key=_age_order, reverse=True)]
+    if not manifest:
+        files = [p for p in folder.iterdir() if names.fullmatch(p.name) and p.is_file()]
+        return [(p, None) for p in sorted(files)]
     latest = manifest.get("latest")
     order = sorted(records, key=lambda n: (n == latest, records[n].get("iter", -1)), reverse=True)
     return [(folder / name, records[name]) for name in order]
 
 
-def _age_order(path: Path) -> tuple[int, list[Any]]:
-    """Sort key, oldest first: the modification time, then the numbers in the name (two
-    saves in one clock tick of the file system have the same time)."""
-    name = [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
-    return path.stat().st_mtime_ns, name
+def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
+    """The names a ``Checkpoint`` writes: its template's, ``iter_<n>.pt`` (a run stopped
+    inside an epoch) and ``best_<metric>_<stamp>.pt``."""
+    template = re.escape(filename_tmpl).replace(re.escape("{}"), r"\d+")
+    return re.compile(rf"{template}|iter_\d+\.pt|best_.+\.pt")
 
 
-def _find(source: Path, suffixes: set[str]) -> tuple[Path, dict[str, Any], Any] | None:
+def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], Any] | None:
     """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
 
-    ``suffixes``: those of checkpoint files, tried in the folder when ``latest`` is
-    unreadable or missing (a first save cut short before it, or files copied without it).
+    Without a readable ``latest`` (a first save cut short before it, files copied without
+    it) the folder's checkpoint files (``names``) are all tried and the one furthest into
+    the run is used: their times may not say which that is (a copy renews them).
     """
     if source.is_file():
         unchecked = "loading the named file without a size and checksum to check it against"
@@ -602,12 +597,22 @@ def _find(source: Path, suffixes: set[str]) -> tuple[Path, dict[str, Any], Any] 
     manifest = _read_manifest(source)
     if manifest is None:  # no manifest: the files themselves, as when it is unreadable
         manifest = {}
-    candidates = _candidates(source, manifest, suffixes)
+    candidates = _candidates(source, manifest, names)
+    furthest: tuple[tuple[int, int], Path, dict[str, Any]] | None = None
     for path, record in candidates:
         try:
-            return path, _load(path, record), manifest
+            payload = _load(path, record)
         except _Unusable as exc:
-            _report(path, str(exc), "trying the previous one")
+            _report(path, str(exc), "trying the previous one" if manifest else "trying the others")
+            continue
+        if manifest:
+            return path, payload, manifest
+        counters = payload["runner"].get("counters", {})
+        progress = (int(counters.get("iter", -1)), int(counters.get("epoch", -1)))
+        if furthest is None or progress > furthest[0]:
+            furthest = (progress, path, payload)
+    if furthest is not None:
+        return furthest[1], furthest[2], manifest
     if candidates:
         _report(source, "no usable checkpoint in this folder", "starting from scratch")
     return None

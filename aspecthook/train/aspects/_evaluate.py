@@ -59,7 +59,8 @@ class Evaluate(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        if self.by_epoch and runner.epoch % self.interval == 0:
+        # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
+        if self.by_epoch and not runner.inner_iter and runner.epoch % self.interval == 0:
             runner.val_epoch()
 
     def after_train_iter(self, ctx: CallContext) -> None:

@@ -5,12 +5,14 @@ No LR formula is written here: warm-up is torch's ``ConstantLR`` / ``LinearLR`` 
 torch's ``SequentialLR`` (when both step per iteration) or by chaining (a per-iteration
 warm-up in front of a per-epoch schedule, as torch's chainable schedulers allow; there the
 exponential ramp is ``LinearLR`` for its first factor and ``MultiplicativeLR`` for the
-rest, since ``LambdaLR`` sets the LR outright and would undo the epoch schedule's steps),
-so the LR at every step is exactly what torch computes for the same schedule.
+rest, since ``LambdaLR`` sets the LR outright and would undo the epoch schedule's steps:
+the same values to the last few bits), so the LR at every step is what torch computes
+for the same schedule.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +83,7 @@ class LRSchedule(Aspect):
         self._main: Any = None
         self._warmup: Any = None
         self._plateau = False
+        self._plateau_steps = 0  # in this run (a never-stepping plateau is reported)
         # The main scheduler's step when it is all an iteration does (set by before_run).
         self._iter_step: Callable[[], Any] | None = None
 
@@ -97,6 +100,7 @@ class LRSchedule(Aspect):
         runner = ctx.runner
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
+        self._plateau_steps = 0
         if self._plateau and runner.val_loader is None:
             raise RunnerError(
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
@@ -135,13 +139,24 @@ class LRSchedule(Aspect):
             self._main.step()
 
     def after_train_epoch(self, ctx: CallContext) -> None:
-        if self._main is not None and not self._plateau:
+        # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
+        if self._main is not None and not self._plateau and not ctx.runner.inner_iter:
             self._main.step()
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         # After Evaluate (higher priority) has put this validation's metrics in place.
         if self._plateau and self._main is not None:
             self._main.step(self._metric(ctx.runner))
+            self._plateau_steps += 1
+
+    def after_run(self, ctx: CallContext) -> None:
+        if self._plateau and not self._plateau_steps and ctx.runner.iter:
+            warnings.warn(
+                f"ReduceLROnPlateau never stepped: no validation ran in this run, so "
+                f"{self.monitor!r} was never seen; add Evaluate() (or validate yourself)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
@@ -194,6 +209,6 @@ def _warmup_scheduler(
         )
         growth = ratio ** (-1 / iters)
         grow = lr_scheduler.MultiplicativeLR(optimizer, lambda i: growth if i <= iters else 1.0)
-        return lr_scheduler.ChainedScheduler([start, grow], optimizer)
+        return lr_scheduler.ChainedScheduler([start, grow])
     ramp: Callable[[int], float] = lambda i: ratio ** (1 - i / iters) if i < iters else 1.0  # noqa: E731
     return lr_scheduler.LambdaLR(optimizer, ramp)

@@ -103,7 +103,7 @@ def _run_length(runner: Any) -> int | None:
         return int(runner.max_iters)
     try:
         return int(runner.max_epochs) * len(runner.train_loader)
-    except TypeError:  # a loader without a length
+    except (TypeError, NotImplementedError):  # a loader without a length
         return None
 
 
