@@ -350,3 +350,35 @@ def test_importing_the_registry_imports_no_aspect() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_class_taking_kwargs_itself_is_not_refused_any_parameter() -> None:
+    """``def __init__(self, **cfg)`` with no base that closes it: any name may be given."""
+
+    class Settings:
+        def __init__(self, **cfg: Any) -> None:
+            self.cfg = cfg
+
+    params = Parameters.of(Settings)
+    assert params is not None
+    assert params.open
+    registry = Registry("thing")
+    registry.register(Settings)
+    assert registry.build({"type": "Settings", "depth": 3}).cfg == {"depth": 3}
+
+
+def test_registering_the_class_a_lazy_path_names_is_a_no_op(registry: Registry) -> None:
+    """'pkg.mod:Name' registered, then the class itself under that name: the same thing."""
+    registry.register(f"{Stopwatch.__module__}:{Stopwatch.__qualname__}")
+    registry.register(Stopwatch)
+    assert registry.get("Stopwatch") is Stopwatch
+
+
+def test_an_explicit_path_must_name_a_class_the_registry_accepts() -> None:
+    """A config cannot reach an arbitrary callable: the check comes before any call."""
+    registry = Registry("stopwatch", accepts=(lambda v: v is Stopwatch, "a Stopwatch class"))
+    assert registry.get(f"{Stopwatch.__module__}:Stopwatch") is Stopwatch
+    with pytest.raises(UnknownAspectError, match=r"'os:getcwd' is .*getcwd, not a Stopwatch"):
+        registry.get("os:getcwd")
+    with pytest.raises(UnknownAspectError, match="not an Aspect"):
+        ASPECTS.get("subprocess:Popen")

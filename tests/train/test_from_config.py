@@ -396,3 +396,41 @@ def test_registries_fall_back_to_torch_names() -> None:
     assert LOSSES.get("BCEWithLogitsLoss") is torch.nn.BCEWithLogitsLoss
     assert "relu" not in LOSSES
     assert DATASETS.names() == ["RandomClassification", "RandomRegression"]
+
+
+def test_a_path_to_a_callable_of_another_kind_is_refused_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    """``{type: 'os:system'}`` as the model: refused as not a Module class, never called."""
+    marker = tmp_path / "ran"
+    config = _config(model={"type": "os:system", "command": f"touch {marker}"})
+    with pytest.raises(ConfigError, match=r"^model\.type: .*not a torch\.nn\.Module class"):
+        Runner.from_config(config)
+    assert not marker.exists()
+
+
+class _CountingHook:
+    """An OpenMMLab-style hook: a plain class with a hook method."""
+
+    calls = 0
+
+    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+        type(self).calls += 1
+
+
+def test_hook_objects_and_classes_are_aspects_in_a_config() -> None:
+    """As Runner(aspects=[...]) takes them: a hook object, or its class by path."""
+    _CountingHook.calls = 0
+    Runner.from_config(_config(aspects=[_CountingHook()], max_iters=2)).run()
+    Runner.from_config(_config(aspects=[f"{__name__}:_CountingHook"], max_iters=2)).run()
+    assert _CountingHook.calls == 4
+
+
+def test_an_override_replaces_the_loader_under_either_name() -> None:
+    """A file's val_dataloader is replaced by a val_loader override (None: removed)."""
+    loader = {"dataset": {"type": "RandomClassification", "n": 16, "features": 8, "classes": 3}}
+    config = _config(val_dataloader=loader)
+    assert Runner.from_config(config, val_loader=None).val_loader is None
+    replaced = Runner.from_config(config, val_loader={**loader, "batch_size": 4})
+    assert replaced.val_loader is not None
+    assert replaced.val_loader.batch_size == 4
