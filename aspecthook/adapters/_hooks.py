@@ -120,7 +120,13 @@ class _HookAdapter(Aspect):
 
 
 def defined_method(obj: object, name: str, base_name: str) -> Callable[..., Any] | None:
-    """``obj.name`` when callable and not merely inherited from a base named ``base_name``."""
+    """``obj.name`` when callable and not merely inherited from a base named ``base_name``.
+
+    An inherited method also counts when the object overrides a generic method the base's
+    own implementation hands the call to: OpenMMLab's ``Hook.after_train_iter`` calls
+    ``self._after_iter(..., mode='train')`` (mmengine; ``after_iter`` in mmcv 1.x), and
+    hooks such as ``IterTimerHook`` override only those.
+    """
     method: Callable[..., Any] | None = getattr(obj, name, None)
     if not callable(method):
         return None
@@ -129,8 +135,29 @@ def defined_method(obj: object, name: str, base_name: str) -> Callable[..., Any]
     own = inspect.getattr_static(type(obj), name, None)
     for klass in type(obj).__mro__:
         if klass.__name__ == base_name:
-            return None if inspect.getattr_static(klass, name, None) is own else method
+            if inspect.getattr_static(klass, name, None) is not own:
+                return method
+            generic = _GENERIC.get(name, ()) if base_name == "Hook" else ()
+            return method if any(_overrides(obj, klass, g) for g in generic) else None
     return method
+
+
+def _overrides(obj: object, base: type, name: str) -> bool:
+    """Whether ``obj``'s class replaces ``base``'s own method ``name``."""
+    theirs = inspect.getattr_static(base, name, None)
+    return theirs is not None and inspect.getattr_static(type(obj), name, None) is not theirs
+
+
+def _generic(method: str) -> tuple[str, ...]:
+    """The generic methods OpenMMLab's base ``Hook.<method>`` hands its call to."""
+    stage, _, where = method.partition("_")
+    kind = where.rpartition("_")[2]
+    if kind not in ("iter", "epoch") or stage not in ("before", "after"):
+        return ()
+    return (f"_{stage}_{kind}", f"{stage}_{kind}")  # mmengine, mmcv 1.x
+
+
+_GENERIC: dict[str, tuple[str, ...]] = {}  # filled below, once MM_METHODS is known
 
 
 def _batch(ctx: CallContext) -> Any:
@@ -193,6 +220,7 @@ _MM: tuple[tuple[str, AdviceKind, str, str], ...] = (
     ("after_run", "after", "run", "runner"),
 )
 MM_METHODS: tuple[str, ...] = tuple(m for m, *_ in _MM)
+_GENERIC.update((m, _generic(m)) for m in MM_METHODS if _generic(m))
 
 #: Keyword arguments (as OpenMMLab passes them) each argument style adds to ``runner``.
 _MM_KWARGS: dict[str, dict[str, Any]] = {
@@ -318,10 +346,11 @@ class KerasCallback(_HookAdapter):
     and ``on_test_*`` at ``val_epoch`` / ``val_iter`` (validation during training, as
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
     are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
-    outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus
-    ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` -> ``'val_loss'``, so a
-    callback monitoring ``'val_loss'`` finds it); at test end the metrics of that pass
-    without their prefix (``'val/acc'`` -> ``'acc'``).
+    outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
+    the epoch validated, ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` ->
+    ``'val_loss'``, so a callback monitoring ``'val_loss'`` finds it); at test end the
+    metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``); at train end
+    the last epoch's logs.
 
     When the run starts, the callback gets the runner's model as ``callback.model``
     (through ``set_model`` when it has one, or when it has a ``model`` attribute) and
@@ -344,6 +373,7 @@ class KerasCallback(_HookAdapter):
         self._loss_sum: Any = None
         self._loss_count = 0
         self._epoch_logs: dict[str, float] = {}
+        self._val_this_epoch = False
         self._calls = self._bind_methods()
 
     def _bind_methods(self) -> dict[str, Callable[..., Any]]:
@@ -367,13 +397,16 @@ class KerasCallback(_HookAdapter):
         c = self._calls
         if "on_train_begin" in c:
             plan.append(("on_train_begin", "before", "run", self._call("on_train_begin")))
-        if "on_epoch_begin" in c or "on_epoch_end" in c:
+        # The epoch's logs feed on_epoch_end, and on_train_end gets the last epoch's.
+        epoch_logs = "on_epoch_end" in c or "on_train_end" in c
+        if "on_epoch_begin" in c or epoch_logs:
             plan.append(("epoch_index", "before", "train_epoch", self._begin_epoch))
         if any(k in c for k in KERAS_METHODS[4:8]):  # on_train_batch_* / on_batch_*
             plan.extend(self._counting("train"))
         plan.extend(self._train_batches())
-        if "on_epoch_end" in c:
+        if epoch_logs:
             plan.append(("loss_mean", "after", "train_iter", self._add_loss))
+            plan.append(("validated", "after", "val_epoch", self._validated))
             plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
         for mode in ("val", "test"):
             plan.extend(self._test_plan(mode))
@@ -447,6 +480,7 @@ class KerasCallback(_HookAdapter):
     def _begin_epoch(self, ctx: CallContext) -> None:
         ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
         self._loss_sum, self._loss_count = None, 0
+        self._val_this_epoch = False
         method = self._calls.get("on_epoch_begin")
         if method is not None:
             method(ctx.data[_EPOCH], {})
@@ -460,15 +494,21 @@ class KerasCallback(_HookAdapter):
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
         self._loss_count += 1
 
+    def _validated(self, ctx: CallContext) -> None:
+        self._val_this_epoch = True
+
     def _end_epoch(self, ctx: CallContext) -> None:
         logs: dict[str, float] = {}
         if self._loss_count:
             logs["loss"] = float(self._loss_sum) / self._loss_count
-        metrics = getattr(ctx.runner, "metrics", None) or {}
-        logs.update({k.replace("/", "_"): v for k, v in _scalars(metrics).items()})
+        if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
+            metrics = getattr(ctx.runner, "metrics", None) or {}
+            logs.update({k.replace("/", "_"): v for k, v in _scalars(metrics).items()})
         self._epoch_logs = logs
-        self._calls["on_epoch_end"](ctx.data.get(_EPOCH, 0), dict(logs))
-        self._check_stop(ctx.runner)
+        method = self._calls.get("on_epoch_end")
+        if method is not None:
+            method(ctx.data.get(_EPOCH, 0), dict(logs))
+            self._check_stop(ctx.runner)
 
     def _test_end(self, mode: str) -> AdviceFn:
         method = self._calls["on_test_end"]

@@ -166,6 +166,60 @@ def test_mmcv_style_hook_methods_take_only_the_runner() -> None:
     assert seen == ["iter 0", "iter 1", "iter 2", "val"]
 
 
+def test_hooks_that_override_only_the_generic_methods_are_called() -> None:
+    """mmengine's ``Hook.after_train_iter`` hands the call to ``self._after_iter(...,
+    mode='train')`` (mmcv 1.x: ``after_iter``); hooks like ``IterTimerHook`` override only
+    those, and get every stage through them."""
+    seen: list[tuple[Any, ...]] = []
+
+    class Hook:  # the delegating shape of mmengine's base class
+        def _before_epoch(self, runner: Any, mode: str = "train") -> None: ...
+        def _after_iter(
+            self,
+            runner: Any,
+            batch_idx: int,
+            data_batch: Any = None,
+            outputs: Any = None,
+            mode: str = "train",
+        ) -> None: ...
+        def before_train_epoch(self, runner: Any) -> None:
+            self._before_epoch(runner, mode="train")
+
+        def after_train_iter(
+            self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        ) -> None:
+            self._after_iter(runner, batch_idx, data_batch, outputs, mode="train")
+
+        def after_val_iter(
+            self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        ) -> None:
+            self._after_iter(runner, batch_idx, data_batch, outputs, mode="val")
+
+    class TimerLike(Hook):
+        def _before_epoch(self, runner: Any, mode: str = "train") -> None:
+            seen.append(("epoch", mode))
+
+        def _after_iter(
+            self,
+            runner: Any,
+            batch_idx: int,
+            data_batch: Any = None,
+            outputs: Any = None,
+            mode: str = "train",
+        ) -> None:
+            seen.append(("iter", mode, batch_idx))
+
+    _runner([MMHook(TimerLike())], max_epochs=1).run()
+    assert seen == [
+        ("epoch", "train"),
+        ("iter", "train", 0),
+        ("iter", "train", 1),
+        ("iter", "train", 2),
+        ("iter", "val", 0),
+        ("iter", "val", 1),
+    ]
+
+
 def test_without_a_hook_base_any_method_with_the_name_counts() -> None:
     """A plain object's callable attributes named like hook methods become advice."""
     seen: list[int] = []
@@ -470,3 +524,47 @@ def test_adapters_never_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_high_priority_hook_sees_this_validations_metrics() -> None:
+    """Evaluate puts the metrics in place before any other after_val_epoch advice, so a
+    hook of priority HIGH gets this validation's values, as mmengine passes them."""
+    seen: list[Any] = []
+
+    class Watch(Hook):
+        priority = "HIGH"
+
+        def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+            seen.append(dict(metrics))
+
+    runner = _runner([Watch()], max_epochs=2)
+    final: list[Any] = []
+    runner.weaver.after("val_epoch", priority="LOWEST")(
+        lambda ctx: final.append(dict(ctx.runner.metrics))
+    )
+    runner.run()
+    assert seen == final
+    assert len(seen) == 2
+    assert seen[0] != seen[1]
+
+
+def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> None:
+    """Validation every 2nd epoch: epoch 0's logs have no val_loss (no stale value from an
+    earlier validation either), and on_train_end gets the last epoch's logs even without
+    on_epoch_end."""
+    from aspecthook.train.aspects import Evaluate
+
+    epochs: list[Any] = []
+    ends: list[Any] = []
+
+    class Epochs(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            epochs.append(sorted(logs))
+
+    class End(Callback):
+        def on_train_end(self, logs: Any = None) -> None:
+            ends.append(sorted(logs))
+
+    _runner([Evaluate(interval=2), Epochs(), End()], max_epochs=3).run()
+    assert epochs == [["loss"], ["loss", "val_loss"], ["loss"]]
+    assert ends == [["loss"]]

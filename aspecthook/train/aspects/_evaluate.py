@@ -57,6 +57,11 @@ class Evaluate(Aspect):
         unused = "after_train_iter" if self.by_epoch else "after_train_epoch"
         return [a for a in super().make_advice(target) if a.name != f"{self.name}.{unused}"]
 
+    def advice_options(self, attr: str) -> dict[str, Any]:
+        """The metrics are in place before any other ``after_val_epoch`` advice runs,
+        whatever its priority (an OpenMMLab hook of priority HIGH reads them too)."""
+        return {"priority": Priority.HIGHEST} if attr == "after_val_epoch" else {}
+
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
         # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
