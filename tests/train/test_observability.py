@@ -14,6 +14,7 @@ import torch
 from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
+from aspecthook.errors import InvalidOptionError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import Evaluate, IterTimer, Logger, ProgressBar
 
@@ -238,8 +239,6 @@ def test_tensorboard_without_the_package_is_refused_at_construction(
     """Logger(tensorboard=True) says to install tensorboard when it is missing."""
     import importlib.util
 
-    from aspecthook.errors import InvalidOptionError
-
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
@@ -261,3 +260,52 @@ def test_empty_cache_runs_after_each_epoch_without_cuda(tmp_path: Path) -> None:
     )
     runner.run()
     assert runner.epoch == 2
+
+
+def test_logger_records_count_epochs_from_one_and_agree_with_validation(tmp_path: Path) -> None:
+    """The first epoch's train lines and the validation that closes it both say epoch 1."""
+    runner = _runner(tmp_path, [Logger(interval=3)])
+    runner.run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r["iter"], r["epoch"]) for r in lines] == [
+        ("train", 3, 1),
+        ("train", 6, 1),
+        ("val", 6, 1),
+        ("train", 9, 2),
+        ("train", 12, 2),
+        ("val", 12, 2),
+    ]
+
+
+def test_logger_file_is_strict_json_with_a_nan_loss_and_a_tensor_lr(tmp_path: Path) -> None:
+    """A diverged loss is null in metrics.jsonl (not a bare NaN), and a tensor LR is a
+    number."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(runner.model(batch[0]), batch[1]) * float("nan")
+
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1)),
+        DataLoader(data, batch_size=4),
+        train_step=step,
+        max_epochs=1,
+        work_dir=tmp_path,
+        aspects=[Logger(interval=2, errors="raise")],
+    )
+    runner.run()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the file"))
+    assert record["loss"] is None
+    assert record["lr"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("option", ["file_interval", "window"])
+@pytest.mark.parametrize("value", [0, -2, 1.5])
+def test_logger_intervals_and_window_must_be_positive_ints(option: str, value: Any) -> None:
+    """A zero, negative or fractional file_interval / window is refused when it is made."""
+    with pytest.raises(InvalidOptionError, match=option):
+        Logger(**{option: value})

@@ -27,6 +27,9 @@ VAL_EVENT = "val"
 class Logger(Aspect):
     """Logs every ``interval`` iterations on rank 0 through structlog.
 
+    ``epoch`` in its records counts from 1 (the epoch an iteration belongs to, the epoch a
+    validation closes); a non-finite value is ``null`` in the JSON-lines file.
+
     (``file_interval`` can make the JSON-lines file finer-grained than the console.)
     A console line has epoch, iteration, the loss smoothed over the last ``window``
     iterations (10 by default, the window OpenMMLab's log processor smooths over), the LR,
@@ -64,6 +67,15 @@ class Logger(Aspect):
                 option="tensorboard",
                 value=tensorboard,
             )
+        for option, value in (("file_interval", file_interval), ("window", window)):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise InvalidOptionError(
+                    f"Logger({option}={value!r}) must be a positive int",
+                    option=option,
+                    value=value,
+                )
         self.interval = interval
         self.file_interval = file_interval or interval
         self.window = window
@@ -133,9 +145,9 @@ class Logger(Aspect):
             return
         record: dict[str, Any] = {
             "mode": TRAIN_EVENT,
-            "epoch": runner.epoch,
+            "epoch": _epoch(runner),
             "iter": it,
-            "lr": runner.optimizer.param_groups[0]["lr"],
+            "lr": float(runner.optimizer.param_groups[0]["lr"]),  # torch allows a tensor
         }
         if self.losses:
             record["loss"] = _mean(self.losses)
@@ -154,7 +166,7 @@ class Logger(Aspect):
         runner = ctx.runner
         if runner.rank != 0 or not runner.metrics:
             return
-        record: dict[str, Any] = {"mode": VAL_EVENT, "epoch": runner.epoch, "iter": runner.iter}
+        record: dict[str, Any] = {"mode": VAL_EVENT, "epoch": _epoch(runner), "iter": runner.iter}
         record.update(
             {k: float(v) for k, v in runner.metrics.items() if isinstance(v, (int, float))}
         )
@@ -176,7 +188,8 @@ class Logger(Aspect):
             }
             self._log.info(event, **short)
         if self._file is not None:
-            self._file.write(json.dumps(record, allow_nan=True) + "\n")
+            # Strict JSON: a non-finite number (a diverged loss) is written as null.
+            self._file.write(json.dumps(_finite(record), allow_nan=False) + "\n")
             self._file.flush()
         if self._writer is not None:
             for key, value in record.items():
@@ -190,6 +203,18 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _epoch(runner: Any) -> int:
+    """The record's epoch, counted from 1: the one in progress (train lines, a validation
+    inside an epoch) or the one that just ended (a validation after it)."""
+    return int(runner.epoch) + (1 if runner.inner_iter else 0)
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()
+    }
 
 
 def _mean(values: deque[float | torch.Tensor]) -> float:
