@@ -456,6 +456,7 @@ _TRAINING = (
     "Logger",
     "NaNGuard",
     "ProgressBar",
+    "SyncBuffers",
 )
 _OPENMMLAB = {
     "AmpOptimWrapperHook": "AMP",
@@ -470,6 +471,7 @@ _OPENMMLAB = {
     "LrUpdaterHook": "LRSchedule",
     "ParamSchedulerHook": "LRSchedule",
     "ProgressBarHook": "ProgressBar",
+    "SyncBuffersHook": "SyncBuffers",
 }
 for _name in _TRAINING:
     ASPECTS.register(f"aspecthook.train.aspects:{_name}")

@@ -311,3 +311,34 @@ def save_best_rank_main(rank: int, init_file: str, work_dir: str, out_file: str)
         torch.save({"epoch": runner.epoch}, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def sync_buffers_rank_main(rank: int, init_file: str, out_file: str) -> None:
+    """One of two gloo ranks training a batch-norm model on its own data with
+    ``SyncBuffers``: writes its buffers before the sync (advice that runs first) and after
+    the run to ``OUT_FILE.<rank>``."""
+    torch.set_num_threads(1)
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        from aspecthook.train.aspects import SyncBuffers
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(16, seed=rank)),  # each rank its own shard
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=1,
+            aspects=[SyncBuffers()],
+        )
+        before: dict[str, torch.Tensor] = {}
+        runner.weaver.after("train_epoch", priority="HIGHEST")(
+            lambda ctx: before.update({k: v.clone() for k, v in model.named_buffers()})
+        )
+        runner.run()
+        after = {k: v.clone() for k, v in model.named_buffers()}
+        torch.save({"before": before, "after": after}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

@@ -375,6 +375,35 @@ def test_ranks_whose_metrics_disagree_still_save_the_best_together(
     assert {p.name for p in (tmp_path / "run").glob("best_*")} == {"best_val_acc_epoch_3.pt"}
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_sync_buffers_averages_float_buffers_over_the_ranks(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """Two ranks, each on its own data: after the epoch both hold the mean of their
+    running statistics, and rank 0's batch counter."""
+    args = (str(tmp_path / "init"), str(tmp_path / "out"))
+    ranks = [
+        forkserver.Process(target=_resume_worker.sync_buffers_rank_main, args=(r, *args))
+        for r in (0, 1)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    assert [process.exitcode for process in ranks] == [0, 0]
+    got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
+    mean = "1.running_mean"
+    assert not torch.equal(got[0]["before"][mean], got[1]["before"][mean])
+    expected = (got[0]["before"][mean] + got[1]["before"][mean]) / 2
+    for r in (0, 1):
+        torch.testing.assert_close(got[r]["after"][mean], expected)
+        assert torch.equal(
+            got[r]["after"]["1.num_batches_tracked"], got[0]["before"]["1.num_batches_tracked"]
+        )
+
+
 # -- RNG states --------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._optim import AMP, EmptyCache, GradAccumulation, GradClip, NaNGuard
     from ._progress import ProgressBar
     from ._sampler_seed import DistSamplerSeed
+    from ._sync_buffers import SyncBuffers
     from ._timer import IterTimer
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Logger",
     "NaNGuard",
     "ProgressBar",
+    "SyncBuffers",
 ]
 
 _WHERE: dict[str, str] = {
@@ -54,6 +56,7 @@ _WHERE: dict[str, str] = {
     "NaNGuard": "._optim",
     "EarlyStopping": "._early_stopping",
     "EMA": "._ema",
+    "SyncBuffers": "._sync_buffers",
 }
 
 #: OpenMMLab-style names and the aspect each stands for.
@@ -70,6 +73,7 @@ ALIASES: dict[str, str] = {
     "EmptyCacheHook": "EmptyCache",
     "GradientCumulativeOptimizerHook": "GradAccumulation",
     "AmpOptimWrapperHook": "AMP",
+    "SyncBuffersHook": "SyncBuffers",
 }
 
 
