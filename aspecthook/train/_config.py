@@ -12,6 +12,7 @@ keyword parameters, checked against the constructor's signature before it is cal
     optimizer: {type: SGD, lr: 0.1}          # OPTIMIZERS (torch.optim); params: the model's
     scheduler: {type: StepLR, step_size: 2}  # SCHEDULERS (torch.optim.lr_scheduler)
     loss_fn: cross_entropy                   # LOSSES (torch.nn losses, functional losses)
+    # train_step: my_project.steps:train_step  # or a function (a 'pkg.mod:name' path)
     train_loader:                            # a torch DataLoader: dataset + its options
       dataset: {type: RandomClassification, n: 256, features: 32, classes: 10}
       batch_size: 16
@@ -50,7 +51,7 @@ from ..errors import (
     RunnerError,
     UnknownAspectError,
 )
-from ..registry import ASPECTS, Parameters, Registry
+from ..registry import ASPECTS, Parameters, Registry, _import
 from ._datasets import RandomClassification, RandomRegression
 from ._runner import _check_work_dir, seed_everything
 
@@ -83,8 +84,10 @@ KEYS = (
     "test_loader",
     "train_dataloader",
     "train_loader",
+    "train_step",
     "val_dataloader",
     "val_loader",
+    "val_step",
     "work_dir",
 )
 _LOADERS = ("train_loader", "val_loader", "test_loader")
@@ -263,6 +266,9 @@ class _Builder:
             kwargs["scheduler"] = self.scheduler("scheduler", data["scheduler"], optimizer)
         if "loss_fn" in data:
             kwargs["loss_fn"] = self.loss("loss_fn", data["loss_fn"])
+        for key in ("train_step", "val_step"):
+            if key in data:
+                kwargs[key] = self.step(key, data[key])
         for key in _LOADERS:
             if key in data:
                 kwargs[key] = self.loader(key, data[key])
@@ -372,6 +378,23 @@ class _Builder:
             options = {k: v for k, v in accepted.defaults.items() if k not in accepted.required}
             self.check(key, label, replace(accepted, defaults=options, required=()), params)
         return functools.partial(factory, **params) if params else factory
+
+    def step(self, key: str, value: Any) -> Callable[..., Any]:
+        """``train_step`` / ``val_step``: a function, or a ``'package.module:name'`` path
+        to a Python function (not any callable: a file names code, it does not run it)."""
+        if isinstance(value, str):
+            if ":" not in value:
+                raise self.error(key, f"must be a 'package.module:function' path, not {value!r}")
+            try:
+                value = _import(value)
+            except (ImportError, AttributeError) as exc:
+                raise self.error(key, f"cannot be imported: {exc}") from exc
+            if not inspect.isfunction(value):
+                raise self.error(key, f"names {_kind(value)}, not a Python function")
+        if not callable(value):
+            raise self.error(key, f"must be a function (runner, batch) -> loss, not {_kind(value)}")
+        step: Callable[..., Any] = value
+        return step
 
     def loader(self, key: str, cfg: Any) -> DataLoader[Any]:
         """A ``DataLoader`` of ``dataset`` (built from DATASETS) with the other options."""

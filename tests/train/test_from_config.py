@@ -285,7 +285,7 @@ def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
         f"{path}: max_epoch: is not a known key (did you mean 'max_epochs'?); valid keys: "
         "aspects, default_aspects, device, loss_fn, max_epochs, max_iters, model, optimizer, "
         "scheduler, seed, test_dataloader, test_loader, train_dataloader, train_loader, "
-        "val_dataloader, val_loader, work_dir"
+        "train_step, val_dataloader, val_loader, val_step, work_dir"
     )
     with pytest.raises(ConfigError, match=r"^max_iter: is not a known key"):
         Runner.from_config(_config(), max_iter=3)
@@ -434,3 +434,29 @@ def test_an_override_replaces_the_loader_under_either_name() -> None:
     replaced = Runner.from_config(config, val_loader={**loader, "batch_size": 4})
     assert replaced.val_loader is not None
     assert replaced.val_loader.batch_size == 4
+
+
+def _double_loss(runner: Runner, batch: Any) -> torch.Tensor:
+    """A train_step a config names by path."""
+    x, y = batch
+    loss: torch.Tensor = torch.nn.functional.cross_entropy(runner.model(x), y) * 2
+    return loss
+
+
+def test_train_step_and_val_step_come_from_a_config_or_an_override() -> None:
+    """A function path in the file, or a function as an override; another kind of
+    callable by path is refused."""
+    runner = Runner.from_config(_config(train_step=f"{__name__}:_double_loss", max_iters=1))
+    assert runner.train_step is _double_loss
+    seen: list[int] = []
+
+    def val_step(runner: Runner, batch: Any) -> dict[str, Any]:
+        seen.append(len(batch[0]))
+        return {"loss": torch.tensor(0.0)}
+
+    loader = {"dataset": {"type": "RandomClassification", "n": 8, "features": 8, "classes": 3}}
+    config = _config(val_loader=loader, max_iters=None, max_epochs=1)
+    Runner.from_config(config, val_step=val_step).run()
+    assert seen
+    with pytest.raises(ConfigError, match=r"^train_step: names .*not a Python function"):
+        Runner.from_config(_config(train_step="os:getcwd"))
