@@ -133,7 +133,7 @@ def defined_method(obj: object, name: str, base_name: str) -> Callable[..., Any]
     if name in getattr(obj, "__dict__", {}):
         return method  # set on the instance itself
     own = inspect.getattr_static(type(obj), name, None)
-    for klass in type(obj).__mro__:
+    for klass in type(obj).__mro__[1:]:  # its own class is no base, whatever its name
         if klass.__name__ == base_name:
             if inspect.getattr_static(klass, name, None) is not own:
                 return method

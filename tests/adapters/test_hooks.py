@@ -568,3 +568,16 @@ def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> No
     _runner([Evaluate(interval=2), Epochs(), End()], max_epochs=3).run()
     assert epochs == [["loss"], ["loss", "val_loss"], ["loss"]]
     assert ends == [["loss"]]
+
+
+def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> None:
+    """Only a base class named Hook/Callback marks no-op methods: a user's own class of
+    that name has its methods called."""
+    calls: list[int] = []
+
+    class Hook:  # the user's class, no OpenMMLab base
+        def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+            calls.append(batch_idx)
+
+    _runner([MMHook(Hook())], max_epochs=1).run()
+    assert calls == [0, 1, 2]
