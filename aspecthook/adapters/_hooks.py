@@ -77,10 +77,21 @@ class _HookAdapter(Aspect):
             "order_after": self.order_after,
             "order_before": self.order_before,
         }
+        stages = self._stage_priorities()
         return [
-            Advice(kind, fn, Name(point), name=f"{self.name}.{label}", **options)
+            Advice(
+                kind,
+                fn,
+                Name(point),
+                name=f"{self.name}.{label}",
+                **{**options, "priority": stages.get(label, self.priority)},
+            )
             for label, kind, point, fn in self._plan()
         ]
+
+    def _stage_priorities(self) -> dict[str, Priority]:
+        """Priorities of advice that must run at a stage's edge, not at the aspect's own."""
+        return {}
 
     def _plan(self) -> Plan:
         raise NotImplementedError
@@ -243,6 +254,10 @@ class MMHook(_HookAdapter):
     ``'NORMAL'``, an int or an enum member) orders it among the other aspects unless
     ``priority=`` is given; ``name`` defaults to the hook class's name in snake case.
 
+    ``before_train`` runs after every aspect's ``before_run`` advice and a checkpoint's
+    resume, and ``after_train`` before any ``after_run`` advice, as OpenMMLab runs those
+    stages for all hooks in turn.
+
     ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
     and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
     higher than OpenMMLab's (which increments after those hooks); validation runs inside
@@ -277,6 +292,13 @@ class MMHook(_HookAdapter):
                 fn = _mm_call(self.target, method_name, method, style)
                 calls.append((method_name, kind, point, fn))
         return calls
+
+    def _stage_priorities(self) -> dict[str, Priority]:
+        # OpenMMLab runs before_run for every hook, then loads or resumes the checkpoint,
+        # then runs before_train for every hook (and after_train for every hook before
+        # after_run): at the lowest / highest priority of the run join point they do too,
+        # so before_train sees a resumed run's state (Checkpoint resumes at VERY_LOW).
+        return {"before_train": Priority.LOWEST, "after_train": Priority.HIGHEST}
 
     def _plan(self) -> Plan:
         plan: Plan = []

@@ -581,3 +581,43 @@ def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> Non
 
     _runner([MMHook(Hook())], max_epochs=1).run()
     assert calls == [0, 1, 2]
+
+
+def test_before_train_runs_after_every_before_run_and_sees_a_resumed_run(
+    tmp_path: Any,
+) -> None:
+    """As OpenMMLab: all hooks' before_run, then the resume, then all before_train (and
+    after_train before any after_run)."""
+    from aspecthook.train.aspects import Checkpoint
+
+    _runner([Checkpoint()], max_epochs=1, work_dir=tmp_path).run()
+    calls: list[tuple[str, str, int]] = []
+
+    class Stages(Hook):
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        def before_run(self, runner: Any) -> None:
+            calls.append((self.tag, "before_run", runner.iter))
+
+        def before_train(self, runner: Any) -> None:
+            calls.append((self.tag, "before_train", runner.iter))
+
+        def after_train(self, runner: Any) -> None:
+            calls.append((self.tag, "after_train", runner.iter))
+
+        def after_run(self, runner: Any) -> None:
+            calls.append((self.tag, "after_run", runner.iter))
+
+    hooks = [MMHook(Stages("a"), name="a"), MMHook(Stages("b"), name="b")]
+    _runner([*hooks, Checkpoint(resume="auto")], max_epochs=2, work_dir=tmp_path).run()
+    assert calls == [
+        ("a", "before_run", 0),
+        ("b", "before_run", 0),
+        ("a", "before_train", 3),
+        ("b", "before_train", 3),
+        ("a", "after_train", 6),
+        ("b", "after_train", 6),
+        ("a", "after_run", 6),
+        ("b", "after_run", 6),
+    ]
