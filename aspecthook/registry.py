@@ -15,7 +15,10 @@ A ``Registry`` maps names to classes (or any factory). Names resolve in this ord
    plugin is imported only when its name is used;
 3. the registry's ``fallback`` names, if it has one (``aspecthook.train.MODELS`` falls back
    to the classes of ``torch.nn``), read on first use;
-4. an explicit ``'package.module:Name'`` path, imported on the spot.
+4. an explicit ``'package.module:Name'`` path, imported on the spot; a registry made with
+   ``accepts=`` takes only what that test accepts (``ASPECTS``: aspect, hook and callback
+   classes), checked before anything is called, so a config file cannot call an arbitrary
+   function. Anything else is registered in code and named.
 
 ``build({'type': 'Timed', **params})`` checks the parameter names against the
 constructor's signature before calling it, so a typo in a config file is reported with
@@ -368,12 +371,10 @@ def _same(old: Any, new: Any, loaded: Any) -> bool:
     if old is new or old == new or (loaded is not None and loaded is new):
         return True
     if isinstance(old, str) and not isinstance(new, str):  # 'pkg.mod:Name' vs the class
-        module, _, attr = old.partition(":")
-        qualname = attr.strip()
-        return bool(
-            getattr(new, "__module__", None) == module.strip()
-            and getattr(new, "__qualname__", None) == qualname
-        )
+        try:  # registered in code, so importing it is what a lookup would do anyway
+            return _import(old) is new
+        except (ImportError, AttributeError):
+            return False
     return False
 
 

@@ -382,3 +382,12 @@ def test_an_explicit_path_must_name_a_class_the_registry_accepts() -> None:
         registry.get("os:getcwd")
     with pytest.raises(UnknownAspectError, match="not an Aspect"):
         ASPECTS.get("subprocess:Popen")
+
+
+def test_registering_a_shipped_aspect_class_again_is_a_no_op() -> None:
+    """Shipped names are lazy strings of the re-exporting package; the class is the same
+    thing whether or not the name was looked up yet."""
+    from aspecthook.aspects import Timed
+
+    assert ASPECTS.register(Timed) is Timed
+    assert ASPECTS.get("Timed") is Timed

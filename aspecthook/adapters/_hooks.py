@@ -27,7 +27,7 @@ from .._advice import Advice, AdviceKind
 from .._aspect import Aspect, snake_case
 from .._context import CallContext
 from .._pointcut import Name
-from .._priority import Priority, PriorityLike
+from .._priority import Priority, PriorityLike, resolve_priority
 from ..errors import AdviceSignatureError, AspectDefinitionError
 
 __all__ = [
@@ -89,7 +89,7 @@ class _HookAdapter(Aspect):
             for label, kind, point, fn in self._plan()
         ]
 
-    def _stage_priorities(self) -> dict[str, Priority]:
+    def _stage_priorities(self) -> dict[str, int]:
         """Priorities of advice that must run at a stage's edge, not at the aspect's own."""
         return {}
 
@@ -293,12 +293,16 @@ class MMHook(_HookAdapter):
                 calls.append((method_name, kind, point, fn))
         return calls
 
-    def _stage_priorities(self) -> dict[str, Priority]:
+    def _stage_priorities(self) -> dict[str, int]:
         # OpenMMLab runs before_run for every hook, then loads or resumes the checkpoint,
-        # then runs before_train for every hook (and after_train for every hook before
-        # after_run): at the lowest / highest priority of the run join point they do too,
-        # so before_train sees a resumed run's state (Checkpoint resumes at VERY_LOW).
-        return {"before_train": Priority.LOWEST, "after_train": Priority.HIGHEST}
+        # then before_train for every hook (and after_train for every hook before any
+        # after_run). Here before_train takes a priority above VERY_LOW (where Checkpoint
+        # resumes), after_train one below VERY_HIGH, each keeping the hooks' own order.
+        rank = resolve_priority(self.priority) * 9 // 100  # 0..9, in the hooks' order
+        return {
+            "before_train": int(Priority.VERY_LOW) + 1 + rank,
+            "after_train": int(Priority.HIGHEST) + rank,
+        }
 
     def _plan(self) -> Plan:
         plan: Plan = []

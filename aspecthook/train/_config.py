@@ -12,7 +12,6 @@ keyword parameters, checked against the constructor's signature before it is cal
     optimizer: {type: SGD, lr: 0.1}          # OPTIMIZERS (torch.optim); params: the model's
     scheduler: {type: StepLR, step_size: 2}  # SCHEDULERS (torch.optim.lr_scheduler)
     loss_fn: cross_entropy                   # LOSSES (torch.nn losses, functional losses)
-    # train_step: my_project.steps:train_step  # or a function (a 'pkg.mod:name' path)
     train_loader:                            # a torch DataLoader: dataset + its options
       dataset: {type: RandomClassification, n: 256, features: 32, classes: 10}
       batch_size: 16
@@ -21,9 +20,12 @@ keyword parameters, checked against the constructor's signature before it is cal
     aspects: [IterTimerHook, {type: CheckpointHook, interval: 1}]   # ASPECTS
 
 YAML is read with ``yaml.safe_load`` only, and a ``'package.module:Name'`` path must name a
-class of the part's kind (a ``torch.nn.Module`` for ``model``, an ``Aspect`` or hook class
-for ``aspects``...), checked before it is called: a file never builds arbitrary objects.
-Anything else can be registered in code and named.
+class of the part's kind (a ``torch.nn.Module`` for ``model`` and ``loss_fn``, an
+``Aspect`` or hook class for ``aspects``...): the module is imported (as ``import`` would,
+running its top-level code) and nothing in it is called unless it is such a class, so a
+file never calls an arbitrary function. A factory function (``torchvision.models:resnet18``)
+is registered in code first (``MODELS.register(resnet18)``) and named; ``train_step`` and
+``val_step`` are given in code (``Runner.from_config(path, train_step=fn)``).
 Every problem is a ``ConfigError`` naming the key path of the bad value
 (``aspects[2].type``) and, when the config came from a file, the file.
 """
@@ -51,7 +53,7 @@ from ..errors import (
     RunnerError,
     UnknownAspectError,
 )
-from ..registry import ASPECTS, Parameters, Registry, _import
+from ..registry import ASPECTS, Parameters, Registry
 from ._datasets import RandomClassification, RandomRegression
 from ._runner import _check_work_dir, seed_everything
 
@@ -146,11 +148,6 @@ def _subclass_of(*bases: type) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, type) and issubclass(value, bases)
 
 
-def _loss_like(value: Any) -> bool:
-    """A loss module class, or a Python function (used as the loss, not called here)."""
-    return inspect.isfunction(value) or _subclass_of(torch.nn.Module)(value)
-
-
 MODELS = Registry(
     "model",
     fallback=_torch_models,
@@ -177,7 +174,7 @@ SCHEDULERS = Registry(
 LOSSES = Registry(
     "loss",
     fallback=_torch_losses,
-    accepts=(_loss_like, "a torch.nn.Module loss class or a Python loss function"),
+    accepts=(_subclass_of(torch.nn.Module), "a torch.nn.Module loss class"),
 )
 """Losses by name: ``torch.nn`` loss classes and ``torch.nn.functional`` loss functions."""
 DATASETS = Registry(
@@ -380,19 +377,15 @@ class _Builder:
         return functools.partial(factory, **params) if params else factory
 
     def step(self, key: str, value: Any) -> Callable[..., Any]:
-        """``train_step`` / ``val_step``: a function, or a ``'package.module:name'`` path
-        to a Python function (not any callable: a file names code, it does not run it)."""
-        if isinstance(value, str):
-            if ":" not in value:
-                raise self.error(key, f"must be a 'package.module:function' path, not {value!r}")
-            try:
-                value = _import(value)
-            except (ImportError, AttributeError) as exc:
-                raise self.error(key, f"cannot be imported: {exc}") from exc
-            if not inspect.isfunction(value):
-                raise self.error(key, f"names {_kind(value)}, not a Python function")
-        if not callable(value):
-            raise self.error(key, f"must be a function (runner, batch) -> loss, not {_kind(value)}")
+        """``train_step`` / ``val_step``: a function given in code (a dict config or an
+        override). A file cannot name one: it would choose what the function is called
+        with (the batches come from the file too)."""
+        if isinstance(value, str) or not callable(value):
+            raise self.error(
+                key,
+                f"must be a function (runner, batch) given in code, not {_kind(value)}: pass "
+                f"it as Runner.from_config(path, {key}=my_step)",
+            )
         step: Callable[..., Any] = value
         return step
 

@@ -621,3 +621,22 @@ def test_before_train_runs_after_every_before_run_and_sees_a_resumed_run(
         ("a", "after_run", 6),
         ("b", "after_run", 6),
     ]
+
+
+def test_train_stages_keep_the_hooks_priority_order() -> None:
+    """Hooks given as [LOW, HIGH]: HIGH's before_train and after_train come first, as
+    OpenMMLab calls every stage in priority order."""
+    calls: list[str] = []
+
+    class Stages(Hook):
+        def __init__(self, tag: str, priority: str) -> None:
+            self.tag, self.priority = tag, priority
+
+        def before_train(self, runner: Any) -> None:
+            calls.append(f"{self.tag}.before_train")
+
+        def after_train(self, runner: Any) -> None:
+            calls.append(f"{self.tag}.after_train")
+
+    _runner([Stages("low", "LOW"), Stages("high", "HIGH")], max_epochs=1).run()
+    assert calls == ["high.before_train", "low.before_train", "high.after_train", "low.after_train"]

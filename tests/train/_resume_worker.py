@@ -329,16 +329,21 @@ def sync_buffers_rank_main(rank: int, init_file: str, out_file: str) -> None:
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
             make_loader(make_dataset(16, seed=rank)),  # each rank its own shard
+            val_loader=make_loader(make_dataset(8, seed=2)),
             loss_fn=torch.nn.functional.cross_entropy,
             max_epochs=1,
             aspects=[SyncBuffers()],
         )
         before: dict[str, torch.Tensor] = {}
+        validated: dict[str, torch.Tensor] = {}
         runner.weaver.after("train_epoch", priority="HIGHEST")(
             lambda ctx: before.update({k: v.clone() for k, v in model.named_buffers()})
         )
+        runner.weaver.before("val_epoch")(
+            lambda ctx: validated.update({k: v.clone() for k, v in model.named_buffers()})
+        )
         runner.run()
         after = {k: v.clone() for k, v in model.named_buffers()}
-        torch.save({"before": before, "after": after}, f"{out_file}.{rank}")
+        torch.save({"before": before, "validated": validated, "after": after}, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()

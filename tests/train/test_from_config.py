@@ -164,7 +164,7 @@ def test_package_module_paths_resolve(tmp_path: Path) -> None:
     runner = Runner.from_config(
         _config(
             model={"type": "torch.nn:Linear", "in_features": 1, "out_features": 1},
-            loss_fn="torch.nn.functional:mse_loss",
+            loss_fn="torch.nn:MSELoss",
             train_loader={"dataset": {"type": "_fixtures:CountingDataset", "n": 8}},
             aspects=["aspecthook.train.aspects:IterTimer"],
             scheduler=None,
@@ -436,18 +436,9 @@ def test_an_override_replaces_the_loader_under_either_name() -> None:
     assert replaced.val_loader.batch_size == 4
 
 
-def _double_loss(runner: Runner, batch: Any) -> torch.Tensor:
-    """A train_step a config names by path."""
-    x, y = batch
-    loss: torch.Tensor = torch.nn.functional.cross_entropy(runner.model(x), y) * 2
-    return loss
-
-
-def test_train_step_and_val_step_come_from_a_config_or_an_override() -> None:
-    """A function path in the file, or a function as an override; another kind of
-    callable by path is refused."""
-    runner = Runner.from_config(_config(train_step=f"{__name__}:_double_loss", max_iters=1))
-    assert runner.train_step is _double_loss
+def test_train_step_and_val_step_are_given_in_code_not_named_by_a_file() -> None:
+    """A function as an override (or in a dict config) is the step; a path in a file is
+    refused: the file would also choose the batches it is called with."""
     seen: list[int] = []
 
     def val_step(runner: Runner, batch: Any) -> dict[str, Any]:
@@ -458,5 +449,20 @@ def test_train_step_and_val_step_come_from_a_config_or_an_override() -> None:
     config = _config(val_loader=loader, max_iters=None, max_epochs=1)
     Runner.from_config(config, val_step=val_step).run()
     assert seen
-    with pytest.raises(ConfigError, match=r"^train_step: names .*not a Python function"):
-        Runner.from_config(_config(train_step="os:getcwd"))
+    with pytest.raises(ConfigError, match=r"^train_step: must be a function .* given in code"):
+        Runner.from_config(_config(train_step="torch:save"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("loss_fn", "torch:save"),
+        ("model", {"type": "torch.nn.init:zeros_"}),
+        ("aspects", [{"type": "subprocess:Popen", "args": "true"}]),
+    ],
+)
+def test_a_path_must_name_a_class_of_its_part(key: str, value: Any) -> None:
+    """A function, or a class of another kind, by path: refused before anything is called
+    (a factory function is registered in code and named instead)."""
+    with pytest.raises(ConfigError, match=r"not (a torch\.nn\.Module|an Aspect)"):
+        Runner.from_config(_config(**{key: value}))

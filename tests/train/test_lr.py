@@ -237,6 +237,33 @@ def test_a_plateau_that_never_steps_is_reported() -> None:
         runner.run()
 
 
+def test_a_finished_run_resumed_does_not_report_its_plateau(tmp_path: Any) -> None:
+    """Resuming a run that already ended trains nothing: no warning about the plateau."""
+    import warnings
+
+    from aspecthook.train.aspects import Checkpoint
+
+    def run() -> None:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+        Runner(
+            model,
+            opt,
+            _loader(4),
+            val_loader=_loader(4),
+            scheduler=lr_scheduler.ReduceLROnPlateau(opt),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=2,
+            work_dir=tmp_path,
+            aspects=[Checkpoint(resume="auto")],
+        ).run()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        run()
+        run()
+
+
 @pytest.mark.parametrize("kind", ["constant", "linear", "exp"])
 def test_warmup_composes_with_an_epoch_schedule_across_epochs(kind: str) -> None:
     """A per-iteration warm-up longer than an epoch keeps the epoch schedule's steps: the

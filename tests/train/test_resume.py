@@ -382,7 +382,7 @@ def test_sync_buffers_averages_float_buffers_over_the_ranks(
     tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
 ) -> None:
     """Two ranks, each on its own data: after the epoch both hold the mean of their
-    running statistics, and rank 0's batch counter."""
+    running statistics, and rank 0's batch counter, already when they validate."""
     args = (str(tmp_path / "init"), str(tmp_path / "out"))
     ranks = [
         forkserver.Process(target=_resume_worker.sync_buffers_rank_main, args=(r, *args))
@@ -398,6 +398,7 @@ def test_sync_buffers_averages_float_buffers_over_the_ranks(
     assert not torch.equal(got[0]["before"][mean], got[1]["before"][mean])
     expected = (got[0]["before"][mean] + got[1]["before"][mean]) / 2
     for r in (0, 1):
+        torch.testing.assert_close(got[r]["validated"][mean], expected)
         torch.testing.assert_close(got[r]["after"][mean], expected)
         assert torch.equal(
             got[r]["after"]["1.num_batches_tracked"], got[0]["before"]["1.num_batches_tracked"]

@@ -84,6 +84,7 @@ class LRSchedule(Aspect):
         self._warmup: Any = None
         self._plateau = False
         self._plateau_steps = 0  # in this run (a never-stepping plateau is reported)
+        self._start_iter: int | None = None  # this run's first iteration (after a resume)
         # The main scheduler's step when it is all an iteration does (set by before_run).
         self._iter_step: Callable[[], Any] | None = None
 
@@ -101,6 +102,7 @@ class LRSchedule(Aspect):
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
         self._plateau_steps = 0
+        self._start_iter = None
         if self._plateau and runner.val_loader is None:
             raise RunnerError(
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
@@ -128,6 +130,10 @@ class LRSchedule(Aspect):
             self._main, self._warmup = main, warm
             runner.scheduler = main
 
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        if self._start_iter is None:
+            self._start_iter = ctx.runner.iter
+
     def after_train_iter(self, ctx: CallContext) -> None:
         step = self._iter_step
         if step is not None:  # the common case: one scheduler stepping per iteration
@@ -150,7 +156,9 @@ class LRSchedule(Aspect):
             self._plateau_steps += 1
 
     def after_run(self, ctx: CallContext) -> None:
-        if self._plateau and not self._plateau_steps and ctx.runner.iter:
+        start = self._start_iter
+        trained = start is not None and ctx.runner.iter > start  # this run took a step
+        if self._plateau and not self._plateau_steps and trained:
             warnings.warn(
                 f"ReduceLROnPlateau never stepped: no validation ran in this run, so "
                 f"{self.monitor!r} was never seen; add Evaluate() (or validate yourself)",

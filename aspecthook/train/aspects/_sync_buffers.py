@@ -22,7 +22,7 @@ class SyncBuffers(Aspect):
     """
 
     name = "sync_buffers"
-    priority = Priority.NORMAL
+    priority = Priority.HIGH  # before Evaluate validates at the epoch's end
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
