@@ -353,6 +353,18 @@ def test_each_rank_of_a_distributed_run_gets_its_own_rng_states_back(
     assert_identical(resumed, first, "draws")
 
 
+def _two_ranks(
+    forkserver: multiprocessing.context.ForkServerContext, target: Any, *args: str
+) -> None:
+    """Run ``target(rank, *args)`` as ranks 0 and 1; both must exit cleanly."""
+    ranks = [forkserver.Process(target=target, args=(r, *args)) for r in (0, 1)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    assert [process.exitcode for process in ranks] == [0, 0]
+
+
 @pytest.mark.skipif(
     sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
 )
@@ -362,15 +374,7 @@ def test_ranks_whose_metrics_disagree_still_save_the_best_together(
     """save_best follows rank 0's metric on every rank: both ranks finish, and the best
     file is rank 0's best (it used to leave rank 0 waiting in the save's collective)."""
     args = (str(tmp_path / "init"), str(tmp_path / "run"), str(tmp_path / "out"))
-    ranks = [
-        forkserver.Process(target=_resume_worker.save_best_rank_main, args=(r, *args))
-        for r in (0, 1)
-    ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(120)
-    assert [process.exitcode for process in ranks] == [0, 0]
+    _two_ranks(forkserver, _resume_worker.save_best_rank_main, *args)
     assert [torch.load(f"{args[2]}.{r}", weights_only=True)["epoch"] for r in (0, 1)] == [3, 3]
     assert {p.name for p in (tmp_path / "run").glob("best_*")} == {"best_val_acc_epoch_3.pt"}
 
@@ -384,15 +388,7 @@ def test_sync_buffers_averages_float_buffers_over_the_ranks(
     """Two ranks, each on its own data: after the epoch both hold the mean of their
     running statistics, and rank 0's batch counter, already when they validate."""
     args = (str(tmp_path / "init"), str(tmp_path / "out"))
-    ranks = [
-        forkserver.Process(target=_resume_worker.sync_buffers_rank_main, args=(r, *args))
-        for r in (0, 1)
-    ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(120)
-    assert [process.exitcode for process in ranks] == [0, 0]
+    _two_ranks(forkserver, _resume_worker.sync_buffers_rank_main, *args)
     got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
     mean = "1.running_mean"
     assert not torch.equal(got[0]["before"][mean], got[1]["before"][mean])
