@@ -371,9 +371,15 @@ def _same(old: Any, new: Any, loaded: Any) -> bool:
     if old is new or old == new or (loaded is not None and loaded is new):
         return True
     if isinstance(old, str) and not isinstance(new, str):  # 'pkg.mod:Name' vs the class
-        try:  # registered in code, so importing it is what a lookup would do anyway
+        module, _, attr = old.partition(":")
+        if (getattr(new, "__module__", None), getattr(new, "__qualname__", None)) == (
+            module.strip(),
+            attr.strip(),
+        ):
+            return True  # the class the path names (its module may still be importing)
+        try:  # a re-export ('pkg:Name' of 'pkg._mod.Name'); registered in code, so safe
             return _import(old) is new
-        except (ImportError, AttributeError):
+        except Exception:
             return False
     return False
 

@@ -391,3 +391,29 @@ def test_registering_a_shipped_aspect_class_again_is_a_no_op() -> None:
 
     assert ASPECTS.register(Timed) is Timed
     assert ASPECTS.get("Timed") is Timed
+
+
+def test_a_lazily_registered_class_may_register_itself_as_its_module_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'pkg.mod:Traced' registered, then ``@registry.register`` inside pkg.mod itself (the
+    module still importing when it runs): the same thing, not a clash."""
+    (tmp_path / "selfreg_mod.py").write_text(
+        textwrap.dedent(
+            """
+            from aspecthook.registry import Registry
+            import selfreg_registry
+            @selfreg_registry.REGISTRY.register
+            class Traced:
+                pass
+            """
+        )
+    )
+    (tmp_path / "selfreg_registry.py").write_text(
+        "from aspecthook.registry import Registry\nREGISTRY = Registry('thing')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import selfreg_registry
+
+    selfreg_registry.REGISTRY.register("selfreg_mod:Traced")
+    assert selfreg_registry.REGISTRY.get("Traced").__name__ == "Traced"

@@ -254,9 +254,11 @@ class MMHook(_HookAdapter):
     ``'NORMAL'``, an int or an enum member) orders it among the other aspects unless
     ``priority=`` is given; ``name`` defaults to the hook class's name in snake case.
 
-    ``before_train`` runs after every aspect's ``before_run`` advice and a checkpoint's
-    resume, and ``after_train`` before any ``after_run`` advice, as OpenMMLab runs those
-    stages for all hooks in turn.
+    ``before_train`` runs after a checkpoint's resume and after the ``before_run`` advice
+    of priority up to VERY_LOW (every shipped aspect's), and ``after_train`` before the
+    ``after_run`` advice of priority VERY_HIGH and lower, as OpenMMLab runs those stages
+    for all hooks in turn; among hooks they keep the hooks' priority order in ten bands
+    (priority // 10; ties in the order given).
 
     ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
     and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
@@ -298,7 +300,7 @@ class MMHook(_HookAdapter):
         # then before_train for every hook (and after_train for every hook before any
         # after_run). Here before_train takes a priority above VERY_LOW (where Checkpoint
         # resumes), after_train one below VERY_HIGH, each keeping the hooks' own order.
-        rank = resolve_priority(self.priority) * 9 // 100  # 0..9, in the hooks' order
+        rank = min(resolve_priority(self.priority) // 10, 9)  # 0..9, in the hooks' order
         return {
             "before_train": int(Priority.VERY_LOW) + 1 + rank,
             "after_train": int(Priority.HIGHEST) + rank,
