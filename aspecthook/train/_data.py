@@ -25,7 +25,25 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-__all__ = ["SkipBatchSampler", "epoch_batches"]
+__all__ = ["SkipBatchSampler", "epoch_batches", "loader_length", "planned_iters"]
+
+
+def loader_length(loader: Any) -> int | None:
+    """``len(loader)`` in batches, or None for a loader without a length (``len()``
+    raising ``TypeError``, or ``NotImplementedError`` as some streaming loaders do)."""
+    try:
+        return len(loader)
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def planned_iters(runner: Any) -> int | None:
+    """The run's number of iterations, when it is known before it ends: ``max_iters``, or
+    ``max_epochs`` times the loader's length."""
+    if runner.max_iters is not None:
+        return int(runner.max_iters)
+    per_epoch = loader_length(runner.train_loader)
+    return None if per_epoch is None else int(runner.max_epochs) * per_epoch
 
 
 class SkipBatchSampler:

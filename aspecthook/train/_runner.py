@@ -26,7 +26,7 @@ from .._handle import Handle
 from .._weaver import Weaver
 from ..errors import RunnerError
 from . import _loop
-from ._data import epoch_batches
+from ._data import epoch_batches, loader_length
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 
@@ -276,10 +276,8 @@ class Runner:
 
     def epoch_consumed(self) -> bool:
         """Whether this epoch's batches are all used (False when the loader has no length)."""
-        try:
-            return self.inner_iter >= len(self.train_loader)  # type: ignore[arg-type]
-        except (TypeError, NotImplementedError):  # a loader without a length
-            return False
+        length = loader_length(self.train_loader)
+        return length is not None and self.inner_iter >= length
 
     def epoch_batches(self) -> Iterator[Any]:
         """This epoch's batches, after the ``inner_iter`` already consumed (on resume).

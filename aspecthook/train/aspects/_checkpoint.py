@@ -670,11 +670,10 @@ def _generators(runner: Any) -> dict[str, torch.Generator]:
 
 def _from_rank0(runner: Any, value: float) -> float:
     """``value`` as rank 0 has it (the value itself outside a distributed run)."""
-    dist = torch.distributed
-    if getattr(runner, "world_size", 1) <= 1 or not (dist.is_available() and dist.is_initialized()):
+    if getattr(runner, "world_size", 1) <= 1:
         return value
     box: list[Any] = [value]
-    dist.broadcast_object_list(box, src=0)
+    torch.distributed.broadcast_object_list(box, src=0)
     return float(box[0])
 
 

@@ -75,11 +75,7 @@ class EMA(Aspect):
             return
         self._steps += 1
         if runner.iter < self.start_iter:  # not started: follow the live weights
-            with torch.no_grad():
-                for dst, src in zip(
-                    self._tensors(self.averaged.module), self._tensors(runner.model), strict=True
-                ):
-                    dst.copy_(src)
+            _copy(self._tensors(self.averaged.module), self._tensors(runner.model))
         elif self._steps % self.update_every == 0:
             self.averaged.update_parameters(runner.model)
 
@@ -108,16 +104,12 @@ class EMA(Aspect):
             return
         live = self._tensors(model)
         self._backup = [t.detach().clone() for t in live]
-        with torch.no_grad():
-            for dst, src in zip(live, self._tensors(self.averaged.module), strict=True):
-                dst.copy_(src)
+        _copy(live, self._tensors(self.averaged.module))
 
     def _swap_out(self, model: torch.nn.Module) -> None:
         if self._backup is None:
             return
-        with torch.no_grad():
-            for dst, src in zip(self._tensors(model), self._backup, strict=True):
-                dst.copy_(src)
+        _copy(self._tensors(model), self._backup)
         self._backup = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -129,3 +121,10 @@ class EMA(Aspect):
         if "averaged" in state and self.averaged is not None:
             self.averaged.load_state_dict(state["averaged"])
         self._steps = int(state.get("steps", self._steps))
+
+
+def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+    """Copy ``src`` into ``dst``, tensor by tensor (the same model's, in the same order)."""
+    with torch.no_grad():
+        for to, value in zip(dst, src, strict=True):
+            to.copy_(value)

@@ -83,8 +83,9 @@ class LRSchedule(Aspect):
         self._main: Any = None
         self._warmup: Any = None
         self._plateau = False
-        self._plateau_steps = 0  # in this run (a never-stepping plateau is reported)
-        self._start_iter: int | None = None  # this run's first iteration (after a resume)
+        # (iteration, plateau steps) when this run's training began (after a resume): a
+        # plateau that never stepped while the run trained is reported.
+        self._plateau_start: tuple[int, int] | None = None
         # The main scheduler's step when it is all an iteration does (set by before_run).
         self._iter_step: Callable[[], Any] | None = None
 
@@ -101,8 +102,7 @@ class LRSchedule(Aspect):
         runner = ctx.runner
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
-        self._plateau_steps = 0
-        self._start_iter = None
+        self._plateau_start = None
         if self._plateau and runner.val_loader is None:
             raise RunnerError(
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
@@ -131,8 +131,8 @@ class LRSchedule(Aspect):
             runner.scheduler = main
 
     def before_train_epoch(self, ctx: CallContext) -> None:
-        if self._start_iter is None:
-            self._start_iter = ctx.runner.iter
+        if self._plateau and self._plateau_start is None:
+            self._plateau_start = (ctx.runner.iter, self._main.last_epoch)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         step = self._iter_step
@@ -153,12 +153,10 @@ class LRSchedule(Aspect):
         # After Evaluate (higher priority) has put this validation's metrics in place.
         if self._plateau and self._main is not None:
             self._main.step(self._metric(ctx.runner))
-            self._plateau_steps += 1
 
     def after_run(self, ctx: CallContext) -> None:
-        start = self._start_iter
-        trained = start is not None and ctx.runner.iter > start  # this run took a step
-        if self._plateau and not self._plateau_steps and trained:
+        start = self._plateau_start
+        if start is not None and ctx.runner.iter > start[0] and self._main.last_epoch == start[1]:
             warnings.warn(
                 f"ReduceLROnPlateau never stepped: no validation ran in this run, so "
                 f"{self.monitor!r} was never seen; add Evaluate() (or validate yourself)",

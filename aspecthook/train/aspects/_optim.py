@@ -14,6 +14,7 @@ from ..._context import CallContext, Proceed
 from ..._log import get_logger
 from ..._priority import Priority
 from ...errors import InvalidOptionError
+from .._data import planned_iters
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
@@ -76,35 +77,28 @@ class GradAccumulation(Aspect):
                 value=steps,
             )
         self.steps = steps
+        self._total: int | None = None  # the run's iterations, when known (before_run)
+
+    def before_run(self, ctx: CallContext) -> None:
+        self._total = planned_iters(ctx.runner)
 
     def before_backward(self, ctx: CallContext) -> None:
-        size = self._group_size(ctx.runner)
+        size = self._group_size(ctx.runner.iter)
         if size > 1:
             ctx.args[0] = ctx.args[0] / size
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
-        runner = ctx.runner
-        done = runner.iter + 1  # iterations done once this one ends
-        if done % self.steps and done != _run_length(runner):
+        done = ctx.runner.iter + 1  # iterations done once this one ends
+        if done % self.steps and done != self._total:
             ctx.skip()
 
-    def _group_size(self, runner: Any) -> int:
+    def _group_size(self, iteration: int) -> int:
         """``steps``, or fewer for the run's last, shorter group."""
-        total = _run_length(runner)
+        total = self._total
         if total is None:
             return self.steps
         tail = total % self.steps
-        return tail if tail and runner.iter >= total - tail else self.steps
-
-
-def _run_length(runner: Any) -> int | None:
-    """The run's number of iterations, when it is known before it ends."""
-    if runner.max_iters is not None:
-        return int(runner.max_iters)
-    try:
-        return int(runner.max_epochs) * len(runner.train_loader)
-    except (TypeError, NotImplementedError):  # a loader without a length
-        return None
+        return tail if tail and iteration >= total - tail else self.steps
 
 
 class AMP(Aspect):

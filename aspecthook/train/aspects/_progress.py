@@ -7,6 +7,7 @@ from typing import Any
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
+from .._data import planned_iters
 
 __all__ = ["ProgressBar"]
 
@@ -37,12 +38,7 @@ class ProgressBar(Aspect):
             TimeRemainingColumn,
         )
 
-        total = runner.max_iters
-        if total is None:
-            try:
-                total = runner.max_epochs * len(runner.train_loader)
-            except TypeError:
-                total = None
+        total = planned_iters(runner)
         self._progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),

@@ -18,7 +18,7 @@ class SyncBuffers(Aspect):
     epoch (batch-norm running statistics drift apart when each rank sees its own shard),
     and gives every rank rank 0's other buffers (counters such as
     ``num_batches_tracked``), so validation and checkpoints see one model. A no-op outside
-    a distributed run (``torch.distributed`` not initialised, or one rank).
+    a distributed run (``runner.world_size`` 1).
     """
 
     name = "sync_buffers"
@@ -26,12 +26,10 @@ class SyncBuffers(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        dist = torch.distributed
-        if getattr(runner, "world_size", 1) <= 1 or not (
-            dist.is_available() and dist.is_initialized()
-        ):
+        world = getattr(runner, "world_size", 1)
+        if world <= 1:
             return
-        world = dist.get_world_size()
+        dist = torch.distributed
         with torch.no_grad():
             for buffer in _buffers(runner.model):
                 if buffer.is_floating_point() or buffer.is_complex():

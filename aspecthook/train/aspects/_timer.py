@@ -9,6 +9,7 @@ from typing import Any
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
+from .._data import planned_iters
 
 __all__ = ["IterTimer"]
 
@@ -66,17 +67,7 @@ class IterTimer(Aspect):
         """Seconds left, from the recent mean iteration time, or None before any iteration."""
         if not self.times:
             return None
-        total = runner.max_iters
+        total = planned_iters(runner)
         if total is None:
-            per_epoch = _epoch_length(runner)
-            if per_epoch is None:
-                return None
-            total = runner.max_epochs * per_epoch
+            return None
         return float(max(total - runner.iter, 0) * sum(self.times) / len(self.times))
-
-
-def _epoch_length(runner: Any) -> int | None:
-    try:
-        return len(runner.train_loader)
-    except TypeError:
-        return None
