@@ -168,9 +168,6 @@ def _generic(method: str) -> tuple[str, ...]:
     return (f"_{stage}_{kind}", f"{stage}_{kind}")  # mmengine, mmcv 1.x
 
 
-_GENERIC: dict[str, tuple[str, ...]] = {}  # filled below, once MM_METHODS is known
-
-
 def _batch(ctx: CallContext) -> Any:
     args = ctx.args
     return args[0] if args else ctx.kwargs.get("batch")
@@ -231,7 +228,8 @@ _MM: tuple[tuple[str, AdviceKind, str, str], ...] = (
     ("after_run", "after", "run", "runner"),
 )
 MM_METHODS: tuple[str, ...] = tuple(m for m, *_ in _MM)
-_GENERIC.update((m, _generic(m)) for m in MM_METHODS if _generic(m))
+#: Each hook method and the generic methods its OpenMMLab base implementation calls.
+_GENERIC: dict[str, tuple[str, ...]] = {m: g for m in MM_METHODS if (g := _generic(m))}
 
 #: Keyword arguments (as OpenMMLab passes them) each argument style adds to ``runner``.
 _MM_KWARGS: dict[str, dict[str, Any]] = {
