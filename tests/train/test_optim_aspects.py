@@ -107,6 +107,21 @@ def test_nan_guard_skips_the_bad_step_and_names_it() -> None:
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
 
 
+@pytest.mark.parametrize("bad", [0, 1])
+def test_nan_guard_with_grad_accumulation_drops_the_whole_group(bad: int) -> None:
+    """A NaN in either batch of a group of 2 drops that group's step, as a NaN in the
+    equivalent batch of 4 drops its step: the other half is not stepped on its own."""
+    big = _runner(batch_size=4, train_step=_nan_at(0), aspects=[NaNGuard("skip")])
+    big.run()
+    small = _runner(
+        batch_size=2, train_step=_nan_at(bad), aspects=[GradAccumulation(2), NaNGuard("skip")]
+    )
+    small.run()
+    assert small.get_aspect(NaNGuard).skipped == [bad]  # type: ignore[union-attr]
+    for a, b in zip(_params(big), _params(small), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_nan_guard_stop_ends_the_run_with_the_iteration_in_the_reason() -> None:
     """action='stop' stops the run and says which iteration had the non-finite loss."""
     runner = _runner(train_step=_nan_at(1), aspects=[NaNGuard("stop")], max_epochs=3)

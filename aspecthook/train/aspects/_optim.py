@@ -88,9 +88,14 @@ class GradAccumulation(Aspect):
             ctx.args[0] = ctx.args[0] / size
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
-        done = ctx.runner.iter + 1  # iterations done once this one ends
-        if done % self.steps and done != self._total:
+        if not self.steps_after(ctx.runner.iter):
             ctx.skip()
+
+    def steps_after(self, iteration: int) -> bool:
+        """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
+        group, or the run's last iteration."""
+        done = iteration + 1  # iterations done once this one ends
+        return not done % self.steps or done == self._total
 
     def _group_size(self, iteration: int) -> int:
         """``steps``, or fewer for the run's last, shorter group."""
@@ -171,7 +176,10 @@ class AMP(Aspect):
 class NaNGuard(Aspect):
     """Watches the loss for NaN/inf: ``action='skip'`` drops that step, ``'stop'`` ends the run.
 
-    Either way the iteration is named in a warning (and in ``runner.stop_reason``).
+    Either way the iteration is named in a warning (and in ``runner.stop_reason``). The bad
+    loss is never back-propagated. With ``GradAccumulation`` the step dropped is that of
+    the whole group the bad batch is in: the group's gradients are cleared when it would
+    have stepped, so no group steps on part of its batches and none leaks into the next.
     """
 
     name = "nan_guard"
@@ -187,13 +195,18 @@ class NaNGuard(Aspect):
             )
         self.action = action
         self.skipped: list[int] = []
-        self._bad = False
+        self._bad = False  # a bad loss since the last step (kept to the end of its group)
+        self._accumulation: GradAccumulation | None = None
+
+    def before_run(self, ctx: CallContext) -> None:
+        accumulation = ctx.runner.get_aspect(GradAccumulation)
+        self._accumulation = accumulation if isinstance(accumulation, GradAccumulation) else None
 
     def before_backward(self, ctx: CallContext) -> None:
         loss = ctx.args[0]
-        self._bad = not bool(torch.isfinite(loss.detach()).all())
-        if not self._bad:
+        if bool(torch.isfinite(loss.detach()).all()):
             return
+        self._bad = True
         runner = ctx.runner
         get_logger().warning(
             "nan_guard.non_finite_loss",
@@ -207,9 +220,13 @@ class NaNGuard(Aspect):
         ctx.skip()
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
-        if self._bad:
+        if not self._bad:
+            return
+        ctx.skip()
+        accumulation = self._accumulation
+        if accumulation is None or accumulation.steps_after(ctx.runner.iter):
             ctx.runner.optimizer.zero_grad(set_to_none=True)
-            ctx.skip()
+            self._bad = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}
