@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from aspecthook import CallContext
-from aspecthook.errors import InvalidOptionError
+from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import (
     AMP,
@@ -120,6 +120,16 @@ def test_nan_guard_with_grad_accumulation_drops_the_whole_group(bad: int) -> Non
     assert small.get_aspect(NaNGuard).skipped == [bad]  # type: ignore[union-attr]
     for a, b in zip(_params(big), _params(small), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_grad_accumulation_refuses_gradients_saved_for_another_model() -> None:
+    """Partial gradients from a checkpoint of a model with other parameters are refused
+    with a message that says what to do, not silently mixed in."""
+    accumulation = GradAccumulation(2)
+    accumulation.load_state_dict({"grads": [torch.zeros(3)]})
+    runner = _runner(aspects=[accumulation])
+    with pytest.raises(RunnerError, match="gradients of 1 parameters, the model has 4"):
+        runner.run()
 
 
 def test_nan_guard_stop_ends_the_run_with_the_iteration_in_the_reason() -> None:

@@ -27,7 +27,7 @@ import aspecthook as ah
 from aspecthook import Aspect, CallContext, Priority
 from aspecthook.train import Runner
 from aspecthook.train._rng import capture, restore, restore_own_rank
-from aspecthook.train.aspects import Checkpoint
+from aspecthook.train.aspects import Checkpoint, GradAccumulation, NaNGuard
 
 WORKER = Path(__file__).with_name("_resume_worker.py")
 
@@ -217,6 +217,46 @@ def test_a_crashed_run_resumed_ends_like_one_that_never_stopped(
         resumed.run()
     assert seen == [resumed_at]
     reference = _shuffled(tmp_path / "ref", by_epoch)
+    reference.run()
+    assert_identical(params(resumed), params(reference), "params")
+    assert_identical(resumed.optimizer.state_dict(), reference.optimizer.state_dict(), "optim")
+
+
+class _NaNLoss(Aspect):
+    """Makes the loss of iteration ``at`` NaN (before ``NaNGuard`` sees it)."""
+
+    priority = Priority.HIGHEST
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def before_backward(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at:
+            ctx.args[0] = ctx.args[0] * float("nan")
+
+
+@pytest.mark.parametrize("nan_at", [None, 9], ids=["finite", "nan-earlier-in-the-group"])
+def test_a_run_resumed_inside_an_accumulation_group_ends_like_one_that_never_stopped(
+    tmp_path: Path, nan_at: int | None
+) -> None:
+    """Groups of 4 and a checkpoint every 5 iterations: the one at 10 is taken halfway
+    through the group 8-11 (after a NaN at 9 that drops that group, in one case); the run
+    resumed from it ends with the uninterrupted run's weights and optimizer state."""
+
+    def extra() -> list[Aspect]:
+        nan = [_NaNLoss(nan_at), NaNGuard("skip")] if nan_at is not None else []
+        return [GradAccumulation(4), *nan]
+
+    crashed = _shuffled(tmp_path / "run", False, _Crash(12), *extra())
+    with pytest.raises(KeyboardInterrupt):
+        crashed.run()
+    resumed = _shuffled(tmp_path / "run", False, *extra())
+    seen: list[int] = []
+    with ah.on("checkpoint.resumed")(lambda event: seen.append(event.iter)):
+        resumed.run()
+    assert seen == [10]
+    reference = _shuffled(tmp_path / "ref", False, *extra())
     reference.run()
     assert_identical(params(resumed), params(reference), "params")
     assert_identical(resumed.optimizer.state_dict(), reference.optimizer.state_dict(), "optim")

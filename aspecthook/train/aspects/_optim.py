@@ -13,7 +13,7 @@ from ..._aspect import Aspect
 from ..._context import CallContext, Proceed
 from ..._log import get_logger
 from ..._priority import Priority
-from ...errors import InvalidOptionError
+from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
@@ -63,6 +63,8 @@ class GradAccumulation(Aspect):
     group may be shorter: its loss is divided by its own size and it steps on the run's
     last iteration, so no gradient is left unapplied. Its priority is above ``AMP`` and
     ``GradClip``, which then see that the step is skipped and leave the gradients alone.
+    A checkpoint taken inside a group holds the group's gradients so far (its state), and
+    a run resumed from it adds the rest of the group to them, as the uninterrupted run does.
     """
 
     name = "grad_accumulation"
@@ -78,11 +80,16 @@ class GradAccumulation(Aspect):
             )
         self.steps = steps
         self._total: int | None = None  # the run's iterations, when known (before_run)
+        self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps
+        self._resumed: list[torch.Tensor | None] | None = None  # to put back (resume)
 
     def before_run(self, ctx: CallContext) -> None:
         self._total = planned_iters(ctx.runner)
+        self._model = ctx.runner.model
 
     def before_backward(self, ctx: CallContext) -> None:
+        if self._resumed is not None:  # the first backward after a resume inside a group
+            self._restore_grads(ctx.runner.model)
         size = self._group_size(ctx.runner.iter)
         if size > 1:
             ctx.args[0] = ctx.args[0] / size
@@ -96,6 +103,32 @@ class GradAccumulation(Aspect):
         group, or the run's last iteration."""
         done = iteration + 1  # iterations done once this one ends
         return not done % self.steps or done == self._total
+
+    def state_dict(self) -> dict[str, Any]:
+        """The gradients accumulated so far in the current group (none at a boundary)."""
+        model = self._model
+        if model is None:
+            return {}
+        grads = [p.grad for p in model.parameters()]
+        if all(g is None for g in grads):
+            return {}
+        return {"grads": [None if g is None else g.detach().clone() for g in grads]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        grads = state.get("grads")
+        self._resumed = None if grads is None else list(grads)
+
+    def _restore_grads(self, model: torch.nn.Module) -> None:
+        grads, self._resumed = self._resumed, None
+        assert grads is not None
+        parameters = list(model.parameters())
+        if len(grads) != len(parameters):
+            raise RunnerError(
+                f"GradAccumulation: the checkpoint holds gradients of {len(grads)} "
+                f"parameters, the model has {len(parameters)}; resume with the model it saved"
+            )
+        for parameter, grad in zip(parameters, grads, strict=True):
+            parameter.grad = None if grad is None else grad.to(parameter.device)
 
     def _group_size(self, iteration: int) -> int:
         """``steps``, or fewer for the run's last, shorter group."""
@@ -229,10 +262,11 @@ class NaNGuard(Aspect):
             self._bad = False
 
     def state_dict(self) -> dict[str, Any]:
-        return {"skipped": list(self.skipped)}
+        return {"skipped": list(self.skipped), "bad": self._bad}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skipped = list(state.get("skipped", []))
+        self._bad = bool(state.get("bad", False))
 
 
 class EmptyCache(Aspect):
