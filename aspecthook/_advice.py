@@ -413,19 +413,31 @@ def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callab
     every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
     lead = advice.window - 1  # the window's calls end at each every-th one
     counter = itertools.count()  # next() on itertools.count is atomic under the GIL
+    fired = itertools.count()  # once=: the calls that passed every other filter
     around = advice.kind == "around"
+    logs = advice.errors == "log"
+
+    def holds(ctx: Any) -> bool:
+        # ``when`` is part of the advice: with errors='log' its failure is logged and the
+        # advice does not run, as a failure of the advice itself would not break the call.
+        assert when is not None
+        if not logs:
+            return bool(when(ctx))
+        try:
+            return bool(when(ctx))
+        except Exception:
+            _log_failure(advice, ctx)
+            return False
 
     def passes(ctx: Any) -> bool:
         if rank is not None and current_rank() != rank:
             return False
-        if when is not None and not when(ctx):
+        if when is not None and not holds(ctx):
             return False
         n = next(counter)
-        if once and n:
+        if every and ((ctx._number if numbered else n + 1) + lead) % every > lead:
             return False
-        if not every:
-            return True
-        return ((ctx._number if numbered else n + 1) + lead) % every <= lead
+        return not once or not next(fired)
 
     if around:
 
@@ -527,7 +539,9 @@ def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
             ok, value = outcome[-1]
             if ok:
                 return value
-            raise value from None
+        # The target's exception, raised outside the handler: its own __cause__ and
+        # __context__ stay as the target left them (not the advice's failure).
+        raise value
 
     if advice.is_async:
 
@@ -554,7 +568,7 @@ def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
                 ok, value = outcome[-1]
                 if ok:
                     return value
-                raise value from None
+            raise value  # outside the handler, as above
 
         return guarded_async
     return guarded

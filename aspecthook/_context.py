@@ -135,14 +135,21 @@ class CallContext:
         """Run the rest of the around chain and the target; what around advice calls.
 
         ``proceed(*args, **kwargs)`` with any argument replaces both the positional and the
-        keyword arguments first. Around advice receives this bound method as ``proceed``:
-        a bound method costs less to make per call than a closure, and the chain position
-        lives on the context (restored on the way out, so an advice may proceed twice,
-        as ``Retry`` does).
+        keyword arguments for this one nested call: the call's own arguments are back when
+        it returns or raises, so a later ``proceed()`` (a retry, a fallback) gets them, not
+        the replacement. Around advice receives this bound method as ``proceed``: a bound
+        method costs less to make per call than a closure, and the chain position lives on
+        the context (restored on the way out, so an advice may proceed twice, as ``Retry``
+        does).
         """
         if args or kwargs:
+            saved = self._args, self.kwargs
             self._args = list(args)
             self.kwargs = kwargs
+            try:
+                return self.proceed()
+            finally:
+                self._args, self.kwargs = saved
         level = self._level
         arounds = self._arounds
         if level < len(arounds):

@@ -24,6 +24,7 @@ Construction notes (measured in bench/calls.py):
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import re
@@ -636,9 +637,14 @@ async def _run_around_async(
     nxt = index + 1
 
     async def proceed(*args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:
+        if args or kwargs:  # for this nested call only, as CallContext.proceed
+            saved = ctx._args, ctx.kwargs
             ctx._args = list(args)
             ctx.kwargs = kwargs
+            try:
+                return await proceed()
+            finally:
+                ctx._args, ctx.kwargs = saved
         if nxt < len(arounds):
             return await _run_around_async(arounds, nxt, ctx, wrapped)
         return await wrapped(*ctx._args, **ctx.kwargs)
@@ -712,17 +718,33 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         if jp._chain:
             jp._rewire(jp._chain)
 
-    def __reduce_ex__(self, protocol: object) -> str:
+    def __reduce_ex__(self, protocol: object) -> str | tuple[Any, tuple[Any, str]]:
+        instance = _bound_instance(self.__wrapped__)
+        if instance is not None:  # woven on one instance: the method of the unpickled one
+            return getattr, (instance, str(self.__wrapped__.__name__))
         return str(self.__qualname__)
 
-    def __reduce__(self) -> str:
-        return str(self.__qualname__)
+    def __reduce__(self) -> str | tuple[Any, tuple[Any, str]]:
+        return self.__reduce_ex__(2)
 
     def __copy__(self) -> JoinPointProxy:
         return self
 
-    def __deepcopy__(self, memo: object) -> JoinPointProxy:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        # A proxy woven on one instance (``weave(obj)``) sits in that instance's __dict__;
+        # a deep copy of the instance gets its own, plain bound method (the weave was for
+        # the original only), not this proxy, which would act on the original.
+        if _bound_instance(self.__wrapped__) is not None:
+            return copy.deepcopy(self.__wrapped__, memo)
         return self
+
+
+def _bound_instance(wrapped: Any) -> Any:
+    """The instance ``wrapped`` is a method bound to, or None (functions, class methods)."""
+    if type(wrapped) is not types.MethodType:
+        return None
+    instance = wrapped.__self__
+    return None if isinstance(instance, type) else instance
 
 
 def find_proxy(obj: object) -> JoinPointProxy | None:

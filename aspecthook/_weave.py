@@ -399,7 +399,7 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         return [(owner, target.__func__.__name__)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
-    if hasattr(target, "__dict__") and not callable(target):
+    if hasattr(target, "__dict__") and _is_instance(target):
         cls = type(target)
         return [
             (target, n)
@@ -411,6 +411,14 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         "module, instance or a dotted path such as 'pkg.module.Class.method'",
         target=repr(target),
     )
+
+
+def _is_instance(target: Any) -> bool:
+    """An instance of a user's class, callable ones included (their class defines
+    ``__call__`` in Python); other callables (partials, builtins) are not instances here."""
+    if not callable(target):
+        return True
+    return inspect.isfunction(inspect.getattr_static(type(target), "__call__", None))
 
 
 def _is_method(name: str, value: Any) -> bool:
@@ -538,13 +546,46 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             sites.extend(_resolve_object(value))  # type: ignore[arg-type]
         else:
             sites.append((parent, attr))
-    if not sites and not _GLOB.intersection(path):
+    glob = bool(_GLOB.intersection(path))
+    patchable = [(parent, attr) for parent, attr in sites if not _immutable(parent)]
+    if sites and not patchable and not glob:
+        parent, attr = sites[0]
+        raise WeaveTargetError(
+            f"{path}: {parent.__qualname__} is a built-in type, whose attributes cannot be "
+            f"replaced; weave the Python code that calls {attr} instead",
+            target=path,
+        )
+    if not sites and not glob:
+        found = _lookup(module, attrs)
+        if found is not None:
+            raise WeaveTargetError(
+                f"{path} is a {type(found).__name__}, not a function or method: only "
+                "callables can be woven (for a property, weave the function its getter calls)",
+                target=path,
+            )
         raise WeaveTargetError(
             f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}; "
             "check the spelling, or import the module that defines it first",
             target=path,
         )
-    return sites
+    return patchable
+
+
+def _immutable(parent: Any) -> bool:
+    """A built-in or extension type: setting its attributes raises TypeError."""
+    return isinstance(parent, type) and bool(parent.__flags__ & _IMMUTABLE_TYPE)
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (3.10+)
+
+
+def _lookup(obj: Any, attrs: list[str]) -> Any:
+    """The object at ``attrs`` below ``obj`` (class attributes as stored), or None."""
+    for attr in attrs:
+        if not _has(obj, attr):
+            return None
+        obj = _raw(obj, attr)
+    return obj
 
 
 def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:

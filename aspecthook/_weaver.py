@@ -111,6 +111,13 @@ class Weaver:
                 option=sorted(unknown)[0],
                 value=opts[sorted(unknown)[0]],
             )
+        if _looks_like_advice(pointcut):
+            name = getattr(pointcut, "__name__", "?")
+            raise AspectDefinitionError(
+                f"@{kind} got the function {name!r} as its pointcut, so it would never be "
+                f"called: write @{kind}('train_iter') (the pointcut in parentheses); a "
+                "predicate pointcut takes the join point, e.g. lambda jp: ..."
+            )
         pc = as_pointcut(pointcut) if pointcut is not None else None
 
         def decorate(fn: F) -> Any:
@@ -149,7 +156,13 @@ class Weaver:
             advice._handle = handle
         self._handles.append(handle)
         if self.is_global:
-            ensure_sources(*items)  # process.start/exit, uncaught, audit.*: on first use
+            try:
+                ensure_sources(*items)  # process.start/exit, uncaught, audit.*: on first use
+            except BaseException:
+                # A subscriber that raises as process.start is replayed to it: the
+                # registration fails, so it changes nothing (no advice left behind).
+                handle.remove()
+                raise
         return handle
 
     def register(self, aspect: Aspect | Advice | Iterable[Aspect | Advice]) -> Handle:
@@ -350,3 +363,16 @@ def _copy_metadata(advice: Advice, fn: Any) -> None:
 
 
 default_weaver = Weaver("default")
+
+
+_ADVICE_PARAMETERS = frozenset(["ctx", "proceed", "event"])
+
+
+def _looks_like_advice(pointcut: object) -> bool:
+    """Whether a pointcut is an advice function given by mistake (``@before`` with no
+    parentheses): a function with a ``ctx``, ``proceed`` or ``event`` parameter."""
+    if not inspect.isfunction(pointcut):
+        return False
+    code = pointcut.__code__
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return not _ADVICE_PARAMETERS.isdisjoint(names)

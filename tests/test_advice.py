@@ -944,3 +944,138 @@ def test_the_quick_signature_check_never_accepts_what_inspect_refuses(
     quick = _takes_positional(fn, arity)
     assert not quick or binds
     assert quick == binds  # exact for plain functions and methods
+
+
+# -- review regressions: proceed's arguments, once with every, errors='log' edges ----------
+
+
+def test_proceed_with_new_arguments_changes_only_that_nested_call(weaver: ah.Weaver) -> None:
+    """After ``proceed(other args)`` raised, a plain ``proceed()`` (a fallback, a retry)
+    runs with the call's own arguments; outer advice sees them too."""
+    seen: list[tuple[Any, ...]] = []
+
+    @weaver.joinpoint("review.render")
+    def render(text: str, fast: bool = False) -> str:
+        seen.append((text, fast))
+        if fast:
+            raise NotImplementedError("no fast path")
+        return f"slow {text}"
+
+    @weaver.around("review.render", priority="HIGH")
+    def outer(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        result = proceed()
+        seen.append(("outer sees", ctx.args, ctx.kwargs))
+        return result
+
+    @weaver.around("review.render")
+    def fast_first(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        try:
+            return proceed(*ctx.args, fast=True)
+        except NotImplementedError:
+            return proceed()
+
+    assert render("hi") == "slow hi"
+    assert seen == [("hi", True), ("hi", False), ("outer sees", ["hi"], {})]
+
+
+def test_async_proceed_with_new_arguments_changes_only_that_nested_call(
+    weaver: ah.Weaver,
+) -> None:
+    """The same for an async join point."""
+
+    @weaver.joinpoint("review.arender")
+    async def arender(text: str, fast: bool = False) -> str:
+        if fast:
+            raise NotImplementedError("no fast path")
+        return f"slow {text}"
+
+    @weaver.around("review.arender")
+    async def fast_first(ctx: ah.CallContext, proceed: Any) -> Any:
+        try:
+            return await proceed(*ctx.args, fast=True)
+        except NotImplementedError:
+            return await proceed()
+
+    assert asyncio.run(arender("hi")) == "slow hi"
+
+
+def test_once_with_every_runs_on_the_first_call_every_lets_through(weaver: ah.Weaver) -> None:
+    """``once=True, every=3`` runs on call 3 and never again."""
+    ran: list[int] = []
+
+    @weaver.joinpoint("review.once_every")
+    def f(i: int) -> int:
+        return i
+
+    weaver.before("review.once_every", once=True, every=3)(lambda ctx: ran.append(ctx.args[0]))
+    for i in range(1, 10):
+        f(i)
+    assert ran == [3]
+
+
+def test_a_failing_when_predicate_is_logged_under_errors_log(weaver: ah.Weaver) -> None:
+    """``when=`` is part of the advice: with errors='log' its failure is logged, the advice
+    does not run and the call goes on."""
+    ran: list[str] = []
+
+    @weaver.joinpoint("review.when_log")
+    def f(batch: Any) -> str:
+        return "result"
+
+    advice = weaver.before(
+        "review.when_log", when=lambda ctx: ctx.kwargs["step"] % 10 == 0, errors="log"
+    )(lambda ctx: ran.append("ran"))
+    with capture_logs() as logs:
+        assert f([1]) == "result"
+    assert ran == []
+    assert advice.failures == 1
+    assert [e["event"] for e in logs] == ["advice.failed"]
+
+
+def test_an_errors_log_around_keeps_the_targets_own_exception_chain(weaver: ah.Weaver) -> None:
+    """When around advice with errors='log' fails while handling the target's exception,
+    that exception propagates with the __cause__ and __context__ the target gave it."""
+
+    @weaver.joinpoint("review.cause")
+    def load(path: str) -> None:
+        try:
+            {}[path]
+        except KeyError as e:
+            raise FileNotFoundError(path) from e
+
+    @weaver.around("review.cause", errors="log")
+    def buggy(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        try:
+            return proceed()
+        except FileNotFoundError:
+            raise RuntimeError("bug in the advice") from None
+
+    with capture_logs(), pytest.raises(FileNotFoundError) as info:
+        load("x")
+    assert isinstance(info.value.__cause__, KeyError)
+    assert info.value.__suppress_context__
+    assert isinstance(info.value.__context__, KeyError)
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "on_error", "around", "on"])
+def test_a_decorator_used_without_its_pointcut_is_refused(kind: str) -> None:
+    """``@before`` with no parentheses would take the advice itself for a predicate
+    pointcut and never call it: refused, with the fix in the message."""
+    decorator = getattr(ah, kind)
+
+    def advice(ctx: Any, proceed: Any = None) -> None: ...
+
+    with pytest.raises(AspectDefinitionError, match=rf"write @{kind}\('train_iter'\)"):
+        decorator(advice)
+
+
+def test_a_predicate_pointcut_taking_the_join_point_is_still_accepted(weaver: ah.Weaver) -> None:
+    """Predicates name their parameter anything but ctx/proceed/event."""
+    ran: list[str] = []
+
+    @weaver.joinpoint("review.predicate")
+    def f() -> None: ...
+
+    weaver.before(lambda jp: jp.name == "review.predicate")(lambda ctx: ran.append("ran"))
+    f()
+    assert ran == ["ran"]

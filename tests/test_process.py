@@ -472,3 +472,19 @@ def test_audit_dispatcher_is_added_once_per_process(tmp_path: Path) -> None:
 def test_audit_interest(pointcut: Pointcut, exact: set[str], other: bool) -> None:
     """Exact audit names come from Name pointcuts; globs that can match audit.* set the flag."""
     assert _process.audit_interest(pointcut) == (frozenset(exact), other)
+
+
+def test_a_subscriber_that_raises_on_the_replayed_start_is_not_left_registered() -> None:
+    """A registration that fails (the replay of process.start raised in the subscriber)
+    changes nothing: the subscriber is not registered and later events do not reach it."""
+    calls: list[str] = []
+
+    def started(event: ah.Event) -> None:
+        calls.append(event.name)
+        raise RuntimeError("subscriber bug")
+
+    with pytest.raises(RuntimeError, match="subscriber bug"):
+        ah.on("process.start")(started)
+    assert not ah.default_weaver.registered
+    ah.emit("process.start")
+    assert calls == ["process.start"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import gc
 import importlib
 import itertools
+import pickle
 import re
 import sys
 import textwrap
@@ -1336,3 +1338,79 @@ def test_failure_on_a_later_target_unwinds_the_earlier_ones() -> None:
     assert [r for r in ah.describe() if r.joinpoint.startswith(MOD)] == []
     registered.remove()
     assert ah.default_weaver.registered == []
+
+
+# -- review regressions: woven instances copied and pickled, callable instances, built-ins --
+
+
+class Tally:
+    """A plain class whose instances are woven one at a time."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def inc(self) -> int:
+        self.n += 1
+        return self.n
+
+
+class Service:
+    """A callable instance: weaving it weaves its methods, as for any instance."""
+
+    def __call__(self, x: int) -> int:
+        return self.handle(x)
+
+    def handle(self, x: int) -> int:
+        return x * 2
+
+
+def test_a_deep_copy_of_a_woven_instance_acts_on_itself() -> None:
+    """The weave was for the original; its deep copy is a separate, plain object."""
+    calls: list[str] = []
+    original = Tally()
+    with ah.weave(original, before=lambda ctx: calls.append("advice")):
+        original.inc()
+        clone = copy.deepcopy(original)
+        clone.inc()
+        clone.inc()
+        assert (original.n, clone.n) == (1, 3)
+        assert calls == ["advice"]
+
+
+def test_a_woven_instance_pickles_and_the_copy_acts_on_itself() -> None:
+    """Pickling keeps working while an instance is woven (by reference to its method)."""
+    original = Tally()
+    with ah.weave(original, before=lambda ctx: None):
+        original.inc()
+        restored = pickle.loads(pickle.dumps(original))
+    assert restored.inc() == 2
+    assert original.n == 1
+
+
+def test_a_callable_instance_is_woven_like_any_instance() -> None:
+    """An instance whose class defines __call__ is still an instance: its methods are woven."""
+    seen: list[str] = []
+    service = Service()
+    with ah.weave(service, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert service(1) == 2
+    assert seen == [f"{__name__}.Service.handle"]
+    assert "handle" not in vars(service)
+
+
+def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:
+    """Built-in types cannot have their attributes replaced: a clear skip (or error under
+    strict=True), not a raw TypeError."""
+    with capture_logs() as logs:
+        handle = ah.weave("datetime.datetime.now", before=lambda ctx: None)
+    assert handle.active
+    [record] = [e for e in logs if e["event"] == "weave.skipped"]
+    assert "built-in type" in record["reason"]
+    handle.remove()
+    with pytest.raises(WeaveTargetError, match="weave the Python code that calls now"):
+        ah.weave("datetime.datetime.now", before=lambda ctx: None, strict=True)
+
+
+def test_a_path_to_a_property_says_it_is_not_callable() -> None:
+    """A property exists but cannot be woven: the message says that, not 'no attribute'."""
+    with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
+        ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
