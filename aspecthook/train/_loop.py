@@ -92,7 +92,7 @@ def optimizer_step(runner: Runner) -> None:
 def val_epoch(runner: Runner) -> dict[str, Any]:
     """One pass over the validation data without gradients; returns ``runner.metrics``."""
     with runner.evaluating():
-        for batch in runner.val_loader or ():
+        for batch in runner.eval_batches(runner.val_loader):
             runner.val_iter(batch)
     return runner.metrics
 
@@ -105,7 +105,7 @@ def val_iter(runner: Runner, batch: Any) -> dict[str, Any]:
 def test_epoch(runner: Runner) -> dict[str, Any]:
     """One pass over the test data without gradients; returns ``runner.metrics``."""
     with runner.evaluating():
-        for batch in runner.test_loader or ():
+        for batch in runner.eval_batches(runner.test_loader):
             runner.test_iter(batch)
     return runner.metrics
 

@@ -105,6 +105,11 @@ class Runner:
         self.model = model.to(self.device) if self.device is not None else model
         self.optimizer = optimizer
         self.scheduler = scheduler
+        if loader_length(train_loader) == 0:
+            raise RunnerError(
+                "train_loader has no batches (len() == 0; with drop_last=True the dataset "
+                "must hold at least one full batch): give it data or a smaller batch_size"
+            )
         self.train_loader = train_loader
         self.val_loader = val_loader
         self.test_loader = test_loader
@@ -271,6 +276,13 @@ class Runner:
         self.stop_reason = reason
 
     def end_epoch(self) -> None:
+        """Count the epoch that just ended; one that gave no batch at all is refused, or
+        a run by ``max_iters`` would spin forever."""
+        if self.inner_iter == 0:
+            raise RunnerError(
+                f"train_loader gave no batch in epoch {self.epoch}: an iterable dataset "
+                "must yield at least one batch each time it is iterated"
+            )
         self.epoch += 1
         self.inner_iter = 0
 
@@ -286,6 +298,14 @@ class Runner:
         per batch on top of the loader (no generator to resume, no call).
         """
         batches = epoch_batches(self.train_loader, self.inner_iter)
+        return batches if self.device is None else map(self.to_device, batches)
+
+    def eval_batches(self, loader: Iterable[Any] | None) -> Iterator[Any]:
+        """The batches of a validation or test ``loader`` (none if it is None), on the
+        runner's device when it has one, as ``epoch_batches`` gives training batches."""
+        if loader is None:
+            return iter(())
+        batches = iter(loader)
         return batches if self.device is None else map(self.to_device, batches)
 
     def to_device(self, batch: Any) -> Any:
@@ -530,6 +550,8 @@ def _move(batch: Any, device: torch.device) -> Any:
         return batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
         return {k: _move(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_move(v, device) for v in batch))
     if isinstance(batch, (tuple, list)):
         return type(batch)(_move(v, device) for v in batch)
     return batch

@@ -141,6 +141,99 @@ def test_a_loader_without_a_length_runs_to_max_iters() -> None:
     assert (runner.iter, runner.epoch) == (5, 1)
 
 
+def test_a_train_loader_without_batches_is_refused_before_training() -> None:
+    """drop_last with fewer samples than a batch gives len() == 0: refused, not a run that
+    trains nothing (max_epochs) or spins forever (max_iters)."""
+    model, opt, _ = _parts()
+    data = TensorDataset(torch.randn(5, 4), torch.randint(0, 3, (5,)))
+    empty = DataLoader(data, batch_size=8, drop_last=True)
+    for limits in ({"max_epochs": 3}, {"max_iters": 10}):
+        with pytest.raises(RunnerError, match="train_loader has no batches"):
+            Runner(model, opt, empty, loss_fn=CE, **limits)
+
+
+def test_an_epoch_that_yields_no_batch_is_an_error_not_a_hang() -> None:
+    """A loader without a length that yields nothing stops the run with a RunnerError."""
+    model, opt, _ = _parts()
+    runner = Runner(model, opt, _Streaming([]), loss_fn=CE, max_iters=10)
+    with pytest.raises(RunnerError, match="gave no batch in epoch 0"):
+        runner.run()
+
+
+def test_validation_and_test_batches_go_to_the_runners_device() -> None:
+    """device= moves every batch: training, validation and test alike ('meta' stands in
+    for an accelerator here)."""
+    model, opt, loader = _parts()
+    seen: dict[str, set[str]] = {"train": set(), "val": set()}
+
+    def train_step(runner: Runner, batch: Any) -> torch.Tensor:
+        seen["train"].add(batch[0].device.type)
+        return CE(runner.model(batch[0]), batch[1])
+
+    def val_step(runner: Runner, batch: Any) -> dict[str, Any]:
+        seen["val"].add(batch[0].device.type)
+        return {}
+
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=loader,
+        test_loader=loader,
+        train_step=train_step,
+        val_step=val_step,
+        max_epochs=1,
+        device="meta",
+        default_aspects=False,
+    )
+    runner.run()
+    runner.val_epoch()
+    runner.test_epoch()
+    assert seen == {"train": {"meta"}, "val": {"meta"}}
+
+
+class _Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __iter__(self) -> Any:
+        torch.manual_seed(1)
+        return iter([(torch.randn(4), torch.tensor(1)) for _ in range(6)])
+
+
+def test_loaders_over_iterable_datasets_validate_and_test() -> None:
+    """A DataLoader over an IterableDataset has no len(); validation and test still run."""
+    model, opt, loader = _parts()
+    stream = DataLoader(_Stream(), batch_size=2)
+    runner = Runner(
+        model, opt, loader, val_loader=stream, test_loader=stream, loss_fn=CE, max_epochs=1
+    )
+    assert "val/loss" in runner.run()
+    runner.test_epoch()
+
+
+def test_namedtuple_batches_move_to_the_device() -> None:
+    """torch's collate keeps namedtuples; moving one to the device keeps its type."""
+    from collections import namedtuple
+
+    sample = namedtuple("sample", ["x", "y"])
+    model, opt, _ = _parts()
+    data = [sample(torch.randn(4), torch.tensor(i % 3)) for i in range(8)]
+    seen: list[type] = []
+
+    def train_step(runner: Runner, batch: Any) -> torch.Tensor:
+        seen.append(type(batch))
+        return CE(runner.model(batch.x), batch.y)
+
+    runner = Runner(
+        model,
+        opt,
+        DataLoader(data, batch_size=4),
+        train_step=train_step,
+        max_epochs=1,
+        device="cpu",
+    )
+    runner.run()
+    assert seen == [sample, sample]
+
+
 def test_a_run_cut_inside_an_epoch_does_not_end_it() -> None:
     """max_iters=4 over 3 batches per epoch: the per-epoch schedule and by-epoch validation
     run for epoch 1 only, not for the unfinished second (a resumed run finishes it)."""
