@@ -366,7 +366,52 @@ def test_validation_every_n_epochs_and_every_n_iterations() -> None:
     )
     runner.weaver.before("val_epoch")(lambda ctx: iters.append(ctx.runner.iter))
     runner.run()
-    assert iters == [5, 10]
+    assert iters == [5, 10, 12]  # and at the run's end: run() returns the final metrics
+
+
+@pytest.mark.parametrize(
+    ("limits", "evaluate", "expected"),
+    [
+        ({"max_epochs": 3}, {"interval": 2}, [(2, 6), (3, 9)]),
+        ({"max_iters": 9}, {"interval": 2}, [(2, 6), (3, 9)]),  # ends on an epoch boundary
+        ({"max_iters": 8}, {"interval": 2}, [(2, 6)]),  # ends inside epoch 3: not validated
+        ({"max_epochs": 2}, {"interval": 4, "by_epoch": False}, [(2, 4), (2, 6)]),
+    ],
+)
+def test_a_run_that_reaches_its_limits_validates_its_final_model(
+    limits: dict[str, int], evaluate: dict[str, Any], expected: list[tuple[int, int]]
+) -> None:
+    """Validation at the run's last epoch / iteration even when the interval does not
+    divide the run (as OpenMMLab's loops do), not at a cut epoch."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    seen: list[tuple[int, int]] = []
+    runner = Runner(
+        model, opt, loader, val_loader=val, loss_fn=CE, aspects=[Evaluate(**evaluate)], **limits
+    )
+    runner.weaver.before("val_epoch")(
+        lambda ctx: seen.append(
+            (ctx.runner.epoch + (1 if ctx.runner.inner_iter else 0), ctx.runner.iter)
+        )
+    )
+    runner.run()
+    assert seen == expected
+
+
+def test_a_stopped_run_is_not_validated_again() -> None:
+    """stop() ends the run where it is: the last validation stays the last one."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    seen: list[int] = []
+    runner = Runner(
+        model, opt, loader, val_loader=val, loss_fn=CE, max_epochs=5, aspects=[Evaluate(2)]
+    )
+    runner.weaver.after("train_epoch", priority="HIGHEST")(
+        lambda ctx: ctx.runner.stop("enough") if ctx.runner.epoch == 3 else None
+    )
+    runner.weaver.before("val_epoch")(lambda ctx: seen.append(ctx.runner.epoch))
+    runner.run()
+    assert seen == [2]
 
 
 def test_stop_ends_the_run_after_the_current_iteration_with_its_reason() -> None:

@@ -11,6 +11,7 @@ from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
 from ...errors import InvalidOptionError
+from .._data import planned_iters
 
 __all__ = ["Evaluate"]
 
@@ -18,7 +19,10 @@ Metric = Callable[[Any, Any], Any]
 
 
 class Evaluate(Aspect):
-    """Validate every ``interval`` epochs (or iterations with ``by_epoch=False``).
+    """Validate every ``interval`` epochs (or iterations with ``by_epoch=False``), and at
+    the end of a run that reaches its limits, so that ``run()`` returns the final model's
+    metrics (as OpenMMLab's loops validate at ``max_epochs`` / ``max_iters``). A run cut by
+    ``stop()`` is not validated again.
 
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
@@ -51,6 +55,7 @@ class Evaluate(Aspect):
         self.prefix = prefix
         self._sums: dict[str, float] = {}
         self._count = 0
+        self._last: int | None = None  # the run's last iteration, when known (before_run)
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Only the trigger this instance uses (epochs or iterations) is registered."""
@@ -62,15 +67,20 @@ class Evaluate(Aspect):
         whatever its priority (an OpenMMLab hook of priority HIGH reads them too)."""
         return {"priority": Priority.HIGHEST} if attr == "after_val_epoch" else {}
 
+    def before_run(self, ctx: CallContext) -> None:
+        self._last = planned_iters(ctx.runner)
+
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
         # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
-        if self.by_epoch and not runner.inner_iter and runner.epoch % self.interval == 0:
+        if not self.by_epoch or runner.inner_iter:
+            return
+        if runner.epoch % self.interval == 0 or (runner.finished and runner.stop_reason is None):
             runner.val_epoch()
 
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        if not self.by_epoch and runner.iter % self.interval == 0:
+        if not self.by_epoch and (runner.iter % self.interval == 0 or runner.iter == self._last):
             runner.val_epoch()
 
     def before_val_epoch(self, ctx: CallContext) -> None:
