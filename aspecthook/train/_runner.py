@@ -356,6 +356,12 @@ class Runner:
         result = {"outputs": outputs, "targets": targets}
         if self.loss_fn is not None and targets is not None:
             result["loss"] = self.loss_fn(outputs, targets)
+        elif self.loss_fn is None and isinstance(outputs, Mapping) and "loss" in outputs:
+            result["loss"] = outputs["loss"]  # a model that computes its own loss
+        if targets is None:  # the batch's size, for averaging over batches (Evaluate)
+            size = _leading_size(inputs)
+            if size is not None:
+                result["batch_size"] = size
         return result
 
     def _default_step(self, batch: Any) -> Any:
@@ -519,6 +525,20 @@ def _unique(aspect: Aspect, others: list[Aspect]) -> Aspect:
 
 def _has_state(aspect: Aspect) -> bool:
     return callable(getattr(aspect, "state_dict", None))
+
+
+def _leading_size(batch: Any) -> int | None:
+    """The first dimension of the first tensor in ``batch`` (a tensor, mapping or
+    sequence), or None when it holds none."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    values = batch.values() if isinstance(batch, Mapping) else batch
+    if isinstance(values, (tuple, list)) or isinstance(batch, Mapping):
+        for value in values:
+            size = _leading_size(value)
+            if size is not None:
+                return size
+    return None
 
 
 def _split_batch(batch: Any) -> tuple[Any, Any]:

@@ -732,3 +732,30 @@ def test_a_subclass_with_its_own_finished_is_asked_after_every_iteration() -> No
     plain = _runner(max_epochs=10)
     plain.run()
     assert plain.iter == 30  # the stock test: the epoch limit
+
+
+class _SelfLoss(torch.nn.Module):
+    """A model that takes the batch dict and returns its own loss (no loss_fn)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        logits = self.lin(batch["x"])
+        return {"loss": CE(logits, batch["y"]), "logits": logits}
+
+
+def test_a_model_that_returns_its_loss_is_validated_on_it() -> None:
+    """val/loss is the model's own loss, averaged over the samples (batches of 4, 4, 2)."""
+    torch.manual_seed(0)
+    rows = [{"x": torch.randn(4), "y": torch.tensor(i % 3)} for i in range(10)]
+    model = _SelfLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(rows, batch_size=4)
+    runner = Runner(model, opt, loader, val_loader=loader, max_epochs=1)
+    metrics = runner.run()
+    with torch.no_grad():
+        losses = [(float(model(b)["loss"]), len(b["y"])) for b in loader]
+    expected = sum(loss * n for loss, n in losses) / 10
+    assert metrics["val/loss"] == pytest.approx(expected, rel=1e-6)

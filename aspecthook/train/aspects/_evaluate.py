@@ -90,7 +90,9 @@ class Evaluate(Aspect):
     def after_val_iter(self, ctx: CallContext) -> None:
         result = ctx.result or {}
         outputs, targets = result.get("outputs"), result.get("targets")
-        size = _batch_size(targets if targets is not None else outputs)
+        size = result.get("batch_size") or _batch_size(
+            targets if targets is not None else outputs
+        )
         self._count += size
         values: dict[str, Any] = {}
         if "loss" in result:
