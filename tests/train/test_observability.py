@@ -216,6 +216,26 @@ def test_progress_bar_advances_to_the_total(tmp_path: Path) -> None:
     assert bar._progress is None
 
 
+@pytest.mark.parametrize("bar_first", [True, False], ids=["bar-first", "checkpoint-first"])
+def test_progress_bar_of_a_resumed_run_starts_where_the_run_does(
+    tmp_path: Path, bar_first: bool
+) -> None:
+    """Resumed at iteration 12 of 24, the bar starts at 12 whichever aspect is listed
+    first (both have priority LOW; a checkpoint resumes in its before_run)."""
+    from aspecthook.train.aspects import Checkpoint
+
+    _runner(tmp_path, [Checkpoint()]).run()
+    bar = ProgressBar(console=Console(file=io.StringIO()))
+    checkpoint = Checkpoint(resume="auto")
+    runner = _runner(tmp_path, [bar, checkpoint] if bar_first else [checkpoint, bar], max_epochs=4)
+    first: list[tuple[int, float]] = []
+    runner.weaver.before("train_iter")(
+        lambda ctx: first or first.append((ctx.runner.iter, bar._progress.tasks[0].completed))
+    )
+    runner.run()
+    assert first == [(12, 12)]
+
+
 def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> None:
     """Logger and ProgressBar default to errors='log': their failures are logged, not raised."""
     logger, bar = Logger(interval=1), ProgressBar(console=Console(file=io.StringIO()))

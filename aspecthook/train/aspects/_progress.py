@@ -25,6 +25,7 @@ class ProgressBar(Aspect):
         self.console = console
         self._progress: Any = None
         self._task: Any = None
+        self._resumed = False  # the bar moved to the (possibly resumed) first iteration
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -50,6 +51,14 @@ class ProgressBar(Aspect):
         )
         self._progress.start()
         self._task = self._progress.add_task("train", total=total, completed=runner.iter, loss="-")
+        self._resumed = False
+
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        # The first epoch starts after every before_run advice, a checkpoint's resume
+        # included (whatever the order of the two aspects): the bar starts where it is.
+        if self._progress is not None and not self._resumed:
+            self._resumed = True
+            self._progress.reset(self._task, completed=ctx.runner.iter)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         if self._progress is None:
