@@ -391,10 +391,20 @@ class Runner:
             own = getattr(aspect, "state_dict", None)
             if callable(own):
                 state["aspects"][aspect.name] = own()
+        # An aspect may rearrange the whole state (EMA puts the weights it validates
+        # under "model"); load_state_dict has it undo that first.
+        for aspect in self.aspects:
+            pack = getattr(aspect, "pack_state", None)
+            if callable(pack):
+                state = pack(state)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict()`` saved."""
+        for aspect in reversed(self.aspects):
+            unpack = getattr(aspect, "unpack_state", None)
+            if callable(unpack):
+                state = unpack(state)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and "scheduler" in state:

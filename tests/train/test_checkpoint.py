@@ -827,3 +827,40 @@ def test_an_explicit_file_beside_an_unreadable_manifest_says_it_is_loaded_unchec
     with pytest.warns(RuntimeWarning, match="loading the named file without a size and checksum"):
         runner.run()
     assert runner.epoch == 2
+
+
+def test_with_ema_the_best_checkpoint_holds_the_weights_its_score_was_measured_on(
+    tmp_path: Path,
+) -> None:
+    """EMA validates on its average: the best file's model is that average (what a user
+    loads for inference scores the best score), and a resume still gets the live weights."""
+    from _fixtures import make_loader, make_model
+
+    ema = aspects.EMA(decay=0.5)
+    runner = make_runner(
+        tmp_path,
+        val=True,
+        max_epochs=3,
+        aspects=[ema, Checkpoint(save_best="val/loss", rule="less")],
+    )
+    runner.run()
+    checkpoint = runner.get_aspect(Checkpoint)
+    assert isinstance(checkpoint, Checkpoint)
+    assert checkpoint.best_file is not None
+    saved = torch.load(tmp_path / checkpoint.best_file, weights_only=True)
+    model = make_model()
+    model.load_state_dict(saved["runner"]["model"])
+    model.eval()
+    loader = make_loader(make_dataset(32, seed=1))
+    with torch.no_grad():
+        total = sum(
+            float(torch.nn.functional.cross_entropy(model(x), y)) * len(y) for x, y in loader
+        )
+    assert total / 32 == pytest.approx(checkpoint.best_score, rel=1e-6)
+    live = params(runner)
+    average = [p.detach().clone() for p in ema.averaged.module.parameters()]  # type: ignore[union-attr]
+    runner.load_state_dict(runner.state_dict())  # packed and unpacked: nothing moves
+    for a, b in zip(params(runner), live, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(ema.averaged.module.parameters(), average, strict=True):  # type: ignore[union-attr]
+        assert torch.equal(a, b)

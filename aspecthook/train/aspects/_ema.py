@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,7 +26,9 @@ class EMA(Aspect):
     sees them, not the initial ones. With ``use_for_eval`` (default) validation and test
     run on the EMA weights: they are swapped into the model for the epoch and swapped back
     afterwards. Its state (the averaged weights, the update and step counts) is part of
-    checkpoints.
+    checkpoints. With ``use_for_eval``, a checkpoint's ``model`` holds the EMA weights (the
+    ones validated, so ``save_best`` keeps the weights its score was measured on, ready to
+    load for inference) and EMA's state the live ones; a resume swaps them back.
     """
 
     name = "ema"
@@ -121,6 +124,41 @@ class EMA(Aspect):
         if "averaged" in state and self.averaged is not None:
             self.averaged.load_state_dict(state["averaged"])
         self._steps = int(state.get("steps", self._steps))
+
+    def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The runner's state with the EMA weights as its ``model`` and the live weights in
+        this aspect's state (``use_for_eval``), as OpenMMLab's EMA hook saves them."""
+        own = state.get("aspects", {}).get(self.name)
+        if not self.use_for_eval or not own or "swapped" in own or self.averaged is None:
+            return state
+        module = self.averaged.module
+        keys = [name for name, _ in module.named_parameters()]
+        if self.use_buffers:
+            keys += [name for name, _ in module.named_buffers()]
+        return _exchange(state, self.name, [k for k in keys if k in state["model"]], True)
+
+    def unpack_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Undo ``pack_state``: the live weights back under ``model``."""
+        own = state.get("aspects", {}).get(self.name)
+        if not own or "swapped" not in own:
+            return state
+        return _exchange(state, self.name, list(own["swapped"]), False)
+
+
+def _exchange(state: Mapping[str, Any], name: str, keys: list[str], pack: bool) -> dict[str, Any]:
+    """``state`` with ``model[key]`` and the averaged ``module.<key>`` exchanged for
+    ``keys``; the aspect's state lists them (``swapped``) while they are exchanged."""
+    own = dict(state["aspects"][name])
+    model, averaged = dict(state["model"]), dict(own["averaged"])
+    for key in keys:
+        inner = f"module.{key}"
+        model[key], averaged[inner] = averaged[inner], model[key]
+    own["averaged"] = averaged
+    if pack:
+        own["swapped"] = keys
+    else:
+        own.pop("swapped", None)
+    return {**state, "model": model, "aspects": {**state["aspects"], name: own}}
 
 
 def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
