@@ -194,6 +194,17 @@ class Runner:
         finally:
             CURRENT_RUNNER.reset(token)
 
+    def test(self) -> dict[str, Any]:
+        """Run the test loop over ``test_loader`` once; return the metrics (``Evaluate``
+        puts its results there as ``'test/<name>'``)."""
+        if self.test_loader is None:
+            raise RunnerError("runner.test() needs a test_loader: give Runner(test_loader=...)")
+        token = CURRENT_RUNNER.set(self)
+        try:
+            return self.test_epoch()
+        finally:
+            CURRENT_RUNNER.reset(token)
+
     def joinpoint(self, name: str) -> Callable[[F], F]:
         """Declare one of your callables a join point of this run (advised by its aspects)."""
         return self.weaver.joinpoint(name)
@@ -256,7 +267,8 @@ class Runner:
             defaults.append(DistSamplerSeed())
         if self.scheduler is not None and not any(isinstance(a, LRSchedule) for a in given):
             defaults.append(LRSchedule())  # torch's convention: one scheduler step per epoch
-        if self.val_loader is not None and not any(isinstance(a, Evaluate) for a in given):
+        loaders = self.val_loader is not None or self.test_loader is not None
+        if loaders and not any(isinstance(a, Evaluate) for a in given):
             defaults.append(Evaluate())
         return defaults
 

@@ -759,3 +759,33 @@ def test_a_model_that_returns_its_loss_is_validated_on_it() -> None:
         losses = [(float(model(b)["loss"]), len(b["y"])) for b in loader]
     expected = sum(loss * n for loss, n in losses) / 10
     assert metrics["val/loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_runner_test_measures_the_test_loader_as_test_metrics() -> None:
+    """runner.test() runs the test loop; Evaluate averages it as 'test/<name>', apart from
+    the validation metrics, and a runner with only a test_loader gets Evaluate too."""
+    model, opt, loader = _parts()
+    other = DataLoader(TensorDataset(torch.randn(6, 4), torch.randint(0, 3, (6,))), batch_size=4)
+    accuracy = {"acc": lambda out, y: (out.argmax(1) == y).float().mean()}
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=loader,
+        test_loader=other,
+        loss_fn=CE,
+        max_epochs=1,
+        aspects=[Evaluate(metrics=accuracy)],
+    )
+    validated = dict(runner.run())
+    metrics = runner.test()
+    with torch.no_grad():
+        x, y = other.dataset.tensors  # type: ignore[attr-defined]
+        expected = float(CE(model(x), y))
+    assert metrics["test/loss"] == pytest.approx(expected, rel=1e-6)
+    assert set(metrics) == {"val/loss", "val/acc", "test/loss", "test/acc"}
+    assert {k: metrics[k] for k in validated} == validated
+    only_test = Runner(model, opt, loader, test_loader=other, loss_fn=CE, max_epochs=1)
+    assert only_test.test()["test/loss"] == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(RunnerError, match="needs a test_loader"):
+        _runner().test()

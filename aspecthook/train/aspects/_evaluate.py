@@ -27,7 +27,8 @@ class Evaluate(Aspect):
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
     one. Results land in ``runner.metrics`` as ``'val/<name>'`` before lower-priority
-    aspects (checkpoint, early stopping, plateau schedules) look at them.
+    aspects (checkpoint, early stopping, plateau schedules) look at them. The test loop
+    (``runner.test()``) is measured the same way, as ``'test/<name>'``.
     """
 
     name = "evaluate"
@@ -65,7 +66,9 @@ class Evaluate(Aspect):
     def advice_options(self, attr: str) -> dict[str, Any]:
         """The metrics are in place before any other ``after_val_epoch`` advice runs,
         whatever its priority (an OpenMMLab hook of priority HIGH reads them too)."""
-        return {"priority": Priority.HIGHEST} if attr == "after_val_epoch" else {}
+        if attr in ("after_val_epoch", "after_test_epoch"):
+            return {"priority": Priority.HIGHEST}
+        return {}
 
     def before_run(self, ctx: CallContext) -> None:
         self._last = planned_iters(ctx.runner)
@@ -73,14 +76,16 @@ class Evaluate(Aspect):
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
         # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
-        if not self.by_epoch or runner.inner_iter:
+        if not self.by_epoch or runner.inner_iter or getattr(runner, "val_loader", None) is None:
             return
         if runner.epoch % self.interval == 0 or (runner.finished and runner.stop_reason is None):
             runner.val_epoch()
 
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        if not self.by_epoch and (runner.iter % self.interval == 0 or runner.iter == self._last):
+        if self.by_epoch or getattr(runner, "val_loader", None) is None:
+            return
+        if runner.iter % self.interval == 0 or runner.iter == self._last:
             runner.val_epoch()
 
     def before_val_epoch(self, ctx: CallContext) -> None:
@@ -90,9 +95,7 @@ class Evaluate(Aspect):
     def after_val_iter(self, ctx: CallContext) -> None:
         result = ctx.result or {}
         outputs, targets = result.get("outputs"), result.get("targets")
-        size = result.get("batch_size") or _batch_size(
-            targets if targets is not None else outputs
-        )
+        size = result.get("batch_size") or _batch_size(targets if targets is not None else outputs)
         self._count += size
         values: dict[str, Any] = {}
         if "loss" in result:
@@ -104,11 +107,18 @@ class Evaluate(Aspect):
             self._sums[name] = self._sums.get(name, 0.0) + number * size
 
     def after_val_epoch(self, ctx: CallContext) -> None:
+        self._publish(ctx.runner, self.prefix)
+
+    before_test_epoch = before_val_epoch
+    after_test_iter = after_val_iter
+
+    def after_test_epoch(self, ctx: CallContext) -> None:
+        self._publish(ctx.runner, "test")
+
+    def _publish(self, runner: Any, prefix: str) -> None:
         if not self._count:
             return
-        ctx.runner.metrics.update(
-            {f"{self.prefix}/{k}": v / self._count for k, v in self._sums.items()}
-        )
+        runner.metrics.update({f"{prefix}/{k}": v / self._count for k, v in self._sums.items()})
 
 
 def _batch_size(value: Any) -> int:
