@@ -252,15 +252,21 @@ class _Builder:
         kwargs = self.settings(data)
         if kwargs.get("seed") is not None:
             seed_everything(kwargs["seed"])  # before the model, so its initial weights repeat
-        model = self.model("model", data["model"])
+        # Objects built in code (a dict config, or overrides of a file) are used as given.
+        model = data["model"]
+        if not isinstance(model, torch.nn.Module):
+            model = self.model("model", model)
         if "device" in kwargs:
             model = self.to_device(model, kwargs["device"])
-        optimizer = self.build(
-            OPTIMIZERS, "optimizer", data["optimizer"], params=model.parameters()
-        )
+        optimizer = data["optimizer"]
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = self.build(OPTIMIZERS, "optimizer", optimizer, params=model.parameters())
         kwargs.update(model=model, optimizer=optimizer)
         if "scheduler" in data:
-            kwargs["scheduler"] = self.scheduler("scheduler", data["scheduler"], optimizer)
+            scheduler = data["scheduler"]
+            if not isinstance(scheduler, _SCHEDULER_TYPES):
+                scheduler = self.scheduler("scheduler", scheduler, optimizer)
+            kwargs["scheduler"] = scheduler
         if "loss_fn" in data:
             kwargs["loss_fn"] = self.loss("loss_fn", data["loss_fn"])
         for key in ("train_step", "val_step"):
@@ -389,8 +395,11 @@ class _Builder:
         step: Callable[..., Any] = value
         return step
 
-    def loader(self, key: str, cfg: Any) -> DataLoader[Any]:
-        """A ``DataLoader`` of ``dataset`` (built from DATASETS) with the other options."""
+    def loader(self, key: str, cfg: Any) -> Any:
+        """A ``DataLoader`` of ``dataset`` (built from DATASETS) with the other options, or
+        a loader object built in code, as it is."""
+        if _loader_object(cfg):
+            return cfg
         if not isinstance(cfg, Mapping) or "dataset" not in cfg:
             raise self.error(
                 key,
@@ -556,3 +565,18 @@ def _kind(value: Any) -> str:
 def _error(file: str, key: str, message: str) -> ConfigError:
     where = ": ".join(part for part in (file, key) if part)
     return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
+
+
+_SCHEDULER_TYPES = (
+    torch.optim.lr_scheduler.LRScheduler,
+    torch.optim.lr_scheduler.ReduceLROnPlateau,
+)
+
+
+def _loader_object(value: Any) -> bool:
+    """A loader built in code: a ``DataLoader``, or another iterable object that no config
+    file can hold (not a mapping, string, list or tuple)."""
+    if isinstance(value, DataLoader):
+        return True
+    plain = (Mapping, str, bytes, list, tuple, int, float, bool, type(None))
+    return not isinstance(value, plain) and hasattr(type(value), "__iter__")

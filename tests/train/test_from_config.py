@@ -436,6 +436,32 @@ def test_an_override_replaces_the_loader_under_either_name() -> None:
     assert replaced.val_loader.batch_size == 4
 
 
+def test_objects_built_in_code_override_a_files_parts() -> None:
+    """A model, optimizer, scheduler or loader built in code replaces the file's entry as
+    it is (loss_fn and aspects already could)."""
+    from torch.utils.data import TensorDataset
+
+    model = torch.nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = StepLR(optimizer, step_size=1)
+    data = TensorDataset(torch.randn(8, 8), torch.randint(0, 3, (8,)))
+    train, val = DataLoader(data, batch_size=4), DataLoader(data, batch_size=8)
+    runner = Runner.from_config(
+        _config(),
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        train_loader=train,
+        val_dataloader=val,
+    )
+    assert runner.model is model
+    assert runner.optimizer is optimizer
+    assert runner.scheduler is scheduler
+    assert (runner.train_loader, runner.val_loader) == (train, val)
+    built = Runner.from_config(_config(), model=model)
+    assert built.optimizer.param_groups[0]["params"][0] is model.weight
+
+
 def test_train_step_and_val_step_are_given_in_code_not_named_by_a_file() -> None:
     """A function as an override (or in a dict config) is the step; a path in a file is
     refused: the file would also choose the batches it is called with."""
