@@ -170,6 +170,10 @@ def run(options: RunOptions) -> int:
             file=sys.stderr,
         )
         return 2
+    if not getattr(sys.flags, "safe_path", False):
+        # Where the program's own imports will look first, before weaving: a target in a
+        # module beside the script (or in the working directory, for -m) is then found.
+        sys.path[0] = _program_path(options)
     try:
         session = Session.start(options)
     except (ConfigError, WeaveTargetError) as exc:
@@ -317,6 +321,17 @@ def _run_program(options: RunOptions, session: Session) -> tuple[int, bool]:
 
 class _ModuleNotFound(Exception):
     """``-m`` names a module that cannot be found (python's own message, exit 1)."""
+
+
+def _program_path(options: RunOptions) -> str:
+    """``sys.path[0]`` as python sets it for the program: the script's directory (a
+    directory or zip program: itself), or the working directory for ``-m``."""
+    path = options.script
+    if path is None:
+        return os.getcwd()
+    if os.path.isdir(path) or path.endswith((".pyc", ".zip", ".pyz")):
+        return path
+    return os.path.dirname(os.path.realpath(path))
 
 
 def _run_script(path: str, args: list[str]) -> None:

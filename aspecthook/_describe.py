@@ -201,6 +201,23 @@ def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> lis
     return rows
 
 
+def near_misses(weavers: list[Any], known: list[str]) -> list[tuple[Any, str, str]]:
+    """``(advice, name, closest)`` for each advice registered on ``weavers`` for a literal
+    name no join point has, when that name is close to one of ``known`` (a typo)."""
+    misses = []
+    for w in weavers:
+        for advice in w.registered:
+            if advice.kind == "on" or advice.points or advice.pointcut is None:
+                continue
+            for name in advice.pointcut.literal_names():
+                if name.startswith("@") or name in known:
+                    continue
+                hints = _close(name, known)
+                if hints:
+                    misses.append((advice, name, hints[0]))
+    return misses
+
+
 class _Named:
     def __init__(self, name: str) -> None:
         self.names = frozenset((name,))

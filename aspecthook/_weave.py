@@ -406,6 +406,13 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             for n in dir(cls)
             if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n))
         ]
+    if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
+        kind = type(target).__qualname__
+        raise WeaveTargetError(
+            f"cannot weave this {kind} instance: it has no __dict__ (its class uses "
+            f"__slots__) to hold per-instance proxies; weave the class {kind} instead",
+            target=repr(target),
+        )
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",

@@ -761,3 +761,29 @@ def test_logged_json_functions_with_json_log_lines(tmp_path: Path) -> None:
     outermost = [r["joinpoint"] for r in records if len(r["joinpoint_stack"]) == 1]
     assert outermost == ["json.dumps", "json.loads"]
     assert len(records) == len({r["joinpoint"] for r in records})  # each call logged once
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_modules_beside_the_program_are_woven_from_another_directory(
+    tmp_path: Path, how: str
+) -> None:
+    """The console script, started elsewhere: a target in a module beside the script (in
+    the working directory for -m) is woven on import, as the docs' walkthrough shows."""
+    app = tmp_path / "app"
+    write(app, "prog.py", PROGRAM)
+    write(app, "helper.py", HELPER)
+    write(app, "aspects.yaml", 'weave:\n  - target: "helper.work"\n    aspects: [Counted]\n')
+    console = str(Path(sys.executable).with_name("aspecthook"))
+    if how == "script":
+        args = ["--strict", "--aspects", str(app / "aspects.yaml"), str(app / "prog.py")]
+        done = subprocess.run(
+            [console, "run", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+    else:
+        args = ["--strict", "--aspects", "aspects.yaml", "-m", "prog"]
+        done = subprocess.run(
+            [console, "run", *args], cwd=app, capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 0, done.stderr
+    assert "skipped" not in done.stderr
+    assert "helper imported before the program: False" in done.stdout

@@ -1414,3 +1414,15 @@ def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
         ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
+
+
+class Slotted:
+    __slots__ = ("n",)
+
+    def inc(self) -> None: ...
+
+
+def test_an_instance_without_a_dict_is_refused_with_the_class_to_weave() -> None:
+    """A __slots__ instance has nowhere to hold per-instance proxies: weave the class."""
+    with pytest.raises(WeaveTargetError, match="uses __slots__.*weave the class Slotted"):
+        ah.weave(Slotted(), before=lambda ctx: None)

@@ -12,6 +12,7 @@ import os
 import random
 import tempfile
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -188,6 +189,7 @@ class Runner:
         Calls the ``run`` join point with this runner as ``ctx.runner`` for every advised
         call made meanwhile, including the user's own join points (``Runner.joinpoint``).
         """
+        _report_near_misses(self)
         token = CURRENT_RUNNER.set(self)
         try:
             return self._run_joinpoint()
@@ -488,6 +490,24 @@ def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
             "this process can create files in"
         ) from None
     return path
+
+
+def _report_near_misses(runner: Runner) -> None:
+    """Warn about advice (this runner's or module-level) for a name that is one typo away
+    from a join point of the run (``after_trian_epoch``): it would never be called."""
+    from .._describe import near_misses
+    from .._registry import REGISTRY
+    from .._weaver import default_weaver
+
+    own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
+    known = sorted({*JOINPOINTS, *(n for n in own if not n.startswith("@"))})
+    for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
+        warnings.warn(
+            f"{advice.name}: no join point is named {name!r}, so this {advice.kind} advice "
+            f"is never called; did you mean {hint!r}?",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _dist_info() -> tuple[int, int]:

@@ -789,3 +789,22 @@ def test_runner_test_measures_the_test_loader_as_test_metrics() -> None:
     assert only_test.test()["test/loss"] == pytest.approx(expected, rel=1e-6)
     with pytest.raises(RunnerError, match="needs a test_loader"):
         _runner().test()
+
+
+def test_advice_for_a_misspelt_join_point_is_reported_when_the_run_starts() -> None:
+    """An aspect method or module-level advice one typo away from a join point of the run
+    is never called: run() says so, with the name it probably meant."""
+
+    class Typo(ah.Aspect):
+        def after_trian_epoch(self, ctx: ah.CallContext) -> None: ...
+
+    advice = ah.before("trian_iter")(lambda ctx: None)
+    try:
+        runner = _runner(aspects=[Typo()], max_epochs=1)
+        with pytest.warns(UserWarning) as caught:
+            runner.run()
+    finally:
+        advice.remove()
+    messages = sorted(str(w.message) for w in caught)
+    assert any("'trian_epoch'" in m and "did you mean 'train_epoch'?" in m for m in messages)
+    assert any("'trian_iter'" in m and "did you mean 'train_iter'?" in m for m in messages)
