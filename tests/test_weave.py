@@ -1424,5 +1424,5 @@ class Slotted:
 
 def test_an_instance_without_a_dict_is_refused_with_the_class_to_weave() -> None:
     """A __slots__ instance has nowhere to hold per-instance proxies: weave the class."""
-    with pytest.raises(WeaveTargetError, match="uses __slots__.*weave the class Slotted"):
+    with pytest.raises(WeaveTargetError, match=r"uses __slots__.*weave the class Slotted"):
         ah.weave(Slotted(), before=lambda ctx: None)

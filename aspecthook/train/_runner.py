@@ -419,6 +419,13 @@ class Runner:
             unpack = getattr(aspect, "unpack_state", None)
             if callable(unpack):
                 state = unpack(state)
+        names = {aspect.name for aspect in self.aspects}
+        for name in [n for n in state.get("aspects", {}) if n not in names]:
+            # Saved by an EMA aspect this runner does not have: the live weights go back
+            # under "model" all the same, or training would go on from the average.
+            from .aspects._ema import unpack_orphan
+
+            state = unpack_orphan(state, name)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and "scheduler" in state:

@@ -313,3 +313,110 @@ def test_ema_before_start_iter_follows_the_live_weights() -> None:
         for a, b, c in zip(seen, live, initial, strict=True):
             assert torch.equal(a, b)
             assert not torch.equal(a, c)
+
+
+# -- EMA: several averages, added on resume, loaded without a run, tied weights -------------
+
+
+def _ema_run(work_dir: Any = None, val: bool = True, **kwargs: Any) -> Runner:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)) for _ in range(4)]
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        data,
+        val_loader=data[:1] if val else None,
+        loss_fn=torch.nn.functional.mse_loss,
+        work_dir=work_dir,
+        **kwargs,
+    )
+
+
+def test_two_emas_validating_leave_the_live_weights_alone() -> None:
+    """Each EMA swaps its average in around validation; nested, the live weights come
+    back last, so training goes on from them (not from the first EMA's average)."""
+
+    def weights(val: bool) -> torch.Tensor:
+        emas = [EMA(decay=0.5), EMA(decay=0.9, name="ema_2")]
+        runner = _ema_run(val=val, max_epochs=3, aspects=emas)
+        runner.run()
+        return runner.model.weight.detach().clone()
+
+    assert torch.equal(weights(val=False), weights(val=True))
+
+
+def test_an_ema_added_on_resume_starts_from_the_trained_weights(tmp_path: Any) -> None:
+    """A checkpoint without EMA state: the new average starts from the weights trained so
+    far, not from the model's initial ones."""
+    from aspecthook.train.aspects import Checkpoint
+
+    _ema_run(tmp_path, max_epochs=2, aspects=[Checkpoint()]).run()
+    ema = EMA(decay=0.999)
+    seen: list[bool] = []
+    runner = _ema_run(tmp_path, max_epochs=3, aspects=[Checkpoint(resume="auto"), ema])
+    runner.weaver.before("train_iter")(
+        lambda ctx: (
+            seen
+            or seen.append(
+                torch.equal(ema.averaged.module.weight, ctx.runner.model.weight)  # type: ignore[union-attr]
+            )
+        )
+    )
+    runner.run()
+    assert seen == [True]
+
+
+def test_a_loaded_ema_is_used_by_a_test_without_a_run() -> None:
+    """load_state_dict into a fresh runner, then test(): the test runs on the EMA weights
+    the checkpoint held, as the validation at the end of the run did."""
+    trained = _ema_run(max_epochs=2, aspects=[EMA(decay=0.5)], test_loader=[])
+    validated = trained.run()["val/loss"]
+    state = trained.state_dict()
+    fresh = _ema_run(max_epochs=2, aspects=[EMA(decay=0.5)])
+    fresh.test_loader = fresh.val_loader
+    fresh.load_state_dict(state)
+    assert fresh.test()["test/loss"] == pytest.approx(validated, rel=1e-6)
+
+
+def test_tied_weights_are_all_saved_as_the_ema_average() -> None:
+    """Every name of a shared tensor holds the average in a checkpoint's model."""
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+            self.b.weight = self.a.weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    model = Tied()
+    data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(3)]
+    ema = EMA(decay=0.5)
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        loss_fn=torch.nn.functional.mse_loss,
+        max_epochs=2,
+        aspects=[ema],
+    )
+    runner.run()
+    saved = runner.state_dict()["model"]
+    average = ema.averaged.module.a.weight  # type: ignore[union-attr]
+    assert torch.equal(saved["a.weight"], average)
+    assert torch.equal(saved["b.weight"], average)
+
+
+def test_a_checkpoint_with_ema_resumed_without_it_trains_on_from_the_live_weights() -> None:
+    """The exchange is undone from the data alone when the runner has no EMA aspect."""
+    trained = _ema_run(max_epochs=2, aspects=[EMA(decay=0.5)])
+    trained.run()
+    live = trained.model.weight.detach().clone()
+    plain = _ema_run(max_epochs=2, val=False)
+    plain.load_state_dict(trained.state_dict())
+    assert torch.equal(plain.model.weight, live)

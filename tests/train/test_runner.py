@@ -801,7 +801,7 @@ def test_advice_for_a_misspelt_join_point_is_reported_when_the_run_starts() -> N
     advice = ah.before("trian_iter")(lambda ctx: None)
     try:
         runner = _runner(aspects=[Typo()], max_epochs=1)
-        with pytest.warns(UserWarning) as caught:
+        with pytest.warns(UserWarning, match="did you mean") as caught:
             runner.run()
     finally:
         advice.remove()

@@ -9,7 +9,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ..._aspect import Aspect
-from ..._context import CallContext
+from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ...errors import InvalidOptionError
 
@@ -57,12 +57,24 @@ class EMA(Aspect):
         self.use_buffers = use_buffers
         self.use_for_eval = use_for_eval
         self.averaged: AveragedModel | None = None
-        self._backup: list[torch.Tensor] | None = None
         self._steps = 0  # optimizer steps taken (update_every counts these)
+        self._pending: dict[str, Any] | None = None  # loaded before the average was built
+        self._loaded = False  # the average came from a checkpoint
+        self._started = False  # the first epoch of this process began
 
     def before_run(self, ctx: CallContext) -> None:
         if self.averaged is None:
             self._build(ctx.runner.model)
+
+    def before_train_epoch(self, ctx: CallContext) -> None:
+        if self._started:
+            return
+        self._started = True
+        runner = ctx.runner
+        if runner.iter and not self._loaded and self.averaged is not None:
+            # Resumed from a checkpoint without this aspect's state (EMA added on resume):
+            # the average starts from the weights trained so far, not the initial ones.
+            _copy(self._tensors(self.averaged.module), self._tensors(runner.model))
 
     def _build(self, model: torch.nn.Module) -> AveragedModel:
         self.averaged = AveragedModel(
@@ -70,6 +82,9 @@ class EMA(Aspect):
             multi_avg_fn=get_ema_multi_avg_fn(self.decay),  # type: ignore[no-untyped-call]
             use_buffers=self.use_buffers,
         )
+        if self._pending is not None:
+            self.averaged.load_state_dict(self._pending)
+            self._pending = None
         return self.averaged
 
     def after_optimizer_step(self, ctx: CallContext) -> None:
@@ -82,19 +97,22 @@ class EMA(Aspect):
         elif self._steps % self.update_every == 0:
             self.averaged.update_parameters(runner.model)
 
-    def before_val_epoch(self, ctx: CallContext) -> None:
-        if self.use_for_eval:
-            self._swap_in(ctx.runner.model)
+    def around_val_epoch(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """Validation on the EMA weights (``use_for_eval``); the live ones are back after
+        it, whatever happens. Around advice nests, so two EMA aspects restore in the
+        reverse order of their swaps and the live weights come back last."""
+        if not self.use_for_eval:
+            return proceed()
+        model = ctx.runner.model
+        if self.averaged is None:  # a runner that loaded a checkpoint and tests, unrun
+            self._build(model)
+        backup = self._swap_in(model)
+        try:
+            return proceed()
+        finally:
+            _copy(self._tensors(model), backup)
 
-    def after_val_epoch(self, ctx: CallContext) -> None:
-        self._swap_out(ctx.runner.model)
-
-    def on_error_val_epoch(self, ctx: CallContext) -> None:
-        self._swap_out(ctx.runner.model)
-
-    before_test_epoch = before_val_epoch
-    after_test_epoch = after_val_epoch
-    on_error_test_epoch = on_error_val_epoch
+    around_test_epoch = around_val_epoch
 
     def _tensors(self, model: torch.nn.Module) -> list[torch.Tensor]:
         tensors: list[torch.Tensor] = list(model.parameters())
@@ -102,18 +120,13 @@ class EMA(Aspect):
             tensors += list(model.buffers())
         return tensors
 
-    def _swap_in(self, model: torch.nn.Module) -> None:
-        if self.averaged is None or self._backup is not None:
-            return
+    def _swap_in(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        """Put the EMA weights into ``model``; return copies of the live ones."""
+        assert self.averaged is not None
         live = self._tensors(model)
-        self._backup = [t.detach().clone() for t in live]
+        backup = [t.detach().clone() for t in live]
         _copy(live, self._tensors(self.averaged.module))
-
-    def _swap_out(self, model: torch.nn.Module) -> None:
-        if self._backup is None:
-            return
-        _copy(self._tensors(model), self._backup)
-        self._backup = None
+        return backup
 
     def state_dict(self) -> dict[str, Any]:
         if self.averaged is None:
@@ -121,8 +134,12 @@ class EMA(Aspect):
         return {"averaged": self.averaged.state_dict(), "steps": self._steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "averaged" in state and self.averaged is not None:
-            self.averaged.load_state_dict(state["averaged"])
+        if "averaged" in state:
+            self._loaded = True
+            if self.averaged is not None:
+                self.averaged.load_state_dict(state["averaged"])
+            else:  # applied when the average is built (before_run, or a test without run)
+                self._pending = state["averaged"]
         self._steps = int(state.get("steps", self._steps))
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -132,9 +149,11 @@ class EMA(Aspect):
         if not self.use_for_eval or not own or "swapped" in own or self.averaged is None:
             return state
         module = self.averaged.module
-        keys = [name for name, _ in module.named_parameters()]
+        # Every name of a shared (tied) tensor: the state dict has each, and loading it
+        # keeps the last one, so all must hold the EMA weights.
+        keys = [name for name, _ in module.named_parameters(remove_duplicate=False)]
         if self.use_buffers:
-            keys += [name for name, _ in module.named_buffers()]
+            keys += [name for name, _ in module.named_buffers(remove_duplicate=False)]
         return _exchange(state, self.name, [k for k in keys if k in state["model"]], True)
 
     def unpack_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -143,6 +162,15 @@ class EMA(Aspect):
         if not own or "swapped" not in own:
             return state
         return _exchange(state, self.name, list(own["swapped"]), False)
+
+
+def unpack_orphan(state: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """Undo an EMA aspect's ``pack_state`` when the runner loading ``state`` has no aspect
+    of that name: the live weights go back under ``model`` (pure data, no aspect needed)."""
+    own = state.get("aspects", {}).get(name)
+    if not isinstance(own, Mapping) or "swapped" not in own or "averaged" not in own:
+        return state
+    return _exchange(state, name, list(own["swapped"]), False)
 
 
 def _exchange(state: Mapping[str, Any], name: str, keys: list[str], pack: bool) -> dict[str, Any]:
