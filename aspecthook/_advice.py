@@ -15,7 +15,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from ._pointcut import Pointcut
 from ._priority import resolve_priority
@@ -452,6 +452,15 @@ def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callab
     return filtered
 
 
+def _reraise(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` again with the ``__context__`` it had."""
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
+
+
 def _log_failure(advice: Advice, point: object) -> None:
     advice.failures += 1
     from ._log import get_logger
@@ -539,9 +548,10 @@ def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
             ok, value = outcome[-1]
             if ok:
                 return value
-        # The target's exception, raised outside the handler: its own __cause__ and
-        # __context__ stay as the target left them (not the advice's failure).
-        raise value
+        # The target's exception, raised outside the handler: its own __cause__ stays as
+        # the target left it, and so does its __context__ (restored: a raise inside a
+        # caller's except block would set it to the caller's exception).
+        _reraise(value)
 
     if advice.is_async:
 
@@ -568,7 +578,7 @@ def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
                 ok, value = outcome[-1]
                 if ok:
                     return value
-            raise value  # outside the handler, as above
+            _reraise(value)  # outside the handler, as above
 
         return guarded_async
     return guarded

@@ -719,7 +719,7 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
             jp._rewire(jp._chain)
 
     def __reduce_ex__(self, protocol: object) -> str | tuple[Any, tuple[Any, str]]:
-        instance = _bound_instance(self.__wrapped__)
+        instance = _bound_instance(self)
         if instance is not None:  # woven on one instance: the method of the unpickled one
             return getattr, (instance, str(self.__wrapped__.__name__))
         return str(self.__qualname__)
@@ -734,17 +734,26 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         # A proxy woven on one instance (``weave(obj)``) sits in that instance's __dict__;
         # a deep copy of the instance gets its own, plain bound method (the weave was for
         # the original only), not this proxy, which would act on the original.
-        if _bound_instance(self.__wrapped__) is not None:
+        if _bound_instance(self) is not None:
             return copy.deepcopy(self.__wrapped__, memo)
         return self
 
 
-def _bound_instance(wrapped: Any) -> Any:
-    """The instance ``wrapped`` is a method bound to, or None (functions, class methods)."""
+def _bound_instance(proxy: JoinPointProxy) -> Any:
+    """The instance whose ``__dict__`` holds ``proxy`` around one of its own methods (a
+    weave of that instance), or None (functions, class methods, a bound method woven
+    where another object keeps it)."""
+    wrapped = proxy.__wrapped__
     if type(wrapped) is not types.MethodType:
         return None
     instance = wrapped.__self__
-    return None if isinstance(instance, type) else instance
+    if isinstance(instance, type):
+        return None
+    try:
+        held = vars(instance).get(wrapped.__name__)
+    except TypeError:  # no __dict__
+        return None
+    return instance if held is proxy else None
 
 
 def find_proxy(obj: object) -> JoinPointProxy | None:

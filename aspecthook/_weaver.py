@@ -116,7 +116,8 @@ class Weaver:
             raise AspectDefinitionError(
                 f"@{kind} got the function {name!r} as its pointcut, so it would never be "
                 f"called: write @{kind}('train_iter') (the pointcut in parentheses); a "
-                "predicate pointcut takes the join point, e.g. lambda jp: ..."
+                "predicate pointcut takes the join point, e.g. lambda jp: ..., or wrap a "
+                f"function in aspecthook.Predicate({name})"
             )
         pc = as_pointcut(pointcut) if pointcut is not None else None
 
@@ -370,8 +371,10 @@ _ADVICE_PARAMETERS = frozenset(["ctx", "proceed", "event"])
 
 def _looks_like_advice(pointcut: object) -> bool:
     """Whether a pointcut is an advice function given by mistake (``@before`` with no
-    parentheses): a function with a ``ctx``, ``proceed`` or ``event`` parameter."""
-    if not inspect.isfunction(pointcut):
+    parentheses): a ``def`` function with a ``ctx``, ``proceed`` or ``event`` parameter.
+    A lambda is a predicate (nobody decorates with one); ``Predicate(fn)`` says so for a
+    ``def``."""
+    if not inspect.isfunction(pointcut) or pointcut.__name__ == "<lambda>":
         return False
     code = pointcut.__code__
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]

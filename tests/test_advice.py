@@ -1079,3 +1079,50 @@ def test_a_predicate_pointcut_taking_the_join_point_is_still_accepted(weaver: ah
     weaver.before(lambda jp: jp.name == "review.predicate")(lambda ctx: ran.append("ran"))
     f()
     assert ran == ["ran"]
+
+
+def test_an_errors_log_around_keeps_the_context_when_called_in_an_except_block(
+    weaver: ah.Weaver,
+) -> None:
+    """Called while the caller handles another exception, the target's exception still
+    propagates with the __context__ it had (not the caller's exception)."""
+
+    @weaver.joinpoint("review.context")
+    def target() -> None:
+        try:
+            {}["k"]
+        except KeyError:
+            raise ValueError("target failed") from None
+
+    @weaver.around("review.context", errors="log")
+    def bad(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        try:
+            return proceed()
+        finally:
+            raise RuntimeError("advice bug")
+
+    def caller() -> None:
+        try:
+            raise OSError("the caller is handling this")
+        except OSError:
+            target()
+
+    with capture_logs(), pytest.raises(ValueError, match="target failed") as info:
+        caller()
+    assert isinstance(info.value.__context__, KeyError)
+
+
+def test_lambdas_and_predicate_objects_stay_predicate_pointcuts(weaver: ah.Weaver) -> None:
+    """The check for a decorator without its pointcut leaves lambdas and Predicate(fn)
+    alone, whatever their parameter is called."""
+    seen: list[str] = []
+
+    def is_mine(event: Any) -> bool:
+        return bool(event.name.startswith("mine."))
+
+    weaver.on(lambda event: event.name.startswith("mine."))(lambda e: seen.append(e.name))
+    weaver.on(ah.Predicate(is_mine))(lambda e: seen.append("predicate " + e.name))
+    weaver.emit("mine.thing")
+    assert seen == ["mine.thing", "predicate mine.thing"]
+    with pytest.raises(AspectDefinitionError, match=r"aspecthook.Predicate\(is_mine\)"):
+        weaver.on(is_mine)

@@ -1426,3 +1426,17 @@ def test_an_instance_without_a_dict_is_refused_with_the_class_to_weave() -> None
     """A __slots__ instance has nowhere to hold per-instance proxies: weave the class."""
     with pytest.raises(WeaveTargetError, match=r"uses __slots__.*weave the class Slotted"):
         ah.weave(Slotted(), before=lambda ctx: None)
+
+
+SINGLETON = Tally()
+bump = SINGLETON.inc  # a module-level alias of one instance's bound method
+
+
+def test_a_deep_copy_of_a_bound_method_woven_by_path_keeps_the_advice() -> None:
+    """Only a proxy held in its own instance's __dict__ is a per-instance weave; a bound
+    method woven where another object keeps it is copied as the proxy it is."""
+    seen: list[str] = []
+    with ah.weave(f"{__name__}.bump", before=lambda ctx: seen.append("advice")):
+        callback = copy.deepcopy({"on_step": globals()["bump"]})["on_step"]
+        callback()
+    assert seen == ["advice"]

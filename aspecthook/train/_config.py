@@ -264,7 +264,7 @@ class _Builder:
         kwargs.update(model=model, optimizer=optimizer)
         if "scheduler" in data:
             scheduler = data["scheduler"]
-            if not isinstance(scheduler, _SCHEDULER_TYPES):
+            if isinstance(scheduler, (Mapping, str)):
                 scheduler = self.scheduler("scheduler", scheduler, optimizer)
             kwargs["scheduler"] = scheduler
         if "loss_fn" in data:
@@ -565,12 +565,6 @@ def _kind(value: Any) -> str:
 def _error(file: str, key: str, message: str) -> ConfigError:
     where = ": ".join(part for part in (file, key) if part)
     return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
-
-
-_SCHEDULER_TYPES = (
-    torch.optim.lr_scheduler.LRScheduler,
-    torch.optim.lr_scheduler.ReduceLROnPlateau,
-)
 
 
 def _loader_object(value: Any) -> bool:

@@ -27,6 +27,9 @@ __all__ = [
 ]
 
 
+_NO_BATCH: Any = object()  # what train_epoch's batch is while the loader gave none
+
+
 def run(runner: Runner) -> dict[str, Any]:
     """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
     while not runner.finished:
@@ -41,6 +44,7 @@ def train_epoch(runner: Runner) -> None:
     or a stop there) ends the epoch too, as running out of batches would.
     """
     runner.model.train()
+    batch = _NO_BATCH
     for batch in runner.epoch_batches():
         runner.train_iter(batch)
         if runner.finished:
@@ -48,7 +52,7 @@ def train_epoch(runner: Runner) -> None:
                 runner.end_epoch()
             break
     else:
-        runner.end_epoch()
+        runner.end_epoch(empty=batch is _NO_BATCH)
 
 
 def train_iter(runner: Runner, batch: Any) -> dict[str, Any]:

@@ -102,15 +102,11 @@ class Runner:
     ) -> None:
         _check_limits(max_epochs, max_iters)
         _check_scheduler(scheduler, optimizer)
+        _check_optimizer(optimizer, model)
         self.device = torch.device(device) if device is not None else None
         self.model = model.to(self.device) if self.device is not None else model
         self.optimizer = optimizer
         self.scheduler = scheduler
-        if loader_length(train_loader) == 0:
-            raise RunnerError(
-                "train_loader has no batches (len() == 0; with drop_last=True the dataset "
-                "must hold at least one full batch): give it data or a smaller batch_size"
-            )
         self.train_loader = train_loader
         self.val_loader = val_loader
         self.test_loader = test_loader
@@ -189,6 +185,11 @@ class Runner:
         Calls the ``run`` join point with this runner as ``ctx.runner`` for every advised
         call made meanwhile, including the user's own join points (``Runner.joinpoint``).
         """
+        if loader_length(self.train_loader) == 0:
+            raise RunnerError(
+                "train_loader has no batches (len() == 0; with drop_last=True the dataset "
+                "must hold at least one full batch): give it data or a smaller batch_size"
+            )
         _report_near_misses(self)
         token = CURRENT_RUNNER.set(self)
         try:
@@ -289,10 +290,11 @@ class Runner:
         """Ask the loop to stop after the current iteration; ``reason`` is kept."""
         self.stop_reason = reason
 
-    def end_epoch(self) -> None:
-        """Count the epoch that just ended; one that gave no batch at all is refused, or
-        a run by ``max_iters`` would spin forever."""
-        if self.inner_iter == 0:
+    def end_epoch(self, *, empty: bool = False) -> None:
+        """Count the epoch that just ended; one whose loader gave no batch at all
+        (``empty``, nothing consumed before a resume either) is refused, or a run by
+        ``max_iters`` would spin forever."""
+        if empty and self.inner_iter == 0:
             raise RunnerError(
                 f"train_loader gave no batch in epoch {self.epoch}: an iterable dataset "
                 "must yield at least one batch each time it is iterated"
@@ -470,6 +472,21 @@ def _check_limits(max_epochs: int | None, max_iters: int | None) -> None:
     for name, value in (("max_epochs", max_epochs), ("max_iters", max_iters)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise RunnerError(f"{name}={value!r} must be a positive int")
+
+
+def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+    """The optimizer must update at least one of the model's parameters (a subset is fine:
+    a frozen backbone), or training would silently change nothing."""
+    params = getattr(optimizer, "param_groups", None)
+    if params is None:
+        return
+    held = {id(p) for group in params for p in group["params"]}
+    if held and not any(id(p) in held for p in model.parameters()):
+        raise RunnerError(
+            f"the optimizer {type(optimizer).__name__} holds none of the model's parameters, "
+            "so training would not change it: build it on model.parameters() of the model "
+            "you pass as model="
+        )
 
 
 def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:

@@ -492,3 +492,25 @@ def test_a_path_must_name_a_class_of_its_part(key: str, value: Any) -> None:
     (a factory function is registered in code and named instead)."""
     with pytest.raises(ConfigError, match=r"not (a torch\.nn\.Module|an Aspect)"):
         Runner.from_config(_config(**{key: value}))
+
+
+def test_a_scheduler_object_of_any_kind_overrides_a_files_scheduler() -> None:
+    """Any scheduler object built in code (not only torch's) is used as it is, as
+    Runner(scheduler=...) takes it."""
+
+    class Warmup:
+        def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+            self.optimizer = optimizer
+
+        def step(self) -> None: ...
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    model = torch.nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = Warmup(optimizer)
+    runner = Runner.from_config(_config(), model=model, optimizer=optimizer, scheduler=scheduler)
+    assert runner.scheduler is scheduler

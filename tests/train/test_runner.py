@@ -142,14 +142,16 @@ def test_a_loader_without_a_length_runs_to_max_iters() -> None:
 
 
 def test_a_train_loader_without_batches_is_refused_before_training() -> None:
-    """drop_last with fewer samples than a batch gives len() == 0: refused, not a run that
-    trains nothing (max_epochs) or spins forever (max_iters)."""
+    """drop_last with fewer samples than a batch gives len() == 0: run() refuses it, not a
+    run that trains nothing (max_epochs) or spins forever (max_iters)."""
     model, opt, _ = _parts()
     data = TensorDataset(torch.randn(5, 4), torch.randint(0, 3, (5,)))
     empty = DataLoader(data, batch_size=8, drop_last=True)
     for limits in ({"max_epochs": 3}, {"max_iters": 10}):
+        runner = Runner(model, opt, empty, loss_fn=CE, **limits)  # may be filled before run()
         with pytest.raises(RunnerError, match="train_loader has no batches"):
-            Runner(model, opt, empty, loss_fn=CE, **limits)
+            runner.run()
+        assert runner.iter == 0
 
 
 def test_an_epoch_that_yields_no_batch_is_an_error_not_a_hang() -> None:
@@ -235,8 +237,9 @@ def test_namedtuple_batches_move_to_the_device() -> None:
 
 
 def test_a_run_cut_inside_an_epoch_does_not_end_it() -> None:
-    """max_iters=4 over 3 batches per epoch: the per-epoch schedule and by-epoch validation
-    run for epoch 1 only, not for the unfinished second (a resumed run finishes it)."""
+    """max_iters=4 over 3 batches per epoch: the per-epoch schedule steps for epoch 1
+    only, not for the unfinished second (a resumed run finishes it); validation runs after
+    epoch 1 and once more for the final model, at the run's end."""
     model, opt, loader = _parts()
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     runner = Runner(
@@ -253,7 +256,7 @@ def test_a_run_cut_inside_an_epoch_does_not_end_it() -> None:
     runner.run()
     assert (runner.iter, runner.epoch, runner.inner_iter) == (4, 1, 1)
     assert scheduler.last_epoch == 1
-    assert validated == [3]
+    assert validated == [3, 4]
 
 
 def test_every_join_point_is_advisable_with_ctx_runner() -> None:
@@ -374,7 +377,7 @@ def test_validation_every_n_epochs_and_every_n_iterations() -> None:
     [
         ({"max_epochs": 3}, {"interval": 2}, [(2, 6), (3, 9)]),
         ({"max_iters": 9}, {"interval": 2}, [(2, 6), (3, 9)]),  # ends on an epoch boundary
-        ({"max_iters": 8}, {"interval": 2}, [(2, 6)]),  # ends inside epoch 3: not validated
+        ({"max_iters": 8}, {"interval": 2}, [(2, 6), (3, 8)]),  # ends inside epoch 3
         ({"max_epochs": 2}, {"interval": 4, "by_epoch": False}, [(2, 4), (2, 6)]),
     ],
 )
@@ -382,7 +385,7 @@ def test_a_run_that_reaches_its_limits_validates_its_final_model(
     limits: dict[str, int], evaluate: dict[str, Any], expected: list[tuple[int, int]]
 ) -> None:
     """Validation at the run's last epoch / iteration even when the interval does not
-    divide the run (as OpenMMLab's loops do), not at a cut epoch."""
+    divide the run, or max_iters ends it inside an epoch (as OpenMMLab's loops do)."""
     model, opt, loader = _parts()
     val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
     seen: list[tuple[int, int]] = []
@@ -808,3 +811,21 @@ def test_advice_for_a_misspelt_join_point_is_reported_when_the_run_starts() -> N
     messages = sorted(str(w.message) for w in caught)
     assert any("'trian_epoch'" in m and "did you mean 'train_epoch'?" in m for m in messages)
     assert any("'trian_iter'" in m and "did you mean 'train_iter'?" in m for m in messages)
+
+
+def test_an_epoch_whose_iterations_advice_skipped_is_not_an_empty_loader() -> None:
+    """Before advice may skip every train_iter of an epoch: the loader did give batches."""
+    runner = _runner(max_epochs=2)
+    runner.weaver.before("train_iter")(lambda ctx: ctx.skip({}) if ctx.runner.epoch == 0 else None)
+    runner.run()
+    assert runner.epoch == 2
+
+
+def test_an_optimizer_of_another_models_parameters_is_refused() -> None:
+    """An optimizer holding none of the model's parameters would train nothing; a subset
+    (a frozen part) is fine."""
+    model, _, loader = _parts()
+    other = torch.nn.Linear(4, 3)
+    with pytest.raises(RunnerError, match="holds none of the model's parameters"):
+        Runner(model, torch.optim.SGD(other.parameters(), lr=0.1), loader, loss_fn=CE, max_epochs=1)
+    Runner(model, torch.optim.SGD([model.weight], lr=0.1), loader, loss_fn=CE, max_epochs=1)

@@ -75,10 +75,12 @@ class Evaluate(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
-        if not self.by_epoch or runner.inner_iter or getattr(runner, "val_loader", None) is None:
+        if not self.by_epoch or getattr(runner, "val_loader", None) is None:
             return
-        if runner.epoch % self.interval == 0 or (runner.finished and runner.stop_reason is None):
+        last = runner.finished and runner.stop_reason is None  # the run reached its limits
+        # An epoch that ended on the interval, or the run's end (max_iters may cut the last
+        # epoch: its model is the final one all the same). An epoch cut by stop() is not.
+        if last or (not runner.inner_iter and runner.epoch % self.interval == 0):
             runner.val_epoch()
 
     def after_train_iter(self, ctx: CallContext) -> None:
