@@ -347,3 +347,75 @@ def sync_buffers_rank_main(rank: int, init_file: str, out_file: str) -> None:
         torch.save({"before": before, "validated": validated, "after": after}, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def _gloo(rank: int, init_file: str) -> Any:
+    import datetime
+
+    torch.set_num_threads(1)
+    dist = torch.distributed
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=20),
+    )
+    return dist
+
+
+def early_stop_rank_main(rank: int, init_file: str, out_file: str) -> None:
+    """One of two gloo ranks whose validation shards disagree (rank 0's score falls, rank
+    1's rises): both must see the whole set's score and stop at the same validation."""
+    dist = _gloo(rank, init_file)
+    try:
+        from aspecthook.train.aspects import EarlyStopping, Evaluate
+
+        scores = iter({0: [1.0, 0.5, 0.4, 0.3], 1: [1.0, 2.0, 3.0, 4.0]}[rank])
+        model = make_model()
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(16)),
+            val_loader=make_loader(make_dataset(8, seed=1), batch_size=8),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=4,
+            aspects=[
+                Evaluate(metrics={"score": lambda outputs, targets: next(scores)}),
+                EarlyStopping("val/score", rule="less", patience=1),
+            ],
+        )
+        runner.run()
+        result = {"epoch": runner.epoch, "reason": runner.stop_reason, **runner.metrics}
+        torch.save(result, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def nan_guard_rank_main(rank: int, init_file: str, out_file: str) -> None:
+    """One of two gloo ranks of a DistributedDataParallel model whose loss is NaN on rank 1
+    only, at iteration 2: both ranks must skip that step together and stay in step."""
+    dist = _gloo(rank, init_file)
+    try:
+        from aspecthook.train.aspects import NaNGuard
+
+        model = torch.nn.parallel.DistributedDataParallel(make_model())
+
+        def step(runner: Runner, batch: Any) -> torch.Tensor:
+            loss = torch.nn.functional.cross_entropy(runner.model(batch[0]), batch[1])
+            return loss * float("nan") if rank == 1 and runner.iter == 2 else loss
+
+        guard = NaNGuard("skip")
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(32, seed=rank)),
+            train_step=step,
+            max_epochs=1,
+            aspects=[guard],
+        )
+        runner.run()
+        weights = [p.detach().clone() for p in model.module.parameters()]
+        torch.save({"skipped": guard.skipped, "weights": weights}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

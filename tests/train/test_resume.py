@@ -441,6 +441,39 @@ def test_sync_buffers_averages_float_buffers_over_the_ranks(
         )
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_ranks_whose_validation_shards_disagree_stop_together(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """Evaluate adds up the ranks' shards: both ranks see the whole set's score (mean of
+    1.0/1.0, then 0.5/2.0) and EarlyStopping stops both after the second validation."""
+    args = (str(tmp_path / "init"), str(tmp_path / "out"))
+    _two_ranks(forkserver, _resume_worker.early_stop_rank_main, *args)
+    got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
+    assert got[0] == got[1]
+    assert got[0]["epoch"] == 2
+    assert got[0]["val/score"] == 1.25
+    assert got[0]["reason"] is not None
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_a_nan_on_one_rank_is_skipped_by_every_rank(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """NaNGuard under DistributedDataParallel: a NaN loss on rank 1 only makes both ranks
+    skip that step, so their gradient all-reduces stay paired and the weights equal."""
+    args = (str(tmp_path / "init"), str(tmp_path / "out"))
+    _two_ranks(forkserver, _resume_worker.nan_guard_rank_main, *args)
+    got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
+    assert got[0]["skipped"] == got[1]["skipped"] == [2]
+    for a, b in zip(got[0]["weights"], got[1]["weights"], strict=True):
+        assert torch.equal(a, b)
+
+
 # -- RNG states --------------------------------------------------------------------------
 
 

@@ -26,7 +26,8 @@ class Evaluate(Aspect):
 
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
-    one. Results land in ``runner.metrics`` as ``'val/<name>'`` before lower-priority
+    one. In a distributed run the ranks' shards are added up, so every rank gets the
+    metrics of the whole validation set. Results land in ``runner.metrics`` as ``'val/<name>'`` before lower-priority
     aspects (checkpoint, early stopping, plateau schedules) look at them. The test loop
     (``runner.test()``) is measured the same way, as ``'test/<name>'``.
     """
@@ -118,9 +119,28 @@ class Evaluate(Aspect):
         self._publish(ctx.runner, "test")
 
     def _publish(self, runner: Any, prefix: str) -> None:
-        if not self._count:
+        sums, count = self._sums, self._count
+        if getattr(runner, "world_size", 1) > 1:
+            sums, count = _over_ranks(sums, count)
+        if not count:
             return
-        runner.metrics.update({f"{prefix}/{k}": v / self._count for k, v in self._sums.items()})
+        runner.metrics.update({f"{prefix}/{k}": v / count for k, v in sums.items()})
+
+
+def _over_ranks(sums: dict[str, float], count: int) -> tuple[dict[str, float], int]:
+    """The sums and sample count of every rank's shard added up, the same on each rank:
+    every rank then holds the metrics of the whole validation set, so the decisions made
+    on them (early stopping, a plateau schedule, the best checkpoint) agree across ranks."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return sums, count
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, (sums, count))
+    total: dict[str, float] = {}
+    for part_sums, _ in parts:  # rank order: the same float additions on every rank
+        for key, value in part_sums.items():
+            total[key] = total.get(key, 0.0) + value
+    return total, sum(part_count for _, part_count in parts)
 
 
 def _batch_size(value: Any) -> int:

@@ -210,7 +210,8 @@ class NaNGuard(Aspect):
     """Watches the loss for NaN/inf: ``action='skip'`` drops that step, ``'stop'`` ends the run.
 
     Either way the iteration is named in a warning (and in ``runner.stop_reason``). The bad
-    loss is never back-propagated. With ``GradAccumulation`` the step dropped is that of
+    loss is never back-propagated. In a distributed run a bad loss on any rank counts for
+    all of them, so the ranks skip (or stop) together. With ``GradAccumulation`` the step dropped is that of
     the whole group the bad batch is in: the group's gradients are cleared when it would
     have stepped, so no group steps on part of its batches and none leaks into the next.
     """
@@ -237,10 +238,13 @@ class NaNGuard(Aspect):
 
     def before_backward(self, ctx: CallContext) -> None:
         loss = ctx.args[0]
-        if bool(torch.isfinite(loss.detach()).all()):
+        runner = ctx.runner
+        bad = ~torch.isfinite(loss.detach()).all()
+        if getattr(runner, "world_size", 1) > 1:
+            bad = _any_rank(bad)
+        if not bool(bad):
             return
         self._bad = True
-        runner = ctx.runner
         get_logger().warning(
             "nan_guard.non_finite_loss",
             iteration=runner.iter,
@@ -267,6 +271,17 @@ class NaNGuard(Aspect):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skipped = list(state.get("skipped", []))
         self._bad = bool(state.get("bad", False))
+
+
+def _any_rank(flag: torch.Tensor) -> torch.Tensor:
+    """Whether ``flag`` is set on any rank: ranks skip a backward (and its gradient
+    all-reduce) together or not at all, or their collectives would fall out of step."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    value = flag.to(torch.int32).reshape(1)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value[0].bool()
 
 
 class EmptyCache(Aspect):
