@@ -262,6 +262,53 @@ def test_a_run_resumed_inside_an_accumulation_group_ends_like_one_that_never_sto
     assert_identical(resumed.optimizer.state_dict(), reference.optimizer.state_dict(), "optim")
 
 
+def _sampled(work_dir: Path, kind: str, *extra: Aspect) -> Runner:
+    """48 samples through a sampler of ``kind`` (6 batches of 4 an epoch), 18 iterations,
+    a checkpoint every 2."""
+    from torch.utils.data import (
+        BatchSampler,
+        SubsetRandomSampler,
+        TensorDataset,
+        WeightedRandomSampler,
+    )
+
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = TensorDataset(x, (x.sum(1) > 0).long())
+    if kind == "subset":
+        loader = DataLoader(data, batch_size=4, sampler=SubsetRandomSampler(range(0, 48, 2)))
+    elif kind == "weighted":
+        loader = DataLoader(data, batch_size=4, sampler=WeightedRandomSampler(torch.ones(48), 24))
+    else:  # a batch sampler around a subset sampler
+        inner = SubsetRandomSampler(range(1, 48, 2))
+        loader = DataLoader(data, batch_sampler=BatchSampler(inner, 4, drop_last=False))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=18,
+        seed=0,
+        work_dir=work_dir,
+        aspects=[*extra, Checkpoint(interval=2, by_epoch=False, resume="auto")],
+    )
+
+
+@pytest.mark.parametrize("kind", ["subset", "weighted", "batch-sampler"])
+def test_samplers_with_a_generator_resume_mid_epoch_bit_for_bit(tmp_path: Path, kind: str) -> None:
+    """DistSamplerSeed seeds any sampler with a generator (and the one inside a batch
+    sampler): a run crashed mid-epoch resumes with the same order, ending equal."""
+    crashed = _sampled(tmp_path / "run", kind, _Crash(8))
+    with pytest.raises(KeyboardInterrupt):
+        crashed.run()
+    resumed = _sampled(tmp_path / "run", kind)
+    resumed.run()
+    reference = _sampled(tmp_path / "ref", kind)
+    reference.run()
+    assert_identical(params(resumed), params(reference), "params")
+
+
 class _EpochEnds(Aspect):
     """Counts ``after_train_epoch`` calls; the count is part of checkpoints."""
 

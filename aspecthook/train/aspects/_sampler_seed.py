@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler
-
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
@@ -18,7 +16,10 @@ class DistSamplerSeed(Aspect):
     """Seeds the training sampler from (base seed, epoch) before every epoch.
 
     A sampler with ``set_epoch`` (``DistributedSampler``) gets the epoch, as torch asks;
-    a ``RandomSampler`` gets a generator seeded with ``base + epoch``. The shuffle order of
+    one with a ``generator`` (``RandomSampler``, ``SubsetRandomSampler``,
+    ``WeightedRandomSampler``, a batch sampler of yours that has one) gets a generator
+    seeded with ``base + epoch``; the loader's ``batch_sampler`` and the sampler inside it
+    are looked at too. The shuffle order of
     an epoch then depends only on the seed and the epoch number, which is what lets a run
     resumed mid-epoch replay the same order. The base seed is the runner's ``seed`` or is
     drawn once, and is part of this aspect's state (saved in checkpoints).
@@ -38,14 +39,28 @@ class DistSamplerSeed(Aspect):
             if seed is None:
                 seed = int(torch.empty((), dtype=torch.int64).random_().item())
             self.base_seed = int(seed)
-        sampler: Any = getattr(runner.train_loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(runner.epoch)
-        elif isinstance(sampler, RandomSampler):
-            sampler.generator = torch.Generator().manual_seed(self.base_seed + runner.epoch)
+        for sampler in _samplers(runner.train_loader):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(runner.epoch)
+            elif hasattr(sampler, "generator"):
+                sampler.generator = torch.Generator().manual_seed(self.base_seed + runner.epoch)
 
     def state_dict(self) -> dict[str, Any]:
         return {"base_seed": self.base_seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.base_seed = state.get("base_seed")
+
+
+def _samplers(loader: Any) -> list[Any]:
+    """The loader's sampler, its batch sampler and the sampler inside that, each once."""
+    found: list[Any] = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for sampler in (
+        getattr(loader, "sampler", None),
+        batch_sampler,
+        getattr(batch_sampler, "sampler", None),
+    ):
+        if sampler is not None and all(sampler is not seen for seen in found):
+            found.append(sampler)
+    return found
