@@ -338,7 +338,17 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         return lambda ctx: method(
             ctx.runner, batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx), outputs=ctx.result
         )
-    return lambda ctx: method(ctx.runner, metrics=getattr(ctx.runner, "metrics", None))
+    # A fresh dict of this loop's metrics (as OpenMMLab passes its evaluator's results),
+    # not runner.metrics itself: a hook that keeps it keeps this epoch's values.
+    prefix = "test/" if "test" in name else "val/"
+
+    def with_metrics(ctx: CallContext) -> Any:
+        metrics = getattr(ctx.runner, "metrics", None) or {}
+        return method(
+            ctx.runner, metrics={k: v for k, v in metrics.items() if k.startswith(prefix)}
+        )
+
+    return with_metrics
 
 
 def from_mmengine_hook(hook: Any, **options: Any) -> MMHook:

@@ -549,9 +549,9 @@ def test_a_high_priority_hook_sees_this_validations_metrics() -> None:
 
 
 def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> None:
-    """Validation every 2nd epoch: epoch 0's logs have no val_loss (no stale value from an
-    earlier validation either), and on_train_end gets the last epoch's logs even without
-    on_epoch_end."""
+    """Validation every 2nd epoch and at the run's end: epochs 0 and 2 have no val_loss
+    (no stale value from an earlier validation either), and on_train_end gets the last
+    epoch's logs even without on_epoch_end."""
     from aspecthook.train.aspects import Evaluate
 
     epochs: list[Any] = []
@@ -565,9 +565,10 @@ def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> No
         def on_train_end(self, logs: Any = None) -> None:
             ends.append(sorted(logs))
 
-    _runner([Evaluate(interval=2), Epochs(), End()], max_epochs=3).run()
-    assert epochs == [["loss"], ["loss", "val_loss"], ["loss"]]
-    assert ends == [["loss"]]
+    _runner([Evaluate(interval=2), Epochs(), End()], max_epochs=5).run()
+    validated = ["loss", "val_loss"]
+    assert epochs == [["loss"], validated, ["loss"], validated, validated]
+    assert ends == [validated]
 
 
 def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> None:
@@ -640,3 +641,21 @@ def test_train_stages_keep_the_hooks_priority_order() -> None:
 
     _runner([Stages("low", "LOW"), Stages("high", "HIGH")], max_epochs=1).run()
     assert calls == ["high.before_train", "low.before_train", "high.after_train", "low.after_train"]
+
+
+def test_a_hook_gets_a_fresh_dict_of_its_loops_metrics() -> None:
+    """after_val_epoch gets this validation's metrics in a dict of its own (as OpenMMLab
+    passes its evaluator's results), not runner.metrics, which later epochs change."""
+    history: list[dict[str, Any]] = []
+
+    class History(Hook):
+        def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+            history.append(metrics)
+
+    runner = _runner([History()], max_epochs=2)
+    runner.metrics["test/loss"] = 1.0  # another loop's value: not handed to val hooks
+    runner.run()
+    assert len(history) == 2
+    assert all(m is not runner.metrics for m in history)
+    assert history[0] != history[1]
+    assert all(set(m) == {"val/loss"} for m in history)

@@ -27,8 +27,9 @@ class Evaluate(Aspect):
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
     one. In a distributed run the ranks' shards are added up, so every rank gets the
-    metrics of the whole validation set. Results land in ``runner.metrics`` as ``'val/<name>'`` before lower-priority
-    aspects (checkpoint, early stopping, plateau schedules) look at them. The test loop
+    metrics of the whole validation set. Results land in ``runner.metrics`` as
+    ``'val/<name>'`` before lower-priority aspects (checkpoint, early stopping, plateau
+    schedules) look at them. The test loop
     (``runner.test()``) is measured the same way, as ``'test/<name>'``.
     """
 

@@ -211,9 +211,10 @@ class NaNGuard(Aspect):
 
     Either way the iteration is named in a warning (and in ``runner.stop_reason``). The bad
     loss is never back-propagated. In a distributed run a bad loss on any rank counts for
-    all of them, so the ranks skip (or stop) together. With ``GradAccumulation`` the step dropped is that of
-    the whole group the bad batch is in: the group's gradients are cleared when it would
-    have stepped, so no group steps on part of its batches and none leaks into the next.
+    all of them, so the ranks skip (or stop) together. With ``GradAccumulation`` the step
+    dropped is that of the whole group the bad batch is in: the group's gradients are
+    cleared when it would have stepped, so no group steps on part of its batches and none
+    leaks into the next.
     """
 
     name = "nan_guard"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
