@@ -1,4 +1,4 @@
-"""Instrumenting code you do not own: instrument unmodified standard-library code, then show what runs where.
+"""Instrumenting code you do not own: weave unmodified standard-library code, see what runs.
 
 It weaves timing (around advice) and structured logging (after advice) into ``json.dumps``
 and ``json.loads`` by dotted path, without touching the json module's source, runs a
