@@ -278,17 +278,7 @@ def save_best_rank_main(rank: int, init_file: str, work_dir: str, out_file: str)
     """One of two gloo ranks whose validation shards disagree on whether ``val/acc``
     improved (rank 0: up every time, rank 1: down): every rank must still take part in
     every save, which is a collective, or rank 0 would wait in it for ever."""
-    import datetime
-
-    torch.set_num_threads(1)
-    dist = torch.distributed
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{init_file}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=20),
-    )
+    dist = _gloo(rank, init_file)
     try:
         from aspecthook.train.aspects import Evaluate
 
@@ -350,6 +340,7 @@ def sync_buffers_rank_main(rank: int, init_file: str, out_file: str) -> None:
 
 
 def _gloo(rank: int, init_file: str) -> Any:
+    """Join the two-rank gloo group (a 20 s timeout: a hang fails instead of waiting)."""
     import datetime
 
     torch.set_num_threads(1)
