@@ -200,6 +200,7 @@ class Session:
     summary: bool
     aspects: list[Any] = field(default_factory=list)
     records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
+    reported: list[Any] = field(default_factory=list)  # records already reported as errors
     handles: list[Any] = field(default_factory=list)
 
     @classmethod
@@ -283,6 +284,8 @@ class Session:
         for handle in self.handles:
             handle.remove()
         for key, record in self.records:
+            if any(record is done for done in self.reported):
+                continue
             if record.status == "failed":
                 _warn(f"{self.config.file}: {key}: {record.target} failed: {record.reason}")
             elif record.status == "pending import" and record.reason:  # a glob still empty
@@ -305,8 +308,12 @@ def _run_program(options: RunOptions, session: Session) -> tuple[int, bool]:
     except SystemExit as exc:
         return _exit_code(exc), False
     except WeaveTargetError as exc:
-        if session.strict and any(r.status == "failed" for _, r in session.records):
-            print(f"{PROG}: error: {exc} (strict mode)", file=sys.stderr)
+        failed = [(key, r) for key, r in session.records if r.status == "failed"]
+        if session.strict and failed:
+            key, record = failed[0]
+            where = f"{session.config.file}: {key}: " if session.config.file else ""
+            print(f"{PROG}: error: {where}{exc} (strict mode)", file=sys.stderr)
+            session.reported.append(record)  # not warned about again at exit
             return 2, False
         _report(exc)
         return 1, False
@@ -464,11 +471,14 @@ def _is_timer(aspect: Any) -> bool:
 def _print_summary(timers: list[Any]) -> None:
     """One table over every Timed instance (rows of all, slowest total first)."""
     summaries = [t.summary() for t in timers]
+    sys.stdout.flush()
+    if not any(len(summary) for summary in summaries):  # no woven call ran: no empty table
+        print(f"{PROG}: Timed recorded no calls", file=sys.stderr)
+        return
     table = summaries[0]
     if len(summaries) > 1:
         rows = sorted((r for s in summaries for r in s), key=lambda r: -r.total_s)
         table = type(summaries[0])(rows)
-    sys.stdout.flush()
     print(table, file=sys.stderr)
 
 

@@ -403,8 +403,11 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     write(program, "late_strict.yaml", "strict: true\n" + textwrap.dedent(body))
     done = run(program, "--aspects", "late_strict.yaml", "prog.py")
     assert done.returncode == 2
+    assert "aspecthook: error: late_strict.yaml: weave[0]: " in done.stderr
     assert "helper.no_such_function" in done.stderr
     assert "(strict mode)" in done.stderr
+    assert "failed:" not in done.stderr  # the error is not repeated as a warning at exit
+    assert "Timed recorded no calls" in done.stderr  # not an empty table
 
 
 def test_version_guard_skips_even_with_strict(program: Path) -> None:
