@@ -313,15 +313,14 @@ class Runner:
         Without a ``device`` it is the loader's own iterator: the loop then costs nothing
         per batch on top of the loader (no generator to resume, no call).
         """
-        batches = epoch_batches(self.train_loader, self.inner_iter)
-        return batches if self.device is None else map(self.to_device, batches)
+        return self._on_device(epoch_batches(self.train_loader, self.inner_iter))
 
     def eval_batches(self, loader: Iterable[Any] | None) -> Iterator[Any]:
         """The batches of a validation or test ``loader`` (none if it is None), on the
         runner's device when it has one, as ``epoch_batches`` gives training batches."""
-        if loader is None:
-            return iter(())
-        batches = iter(loader)
+        return self._on_device(iter(loader if loader is not None else ()))
+
+    def _on_device(self, batches: Iterator[Any]) -> Iterator[Any]:
         return batches if self.device is None else map(self.to_device, batches)
 
     def to_device(self, batch: Any) -> Any:
@@ -374,10 +373,6 @@ class Runner:
             result["loss"] = self.loss_fn(outputs, targets)
         elif self.loss_fn is None and isinstance(outputs, Mapping) and "loss" in outputs:
             result["loss"] = outputs["loss"]  # a model that computes its own loss
-        if targets is None:  # the batch's size, for averaging over batches (Evaluate)
-            size = _leading_size(inputs)
-            if size is not None:
-                result["batch_size"] = size
         return result
 
     def _default_step(self, batch: Any) -> Any:
@@ -421,12 +416,12 @@ class Runner:
             unpack = getattr(aspect, "unpack_state", None)
             if callable(unpack):
                 state = unpack(state)
+        from .aspects._ema import unpack_orphan
+
         names = {aspect.name for aspect in self.aspects}
         for name in [n for n in state.get("aspects", {}) if n not in names]:
             # Saved by an EMA aspect this runner does not have: the live weights go back
             # under "model" all the same, or training would go on from the average.
-            from .aspects._ema import unpack_orphan
-
             state = unpack_orphan(state, name)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -591,20 +586,6 @@ def _unique(aspect: Aspect, others: list[Aspect]) -> Aspect:
 
 def _has_state(aspect: Aspect) -> bool:
     return callable(getattr(aspect, "state_dict", None))
-
-
-def _leading_size(batch: Any) -> int | None:
-    """The first dimension of the first tensor in ``batch`` (a tensor, mapping or
-    sequence), or None when it holds none."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    values = batch.values() if isinstance(batch, Mapping) else batch
-    if isinstance(values, (tuple, list)) or isinstance(batch, Mapping):
-        for value in values:
-            size = _leading_size(value)
-            if size is not None:
-                return size
-    return None
 
 
 def _split_batch(batch: Any) -> tuple[Any, Any]:

@@ -280,23 +280,9 @@ def save_best_rank_main(rank: int, init_file: str, work_dir: str, out_file: str)
     every save, which is a collective, or rank 0 would wait in it for ever."""
     dist = _gloo(rank, init_file)
     try:
-        from aspecthook.train.aspects import Evaluate
-
-        scores = iter({0: [0.5, 0.7, 0.9], 1: [0.5, 0.4, 0.3]}[rank])
-        model = make_model()
-        runner = Runner(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            make_loader(make_dataset(16)),
-            val_loader=make_loader(make_dataset(8, seed=1), batch_size=8),
-            loss_fn=torch.nn.functional.cross_entropy,
-            max_epochs=3,
-            work_dir=work_dir,
-            aspects=[
-                Evaluate(metrics={"acc": lambda outputs, targets: next(scores)}),
-                Checkpoint(interval=10, save_last=False, save_best="val/acc"),
-            ],
-        )
+        checkpoint = Checkpoint(interval=10, save_last=False, save_best="val/acc")
+        scores = {0: [0.5, 0.7, 0.9], 1: [0.5, 0.4, 0.3]}[rank]
+        runner = _scored_runner("acc", scores, checkpoint, max_epochs=3, work_dir=work_dir)
         runner.run()
         torch.save({"epoch": runner.epoch}, f"{out_file}.{rank}")
     finally:
@@ -339,6 +325,24 @@ def sync_buffers_rank_main(rank: int, init_file: str, out_file: str) -> None:
         dist.destroy_process_group()
 
 
+def _scored_runner(metric: str, scores: list[float], aspect: Any, **kwargs: Any) -> Runner:
+    """A runner whose validations report ``scores`` in turn as ``val/<metric>`` (this
+    rank's shard), with ``aspect`` deciding on them."""
+    from aspecthook.train.aspects import Evaluate
+
+    values = iter(scores)
+    model = make_model()
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        make_loader(make_dataset(16)),
+        val_loader=make_loader(make_dataset(8, seed=1), batch_size=8),
+        loss_fn=torch.nn.functional.cross_entropy,
+        aspects=[Evaluate(metrics={metric: lambda outputs, targets: next(values)}), aspect],
+        **kwargs,
+    )
+
+
 def _gloo(rank: int, init_file: str) -> Any:
     """Join the two-rank gloo group (a 20 s timeout: a hang fails instead of waiting)."""
     import datetime
@@ -360,22 +364,11 @@ def early_stop_rank_main(rank: int, init_file: str, out_file: str) -> None:
     1's rises): both must see the whole set's score and stop at the same validation."""
     dist = _gloo(rank, init_file)
     try:
-        from aspecthook.train.aspects import EarlyStopping, Evaluate
+        from aspecthook.train.aspects import EarlyStopping
 
-        scores = iter({0: [1.0, 0.5, 0.4, 0.3], 1: [1.0, 2.0, 3.0, 4.0]}[rank])
-        model = make_model()
-        runner = Runner(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            make_loader(make_dataset(16)),
-            val_loader=make_loader(make_dataset(8, seed=1), batch_size=8),
-            loss_fn=torch.nn.functional.cross_entropy,
-            max_epochs=4,
-            aspects=[
-                Evaluate(metrics={"score": lambda outputs, targets: next(scores)}),
-                EarlyStopping("val/score", rule="less", patience=1),
-            ],
-        )
+        stopping = EarlyStopping("val/score", rule="less", patience=1)
+        scores = {0: [1.0, 0.5, 0.4, 0.3], 1: [1.0, 2.0, 3.0, 4.0]}[rank]
+        runner = _scored_runner("score", scores, stopping, max_epochs=4)
         runner.run()
         result = {"epoch": runner.epoch, "reason": runner.stop_reason, **runner.metrics}
         torch.save(result, f"{out_file}.{rank}")

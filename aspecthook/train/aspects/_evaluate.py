@@ -99,7 +99,11 @@ class Evaluate(Aspect):
     def after_val_iter(self, ctx: CallContext) -> None:
         result = ctx.result or {}
         outputs, targets = result.get("outputs"), result.get("targets")
-        size = result.get("batch_size") or _batch_size(targets if targets is not None else outputs)
+        if targets is not None:
+            size = _batch_size(targets)
+        else:  # a model that takes the whole batch (and may return its own loss)
+            leading = _leading_size(ctx.args[0]) if ctx.args else None
+            size = leading or _batch_size(outputs)
         self._count += size
         values: dict[str, Any] = {}
         if "loss" in result:
@@ -150,3 +154,16 @@ def _batch_size(value: Any) -> int:
     if isinstance(value, (list, tuple)):
         return len(value)
     return 1
+
+
+def _leading_size(batch: Any) -> int | None:
+    """The first dimension of the first tensor in ``batch`` (a tensor, mapping or
+    sequence), or None when it holds none."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (Mapping, tuple, list)):
+        for value in batch.values() if isinstance(batch, Mapping) else batch:
+            size = _leading_size(value)
+            if size is not None:
+                return size
+    return None
