@@ -21,6 +21,7 @@ from ._handle import Handle
 from ._joinpoint import JoinPoint
 from ._pointcut import Glob, Name, Pointcut, Predicate
 from ._priority import Priority
+from ._tracking import track_calls
 from ._weave import unweave, weave, woven
 from ._weaver import Weaver, default_weaver
 
@@ -63,6 +64,7 @@ __all__ = [
     "on",
     "on_error",
     "register",
+    "track_calls",
     "unweave",
     "weave",
     "woven",

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from . import _tracking
 from ._pointcut import Pointcut
 from ._priority import resolve_priority
 from .errors import AdviceSignatureError, InvalidOptionError
@@ -132,8 +133,6 @@ class Advice:
         self.is_async = inspect.iscoroutinefunction(fn)
         self.seq = -1
         self.failures = 0
-        self.calls = 0
-        self.time_ns = 0
         self._handle: Handle | None = None
         self.points: weakref.WeakSet[Any] = weakref.WeakSet()
         # Compiled callables per join point (weakly keyed: advice never keeps a join point,
@@ -142,6 +141,13 @@ class Advice:
             weakref.WeakKeyDictionary()
         )
         self._compiled_events: dict[str, Callable[..., Any]] = {}
+        # Filter state (``every=`` / ``once=`` counters) per join point, kept when the
+        # advice is compiled again (``recompile``), and call figures (``track_calls``).
+        self._counters: weakref.WeakKeyDictionary[Any, _Counters] = weakref.WeakKeyDictionary()
+        self._counters_events: dict[str, _Counters] = {}
+        self._stats: weakref.WeakKeyDictionary[Any, _tracking.CallStats] = (
+            weakref.WeakKeyDictionary()
+        )
         check_signature(fn, kind, self.describe_target())
 
     # -- being its own handle ---------------------------------------------------------
@@ -230,30 +236,60 @@ class Advice:
             return None
         if getattr(key, "counter", None) is None or self.kind == "around":
             return None
-        return self.every, self.window, self._guarded(self.fn)
+        return self.every, self.window, self._tracked(key, self._guarded(self.fn))
 
     def layer_factory(self) -> Callable[..., Any] | None:
         """The aspect's layer factory for this around advice (``runs_as_layer``), or
         ``None`` when it has none or a filter (``every``/``once``/``when``/``rank``) must
         run per call."""
         name = getattr(self.fn, LAYER, None)
-        if name is None or self.kind != "around" or self.is_async:
-            return None
+        if name is None or self.kind != "around" or self.is_async or _tracking.is_tracking():
+            return None  # a layer has no compiled advice to count calls in
         if self.every or self.once or self.when is not None or self.rank is not None:
             return None
         factory: Callable[..., Any] | None = getattr(getattr(self.fn, "__self__", None), name, None)
         return factory
 
     def forget(self, key: object) -> None:
+        """Drop everything kept for ``key``: the advice left that join point (or event)."""
+        self.recompile(key)
+        counters: Any = self._counters_events if isinstance(key, str) else self._counters
+        counters.pop(key, None)
+        if not isinstance(key, str):
+            self._stats.pop(key, None)
+
+    def recompile(self, key: object) -> None:
+        """Compile again at ``key`` on next use, keeping its filter state; with call
+        tracking just turned on, its figures start from zero."""
         cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
         cache.pop(key, None)
+        if _tracking.starts_fresh() and not isinstance(key, str):
+            self._stats.pop(key, None)
+
+    def stats(self, key: object) -> _tracking.CallStats | None:
+        """Calls and time at join point ``key`` while tracked (``track_calls``), or None."""
+        return self._stats.get(key)
 
     def _compile(self, key: object) -> Callable[..., Any]:
-        fn = self._guarded(self.fn)
+        fn = self._tracked(key, self._guarded(self.fn))
         if self.every or self.once or self.when is not None or self.rank is not None:
             numbered = getattr(key, "counter", None) is not None
-            fn = _filter(self, fn, numbered=numbered)
+            cache: Any = self._counters_events if isinstance(key, str) else self._counters
+            counters = cache.get(key)
+            if counters is None:
+                counters = cache[key] = _Counters()
+            fn = _filter(self, fn, counters, numbered=numbered)
         return fn
+
+    def _tracked(self, key: object, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` counted and timed at join point ``key`` while calls are tracked."""
+        if isinstance(key, str) or not _tracking.is_tracking():
+            return fn  # events are not join points: describe() has no row for them
+        stats = self._stats.get(key)
+        if stats is None:
+            stats = self._stats[key] = _tracking.CallStats()
+        around = self.kind == "around"
+        return _tracking.track(stats, fn, around=around, is_async=self.is_async)  # type: ignore[no-any-return]
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         if self.errors == "log" and not getattr(fn, GUARDED, False):
@@ -407,13 +443,24 @@ def location_of(fn: object) -> str:
 # -- compiled wrappers: filters and the errors='log' policy ------------------------------
 
 
-def _filter(advice: Advice, fn: Callable[..., Any], *, numbered: bool) -> Callable[..., Any]:
+class _Counters:
+    """The state of one advice's filters at one join point (kept across recompiles)."""
+
+    __slots__ = ("calls", "fired")
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()  # next() on itertools.count is atomic under the GIL
+        self.fired = itertools.count()  # once=: the calls that passed every other filter
+
+
+def _filter(
+    advice: Advice, fn: Callable[..., Any], counters: _Counters, *, numbered: bool
+) -> Callable[..., Any]:
     """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
     reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
     every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
     lead = advice.window - 1  # the window's calls end at each every-th one
-    counter = itertools.count()  # next() on itertools.count is atomic under the GIL
-    fired = itertools.count()  # once=: the calls that passed every other filter
+    counter, fired = counters.calls, counters.fired
     around = advice.kind == "around"
     logs = advice.errors == "log"
 

@@ -22,7 +22,10 @@ class Row:
 
     A join point with no advice has one row with ``stage`` empty. Advice that matches no
     join point has ``joinpoint`` empty and a ``note`` (with a did-you-mean suggestion).
-    A weave that is pending, skipped or failed has ``status`` saying so.
+    A weave that is pending, skipped or failed has ``status`` saying so. ``calls`` and
+    ``time_s`` are the advice's calls at this join point and the time they took, once
+    ``track_calls()`` has counted them (None before); around advice's time leaves out the
+    time inside ``proceed``.
     """
 
     joinpoint: str
@@ -35,6 +38,7 @@ class Row:
     location: str
     status: str
     calls: int | None = None
+    time_s: float | None = None
     failures: int = 0
     note: str = ""
 
@@ -58,22 +62,15 @@ class Description(list[Row]):
         from rich.table import Table
 
         table = Table(title="aspecthook: join points and advice", show_lines=False)
-        for column in (
-            "join point",
-            "stage",
-            "#",
-            "advice",
-            "priority",
-            "aspect",
-            "filters",
-            "status",
-            "where",
-            "note",
-        ):
+        tracked = any(r.calls is not None for r in self)  # columns only when counted
+        columns = ["join point", "stage", "#", "advice", "priority", "aspect", "filters"]
+        columns += ["status", *(["calls", "time"] if tracked else []), "where", "note"]
+        for column in columns:
             # Names are what a reader looks for: never cut one; fold long notes instead.
             names = column in ("join point", "advice", "where")
             table.add_column(column, no_wrap=names, overflow="ellipsis" if names else "fold")
         for r in self:
+            counted = [_calls(r), _time(r)] if tracked else []
             table.add_row(
                 r.joinpoint,
                 r.stage,
@@ -83,17 +80,20 @@ class Description(list[Row]):
                 r.aspect,
                 r.filters,
                 r.status,
+                *counted,
                 _short(r.location),
                 r.note,
             )
         return table
 
     def _plain(self) -> str:
+        tracked = any(r.calls is not None for r in self)
         lines = []
         for r in self:
+            counted = f" {_calls(r):>8} {_time(r):>10}" if tracked else ""
             lines.append(
                 f"{r.joinpoint:30} {r.stage:9} {r.order:>2} {r.advice:30} "
-                f"{'' if r.priority is None else r.priority:>4} {r.status} {r.note}"
+                f"{'' if r.priority is None else r.priority:>4} {r.status}{counted} {r.note}"
             )
         return "\n".join(lines)
 
@@ -104,6 +104,20 @@ class Description(list[Row]):
     def advice_names(self, joinpoint: str, stage: str) -> list[str]:
         """Advice names at one join point and stage, in the order they run."""
         return [r.advice for r in self if r.joinpoint == joinpoint and r.stage == stage]
+
+
+def _calls(row: Row) -> str:
+    return "" if row.calls is None else f"{row.calls:,}"
+
+
+def _time(row: Row) -> str:
+    """Time spent, in the unit that keeps it readable."""
+    if row.time_s is None:
+        return ""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if row.time_s >= scale:
+            return f"{row.time_s / scale:.3g} {unit}"
+    return f"{row.time_s * 1e9:.0f} ns"
 
 
 def _short(location: str) -> str:
@@ -140,6 +154,7 @@ def _joinpoint_rows(jp: Any) -> list[Row]:
     for stage in STAGES:
         for i, advice in enumerate(chain.entries.get(stage, ()), 1):
             problem = chain.skipped.get(advice)
+            stats = advice.stats(jp)
             rows.append(
                 Row(
                     joinpoint=jp.name,
@@ -151,6 +166,8 @@ def _joinpoint_rows(jp: Any) -> list[Row]:
                     filters=advice.filters,
                     location=advice.location,
                     status="failed" if problem else jp.status,
+                    calls=None if stats is None else stats.calls,
+                    time_s=None if stats is None else stats.time_s,
                     failures=advice.failures,
                     note=problem or aliases,
                 )

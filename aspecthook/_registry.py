@@ -67,6 +67,15 @@ class Registry:
             jp.advice = advices
             jp.set_chain(chains[jp])
 
+    def recompile(self) -> None:
+        """Compile the advice of every join point again (``track_calls`` switched)."""
+        with LOCK:
+            points = list(self.joinpoints)
+            for jp in points:
+                for advice in jp.advice:
+                    advice.recompile(jp)
+            self._commit({jp: list(jp.advice) for jp in points})  # the same advice
+
     def add_joinpoint(self, jp: JoinPoint) -> None:
         """Make ``jp`` known; advice registered earlier that matches it applies now."""
         with LOCK:
