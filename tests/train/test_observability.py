@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from aspecthook.errors import InvalidOptionError
 from aspecthook.train import Runner
-from aspecthook.train.aspects import Evaluate, IterTimer, Logger, ProgressBar
+from aspecthook.train.aspects import Checkpoint, Evaluate, IterTimer, Logger, ProgressBar
 
 
 def _runner(tmp_path: Path, aspects: list[Any], **kwargs: Any) -> Runner:
@@ -111,6 +111,26 @@ def test_logger_keeps_its_log_points_and_window_in_a_resumed_run(tmp_path: Path)
             it = record["iter"]
             expected = sum(losses[i] for i in (it - 2, it - 1, it)) / 3
             assert record["loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_loss(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint at iteration 5 falls inside the window (3..6) of the log point 6: the
+    losses already in the window are part of the checkpoint, so the resumed run logs the
+    uninterrupted run's mean at 6, not the mean of iteration 6 alone."""
+
+    def records(folder: Path, **checkpoint: Any) -> list[tuple[int, float]]:
+        logger = Logger(interval=6, window=4, json_file=None)
+        ckpt = Checkpoint(interval=5, by_epoch=False, save_last=False, **checkpoint)
+        runner = _runner(folder, [logger, ckpt], max_epochs=None, max_iters=12)
+        runner.run()
+        return [(r["iter"], r["loss"]) for r in logger.records if r["mode"] == "train"]
+
+    whole = records(tmp_path / "whole")
+    resumed = records(tmp_path / "resumed", resume=tmp_path / "whole" / "iter_5.pt")
+    assert [it for it, _ in whole] == [6, 12]
+    assert resumed == whole
 
 
 def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:

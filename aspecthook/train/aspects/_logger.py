@@ -139,6 +139,15 @@ class Logger(Aspect):
                 raise
             log_own_failure(self, ctx)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The losses in the smoothing window so far (part of checkpoints): a run resumed
+        inside a window logs the mean the uninterrupted run logs."""
+        return {"losses": [float(loss) for loss in self.losses]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.losses.clear()
+        self.losses.extend(float(loss) for loss in state.get("losses", ()))
+
     def _train_record(self, runner: Any, it: int) -> None:
         console = it % self.interval == 0
         if not (console or it % self.file_interval == 0) or runner.rank != 0:
