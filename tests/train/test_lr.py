@@ -322,3 +322,70 @@ def test_missing_scheduler_is_reported_before_training() -> None:
     with pytest.raises(RunnerError, match="no scheduler"):
         runner.run()
     assert runner.iter == 0
+
+
+def _warm_cosine_runner(
+    aspect_scheduler: Any, runner_scheduler: bool, max_iters: int
+) -> tuple[Runner, list[float]]:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    cosine = lr_scheduler.CosineAnnealingLR(opt, T_max=ITERS)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        scheduler=cosine if runner_scheduler else None,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=max_iters,
+        aspects=[
+            LRSchedule(
+                None if runner_scheduler else aspect_scheduler,
+                by_epoch=False,
+                warmup="linear",
+                warmup_iters=5,
+            )
+        ],
+    )
+    seen: list[float] = []
+    runner.weaver.before("optimizer_step")(
+        lambda ctx: seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
+    )
+    return runner, seen
+
+
+@pytest.mark.parametrize("given", ["runner", "factory"])
+def test_a_second_run_of_the_runner_goes_on_with_the_same_schedule(given: str) -> None:
+    """run() to 15 iterations, then max_iters=40 and run() again: the LRs are the ones
+    one run to 40 uses (the warm-up is not started again, a factory not called again)."""
+
+    def cosine(o: torch.optim.Optimizer) -> Any:
+        return lr_scheduler.CosineAnnealingLR(o, T_max=ITERS)
+
+    whole, whole_lrs = _warm_cosine_runner(cosine, given == "runner", ITERS)
+    whole.run()
+    twice, twice_lrs = _warm_cosine_runner(cosine, given == "runner", 15)
+    twice.run()
+    twice.max_iters = ITERS
+    twice.run()
+    assert len(twice_lrs) == ITERS
+    assert twice_lrs == whole_lrs
+
+
+def test_a_state_loaded_before_the_first_run_continues_the_schedule() -> None:
+    """runner.load_state_dict(state) and then run(): the warm-up and the cosine go on from
+    the saved iteration, as Checkpoint(resume=) does."""
+    whole, whole_lrs = _warm_cosine_runner(None, True, ITERS)
+    whole.run()
+    first, _ = _warm_cosine_runner(None, True, 12)
+    first.run()
+    state = first.state_dict()
+    resumed, resumed_lrs = _warm_cosine_runner(None, True, ITERS)
+    resumed.load_state_dict(state)
+    resumed.run()
+    assert resumed_lrs == whole_lrs[12:]
+
+
+def test_a_scheduler_class_is_built_on_the_runners_optimizer() -> None:
+    """LRSchedule(SchedulerClass): called with the optimizer, like a factory."""
+    seen = _runner_lrs(LRSchedule(lr_scheduler.LinearLR, by_epoch=False))
+    assert seen == _torch_lrs(lr_scheduler.LinearLR)

@@ -39,6 +39,8 @@ class LRSchedule(Aspect):
     iterations. ``ReduceLROnPlateau`` steps after each validation, with
     ``runner.metrics[monitor]`` (so patience counts validations, whatever their interval).
     The composed scheduler becomes ``runner.scheduler``, so checkpoints save and restore it.
+    It is built once: a later ``run()`` of the same runner goes on with it, and a state
+    loaded before the first ``run()`` (``runner.load_state_dict``) is applied to it then.
     """
 
     name = "lr_schedule"
@@ -88,6 +90,10 @@ class LRSchedule(Aspect):
         self._plateau_start: tuple[int, int] | None = None
         # The main scheduler's step when it is all an iteration does (set by before_run).
         self._iter_step: Callable[[], Any] | None = None
+        # What before_run made runner.scheduler (built once), and the scheduler states a
+        # runner.load_state_dict() gave before it was built (applied once it is).
+        self._installed: Any = None
+        self._pending: dict[str, Any] | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -100,9 +106,26 @@ class LRSchedule(Aspect):
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
+        self._plateau_start = None
+        if self._installed is not None and runner.scheduler is self._installed:
+            return  # a later run() of this runner: the schedule goes on where it is
+        pending, self._pending = self._pending, None
+        # Building schedulers sets the LR (their step 0); a loaded state's LR is the
+        # optimizer's, already loaded, and comes back once the schedule is built.
+        groups = runner.optimizer.param_groups
+        loaded_lrs = [g["lr"] for g in groups] if pending is not None else None
+        self._compose(runner)
+        self._installed = runner.scheduler
+        if pending is not None and loaded_lrs is not None:
+            if pending.get("scheduler") is not None:
+                runner.scheduler.load_state_dict(pending["scheduler"])
+            self.load_state_dict(pending)
+            for group, lr in zip(groups, loaded_lrs, strict=True):
+                group["lr"] = lr
+
+    def _compose(self, runner: Any) -> None:
         main = self._resolve(runner)
         self._plateau = isinstance(main, lr_scheduler.ReduceLROnPlateau)
-        self._plateau_start = None
         if self._plateau and runner.val_loader is None:
             raise RunnerError(
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
@@ -168,8 +191,19 @@ class LRSchedule(Aspect):
         return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self._warmup is not None and state.get("warmup") is not None:
+        if self._installed is None:  # not built yet: applied by before_run
+            self._pending = {**(self._pending or {}), **state}
+        elif self._warmup is not None and state.get("warmup") is not None:
             self._warmup.load_state_dict(state["warmup"])
+
+    def unpack_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Before the schedule is built, the runner's scheduler is not yet the one whose
+        state a checkpoint holds: keep that state for before_run to load into it."""
+        if self._installed is not None or "scheduler" not in state:
+            return state
+        state = dict(state)
+        self._pending = {**(self._pending or {}), "scheduler": state.pop("scheduler")}
+        return state
 
     def _resolve(self, runner: Any) -> Any:
         given = self.scheduler if self.scheduler is not None else runner.scheduler
@@ -178,8 +212,8 @@ class LRSchedule(Aspect):
                 "LRSchedule has no scheduler: pass one to LRSchedule(scheduler) or to "
                 "Runner(scheduler=), or a callable optimizer -> scheduler"
             )
-        if callable(given) and not hasattr(given, "step"):
-            given = given(runner.optimizer)
+        if isinstance(given, type) or (callable(given) and not hasattr(given, "step")):
+            given = given(runner.optimizer)  # a scheduler class, or a factory
         if getattr(given, "optimizer", runner.optimizer) is not runner.optimizer:
             raise RunnerError(
                 f"LRSchedule's {type(given).__name__} drives a different optimizer than the "
