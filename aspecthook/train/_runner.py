@@ -180,7 +180,8 @@ class Runner:
     # -- join points (replaced per instance in __init__ by advised proxies) ---------------
 
     def run(self) -> dict[str, Any]:
-        """Train until the limits or ``stop()``; return the metrics.
+        """Train until the limits or ``stop()``; return the metrics as they are at its end
+        (a copy: ``runner.metrics`` goes on changing with later runs and tests).
 
         Calls the ``run`` join point with this runner as ``ctx.runner`` for every advised
         call made meanwhile, including the user's own join points (``Runner.joinpoint``).
@@ -193,18 +194,18 @@ class Runner:
         _report_near_misses(self)
         token = CURRENT_RUNNER.set(self)
         try:
-            return self._run_joinpoint()
+            return _snapshot(self._run_joinpoint())
         finally:
             CURRENT_RUNNER.reset(token)
 
     def test(self) -> dict[str, Any]:
         """Run the test loop over ``test_loader`` once; return the metrics (``Evaluate``
-        puts its results there as ``'test/<name>'``)."""
+        puts its results there as ``'test/<name>'``), a copy as ``run()`` returns."""
         if self.test_loader is None:
             raise RunnerError("runner.test() needs a test_loader: give Runner(test_loader=...)")
         token = CURRENT_RUNNER.set(self)
         try:
-            return self.test_epoch()
+            return _snapshot(self.test_epoch())
         finally:
             CURRENT_RUNNER.reset(token)
 
@@ -365,7 +366,11 @@ class Runner:
         """The validation/test step: ``val_step`` or model output, targets and loss."""
         if self.val_step is not None:
             result = self.val_step(self, batch)
-            return result if isinstance(result, dict) else {"outputs": result}
+            if isinstance(result, dict):
+                return result
+            if _is_scalar(result):  # a loss, as train_step returns one
+                return {"loss": result}
+            return {"outputs": result}
         inputs, targets = _split_batch(batch)
         outputs = self.model(inputs)
         result = {"outputs": outputs, "targets": targets}
@@ -403,26 +408,33 @@ class Runner:
             if callable(own):
                 state["aspects"][aspect.name] = own()
         # An aspect may rearrange the whole state (EMA puts the weights it validates
-        # under "model"); load_state_dict has it undo that first.
+        # under "model"); "packed" lists those that did, in order, for load_state_dict to
+        # undo them in reverse (rearrangements stack: two EMAs exchange in turn).
         for aspect in self.aspects:
             pack = getattr(aspect, "pack_state", None)
             if callable(pack):
-                state = pack(state)
+                packed = pack(state)
+                if packed is not state:
+                    state = {**packed, "packed": [*state.get("packed", ()), aspect.name]}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict()`` saved."""
-        for aspect in reversed(self.aspects):
-            unpack = getattr(aspect, "unpack_state", None)
-            if callable(unpack):
-                state = unpack(state)
         from .aspects._ema import unpack_orphan
 
-        names = {aspect.name for aspect in self.aspects}
-        for name in [n for n in state.get("aspects", {}) if n not in names]:
-            # Saved by an EMA aspect this runner does not have: the live weights go back
+        aspects = {aspect.name: aspect for aspect in self.aspects}
+        packed = list(state.get("packed", ()))
+        for name in reversed(packed):  # the exact reverse of the packing
+            unpack = getattr(aspects.get(name), "unpack_state", None)
+            # Packed by an EMA aspect this runner does not have: the live weights go back
             # under "model" all the same, or training would go on from the average.
-            state = unpack_orphan(state, name)
+            state = unpack(state) if callable(unpack) else unpack_orphan(state, name)
+        for aspect in reversed(self.aspects):
+            unpack = getattr(aspect, "unpack_state", None)
+            if callable(unpack) and aspect.name not in packed:
+                state = unpack(state)
+        for name in [n for n in state.get("aspects", {}) if n not in aspects]:
+            state = unpack_orphan(state, name)  # a state saved without "packed"
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and "scheduler" in state:
@@ -610,6 +622,19 @@ def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
             "loss_fn(model(x), y)) or train_step=(runner, batch) -> loss"
         )
     return outputs
+
+
+def _is_scalar(value: Any) -> bool:
+    """A 0-d tensor or a real number: what a step returns as its loss."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _snapshot(metrics: Any) -> dict[str, Any]:
+    """What ``run()`` / ``test()`` hand back: a copy of the metrics dict the join point
+    returned (advice may have replaced the result with anything else: kept as it is)."""
+    return dict(metrics) if type(metrics) is dict else metrics  # type: ignore[no-any-return]
 
 
 def _move(batch: Any, device: torch.device) -> Any:

@@ -420,3 +420,22 @@ def test_a_checkpoint_with_ema_resumed_without_it_trains_on_from_the_live_weight
     plain = _ema_run(max_epochs=2, val=False)
     plain.load_state_dict(trained.state_dict())
     assert torch.equal(plain.model.weight, live)
+
+
+@pytest.mark.parametrize("kept", [("ema", "ema_slow"), ("ema_slow",), ("ema",), ()])
+def test_a_checkpoint_with_two_emas_loads_the_live_weights_with_any_of_them(
+    kept: tuple[str, ...],
+) -> None:
+    """Two EMAs both put their average under "model" in turn; loading undoes that in the
+    exact reverse order, whichever of them the loading runner still has."""
+
+    def emas(names: tuple[str, ...]) -> list[EMA]:
+        made = {"ema": lambda: EMA(decay=0.5), "ema_slow": lambda: EMA(decay=0.9, name="ema_slow")}
+        return [made[name]() for name in names]
+
+    trained = _ema_run(max_epochs=2, aspects=emas(("ema", "ema_slow")))
+    trained.run()
+    live = trained.model.weight.detach().clone()
+    loading = _ema_run(max_epochs=2, val=bool(kept), aspects=emas(kept))
+    loading.load_state_dict(trained.state_dict())
+    assert torch.equal(loading.model.weight, live)

@@ -829,3 +829,100 @@ def test_an_optimizer_of_another_models_parameters_is_refused() -> None:
     with pytest.raises(RunnerError, match="holds none of the model's parameters"):
         Runner(model, torch.optim.SGD(other.parameters(), lr=0.1), loader, loss_fn=CE, max_epochs=1)
     Runner(model, torch.optim.SGD([model.weight], lr=0.1), loader, loss_fn=CE, max_epochs=1)
+
+
+@pytest.mark.parametrize("loss", ["tensor", "float"])
+def test_a_val_step_that_returns_a_loss_is_validated_on_it(loss: str) -> None:
+    """val_step returning a scalar, as train_step does: val/loss is its mean over the
+    samples (batches of 4, 4, 2), not nothing."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,))), batch_size=4)
+
+    def val_step(runner: Runner, batch: Any) -> Any:
+        value = CE(runner.model(batch[0]), batch[1])
+        return value if loss == "tensor" else float(value)
+
+    runner = Runner(model, opt, loader, val_loader=val, val_step=val_step, loss_fn=CE, max_epochs=1)
+    metrics = runner.run()
+    with torch.no_grad():
+        expected = sum(float(CE(model(x), y)) * len(y) for x, y in val) / 10
+    assert metrics["val/loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
+    """A copy: a later test() or run() does not change what an earlier call returned."""
+    model, opt, loader = _parts()
+    runner = Runner(
+        model, opt, loader, val_loader=loader, test_loader=loader, loss_fn=CE, max_epochs=1
+    )
+    first = runner.run()
+    kept = dict(first)
+    tested = runner.test()
+    runner.max_epochs = 2
+    second = runner.run()
+    assert first == kept
+    assert "test/loss" not in first
+    assert "test/loss" in tested
+    assert second["val/loss"] != first["val/loss"]
+
+
+def test_evaluate_weights_batches_by_their_size_when_the_targets_are_a_dict() -> None:
+    """Multi-task style targets ({'cls': y}): batches of 8, 8 and 2 count 8, 8 and 2."""
+    torch.manual_seed(0)
+    rows = [{"x": torch.randn(4), "targets": {"cls": torch.tensor(i % 3)}} for i in range(18)]
+    model = torch.nn.Linear(4, 3)
+    loader = DataLoader(rows, batch_size=8)
+
+    def val_step(runner: Runner, batch: Any) -> dict[str, Any]:
+        outputs = runner.model(batch["x"])
+        targets = batch["targets"]
+        return {"outputs": outputs, "targets": targets, "loss": CE(outputs, targets["cls"])}
+
+    def train_step(runner: Runner, batch: Any) -> torch.Tensor:
+        return CE(runner.model(batch["x"]), batch["targets"]["cls"])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=loader,
+        train_step=train_step,
+        val_step=val_step,
+        max_epochs=1,
+    )
+    metrics = runner.run()
+    with torch.no_grad():
+        expected = sum(float(CE(model(b["x"]), b["targets"]["cls"])) * len(b["x"]) for b in loader)
+    assert metrics["val/loss"] == pytest.approx(expected / 18, rel=1e-6)
+
+
+def test_evaluate_by_iteration_validates_the_end_of_a_run_over_a_loader_without_len() -> None:
+    """max_epochs over an IterableDataset: the run's last iteration is known only when the
+    loader runs out; the final model is validated then, once."""
+    model, opt, _ = _parts()
+    stream = DataLoader(_Stream(), batch_size=2)  # 3 batches an epoch, no len()
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    seen: list[int] = []
+    runner = Runner(
+        model,
+        opt,
+        stream,
+        val_loader=val,
+        loss_fn=CE,
+        max_epochs=3,
+        aspects=[Evaluate(4, by_epoch=False)],
+    )
+    runner.weaver.before("val_epoch")(lambda ctx: seen.append(ctx.runner.iter))
+    runner.run()
+    assert seen == [4, 8, 9]
+
+
+def test_a_validation_loader_with_no_batches_is_reported() -> None:
+    """A generator used up by the first validation: the next one warns instead of letting
+    early stopping and the best checkpoint judge the old figures again."""
+    model, opt, loader = _parts()
+    batches = ((x, y) for x, y in [(torch.randn(4, 4), torch.randint(0, 3, (4,)))])
+    runner = Runner(model, opt, loader, val_loader=batches, loss_fn=CE, max_epochs=2)
+    with pytest.warns(RuntimeWarning, match="val_loader gave no batches"):
+        runner.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,11 +60,14 @@ class Evaluate(Aspect):
         self._sums: dict[str, float] = {}
         self._count = 0
         self._last: int | None = None  # the run's last iteration, when known (before_run)
+        self._validated_at: int | None = None  # the iteration of the last validation
 
     def make_advice(self, target: Any = None) -> list[Any]:
-        """Only the trigger this instance uses (epochs or iterations) is registered."""
-        unused = "after_train_iter" if self.by_epoch else "after_train_epoch"
-        return [a for a in super().make_advice(target) if a.name != f"{self.name}.{unused}"]
+        """Only the triggers this instance uses: epoch ends, and with ``by_epoch=False``
+        iterations too (epoch ends still catch the end of a run whose length is unknown
+        before it ends: ``max_epochs`` over a loader without ``len()``)."""
+        unused = f"{self.name}.after_train_iter" if self.by_epoch else None
+        return [a for a in super().make_advice(target) if a.name != unused]
 
     def advice_options(self, attr: str) -> dict[str, Any]:
         """The metrics are in place before any other ``after_val_epoch`` advice runs,
@@ -77,20 +81,28 @@ class Evaluate(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        if not self.by_epoch or getattr(runner, "val_loader", None) is None:
+        if getattr(runner, "val_loader", None) is None:
             return
         last = runner.finished and runner.stop_reason is None  # the run reached its limits
+        if not self.by_epoch:  # the run's end, if no iteration knew it was the last
+            if last and runner.iter != self._validated_at:
+                self._validate(runner)
+            return
         # An epoch that ended on the interval, or the run's end (max_iters may cut the last
         # epoch: its model is the final one all the same). An epoch cut by stop() is not.
         if last or (not runner.inner_iter and runner.epoch % self.interval == 0):
-            runner.val_epoch()
+            self._validate(runner)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner
         if self.by_epoch or getattr(runner, "val_loader", None) is None:
             return
         if runner.iter % self.interval == 0 or runner.iter == self._last:
-            runner.val_epoch()
+            self._validate(runner)
+
+    def _validate(self, runner: Any) -> None:
+        self._validated_at = runner.iter
+        runner.val_epoch()
 
     def before_val_epoch(self, ctx: CallContext) -> None:
         self._sums = {}
@@ -128,6 +140,15 @@ class Evaluate(Aspect):
         if getattr(runner, "world_size", 1) > 1:
             sums, count = _over_ranks(sums, count)
         if not count:
+            # The metrics of the last validation would be judged again (early stopping,
+            # the best checkpoint): say so. A generator is used up after its first pass.
+            loader = "test_loader" if prefix == "test" else "val_loader"
+            warnings.warn(
+                f"Evaluate: {loader} gave no batches, so the {prefix}/* metrics were not "
+                "updated; give a list or a DataLoader (a generator is used up after one pass)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return
         runner.metrics.update({f"{prefix}/{k}": v / count for k, v in sums.items()})
 
@@ -149,10 +170,14 @@ def _over_ranks(sums: dict[str, float], count: int) -> tuple[dict[str, float], i
 
 
 def _batch_size(value: Any) -> int:
+    """The number of samples ``value`` (targets or outputs) holds: a tensor's first
+    dimension, a list's length (one entry per sample), a mapping's first value's."""
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         return int(value.shape[0])
     if isinstance(value, (list, tuple)):
         return len(value)
+    if isinstance(value, Mapping) and value:
+        return _batch_size(next(iter(value.values())))
     return 1
 
 
