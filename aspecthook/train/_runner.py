@@ -634,7 +634,7 @@ def _is_scalar(value: Any) -> bool:
 def _snapshot(metrics: Any) -> dict[str, Any]:
     """What ``run()`` / ``test()`` hand back: a copy of the metrics dict the join point
     returned (advice may have replaced the result with anything else: kept as it is)."""
-    return dict(metrics) if type(metrics) is dict else metrics  # type: ignore[no-any-return]
+    return dict(metrics) if type(metrics) is dict else metrics
 
 
 def _move(batch: Any, device: torch.device) -> Any:
