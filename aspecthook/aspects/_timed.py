@@ -287,7 +287,8 @@ def _times(row: TimingRow) -> list[str]:
 
 
 def _format_seconds(seconds: float) -> str:
-    """A duration for people: ``'812 ns'``, ``'15.2 µs'``, ``'3.40 ms'``, ``'2.50 s'``."""
+    """A duration for people, three significant digits: ``'812 ns'``, ``'15.2 µs'``,
+    ``'3.4 ms'``, ``'2.5 s'``."""
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if seconds >= scale:
             value = seconds / scale
