@@ -110,18 +110,19 @@ class LRSchedule(Aspect):
         if self._installed is not None and runner.scheduler is self._installed:
             return  # a later run() of this runner: the schedule goes on where it is
         pending, self._pending = self._pending, None
-        # Building schedulers sets the LR (their step 0); a loaded state's LR is the
-        # optimizer's, already loaded, and comes back once the schedule is built.
+        # Building schedulers sets the LR (their step 0), and some the momentum too
+        # (OneCycleLR); a loaded state's values are the optimizer's, already loaded, and
+        # come back once the schedule is built.
         groups = runner.optimizer.param_groups
-        loaded_lrs = [g["lr"] for g in groups] if pending is not None else None
+        loaded = [{k: v for k, v in g.items() if k != "params"} for g in groups]
         self._compose(runner)
         self._installed = runner.scheduler
-        if pending is not None and loaded_lrs is not None:
+        if pending is not None:
             if pending.get("scheduler") is not None:
                 runner.scheduler.load_state_dict(pending["scheduler"])
             self.load_state_dict(pending)
-            for group, lr in zip(groups, loaded_lrs, strict=True):
-                group["lr"] = lr
+            for group, values in zip(groups, loaded, strict=True):
+                group.update(values)
 
     def _compose(self, runner: Any) -> None:
         main = self._resolve(runner)
