@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import aspecthook as ah
 from aspecthook import _tracking
-from aspecthook.aspects import Retry
+from aspecthook.aspects import Retry, Timed
 
 
 @pytest.fixture
@@ -236,6 +236,22 @@ def test_aspects_that_run_as_dispatch_layers_are_counted(weaver: ah.Weaver, poin
     (row,) = ah.describe(point)
     assert (row.stage, row.calls) == ("around", 1)
     assert len(attempts) == 3
+
+
+def test_aspects_that_run_as_plain_wrappers_are_counted(weaver: ah.Weaver, point: str) -> None:
+    """Timed alone at a join point runs as a dispatch layer, without a context: tracked,
+    it runs as advice and is counted like any other."""
+
+    @weaver.joinpoint(point)
+    def step() -> None:
+        pass
+
+    weaver.register(Timed(pointcut=point))
+    with ah.track_calls():
+        for _ in range(5):
+            step()
+    (row,) = ah.describe(point)
+    assert (row.stage, row.calls) == ("around", 5)
 
 
 def test_async_advice_is_counted_and_timed(weaver: ah.Weaver, point: str, clock: FakeClock) -> None:

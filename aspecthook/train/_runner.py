@@ -8,6 +8,7 @@ module-level advice (``@before('train_iter')``) reaches every runner.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import random
 import tempfile
@@ -625,10 +626,10 @@ def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
 
 
 def _is_scalar(value: Any) -> bool:
-    """A 0-d tensor or a real number: what a step returns as its loss."""
+    """A 0-d tensor or a real number (numpy's too): what a step returns as its loss."""
     if isinstance(value, torch.Tensor):
         return value.dim() == 0
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _snapshot(metrics: Any) -> dict[str, Any]:

@@ -325,10 +325,10 @@ def test_missing_scheduler_is_reported_before_training() -> None:
 
 
 def _warm_cosine_runner(
-    aspect_scheduler: Any, runner_scheduler: bool, max_iters: int
+    aspect_scheduler: Any, runner_scheduler: bool, max_iters: int, lr: Any = BASE_LR
 ) -> tuple[Runner, list[float]]:
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     cosine = lr_scheduler.CosineAnnealingLR(opt, T_max=ITERS)
     runner = Runner(
         model,
@@ -348,7 +348,7 @@ def _warm_cosine_runner(
     )
     seen: list[float] = []
     runner.weaver.before("optimizer_step")(
-        lambda ctx: seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
+        lambda ctx: seen.append(float(ctx.runner.optimizer.param_groups[0]["lr"]))
     )
     return runner, seen
 
@@ -389,3 +389,67 @@ def test_a_scheduler_class_is_built_on_the_runners_optimizer() -> None:
     """LRSchedule(SchedulerClass): called with the optimizer, like a factory."""
     seen = _runner_lrs(LRSchedule(lr_scheduler.LinearLR, by_epoch=False))
     assert seen == _torch_lrs(lr_scheduler.LinearLR)
+
+
+def _one_cycle_runner(max_iters: int, lr: Any) -> tuple[Runner, list[tuple[float, float]]]:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    cycle = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=ITERS)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        scheduler=cycle,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=max_iters,
+        aspects=[LRSchedule(by_epoch=False)],
+    )
+    seen: list[tuple[float, float]] = []
+
+    def record(ctx: CallContext) -> None:
+        group = ctx.runner.optimizer.param_groups[0]
+        seen.append((float(group["lr"]), float(group["momentum"])))
+
+    runner.weaver.before("optimizer_step")(record)
+    return runner, seen
+
+
+def test_a_state_loaded_before_the_first_run_keeps_the_momentum_a_schedule_cycles() -> None:
+    """OneCycleLR sets the momentum too when it is built: the loaded one comes back."""
+    whole, whole_seen = _one_cycle_runner(ITERS, BASE_LR)
+    whole.run()
+    first, _ = _one_cycle_runner(12, BASE_LR)
+    first.run()
+    resumed, resumed_seen = _one_cycle_runner(ITERS, BASE_LR)
+    resumed.load_state_dict(first.state_dict())
+    resumed.run()
+    assert resumed_seen == whole_seen[12:]
+
+
+def test_a_state_loaded_before_the_first_run_keeps_a_tensor_lr() -> None:
+    """A tensor LR is changed in place by torch while the schedule is built: the loaded
+    value comes back into the optimizer's own tensor."""
+    whole, whole_lrs = _warm_cosine_runner(None, True, ITERS, lr=torch.tensor(BASE_LR))
+    whole.run()
+    first, _ = _warm_cosine_runner(None, True, 12, lr=torch.tensor(BASE_LR))
+    first.run()
+    resumed, resumed_lrs = _warm_cosine_runner(None, True, ITERS, lr=torch.tensor(BASE_LR))
+    resumed.load_state_dict(first.state_dict())
+    resumed.run()
+    assert resumed_lrs == whole_lrs[12:]
+
+
+def test_a_state_loaded_and_saved_again_before_a_run_keeps_the_schedules_progress() -> None:
+    """load_state_dict, then state_dict before any run(): the schedule's progress is saved
+    as it was loaded (the runner's scheduler is not built on until the run starts)."""
+    whole, whole_lrs = _warm_cosine_runner(None, True, ITERS)
+    whole.run()
+    first, _ = _warm_cosine_runner(None, True, 12)
+    first.run()
+    middle, _ = _warm_cosine_runner(None, True, ITERS)
+    middle.load_state_dict(first.state_dict())
+    resaved = middle.state_dict()
+    resumed, resumed_lrs = _warm_cosine_runner(None, True, ITERS)
+    resumed.load_state_dict(resaved)
+    resumed.run()
+    assert resumed_lrs == whole_lrs[12:]

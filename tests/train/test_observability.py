@@ -94,6 +94,21 @@ def test_the_smoothed_loss_keeps_device_losses_as_tensors_and_mixes_them_right()
     assert _mean(deque([0.1, 0.2, 0.3])) == pytest.approx(0.2, abs=1e-15)
 
 
+def test_a_window_of_device_tensors_and_the_same_window_restored_as_floats_agree() -> None:
+    """On an accelerator the window holds tensors; a checkpoint restores it as floats:
+    both give the same mean, to the last bit."""
+    from collections import deque
+
+    from aspecthook.train.aspects._logger import _mean
+
+    torch.manual_seed(0)
+    for _ in range(50):
+        losses = torch.rand(10) * 3
+        as_tensors: deque[Any] = deque(losses.unbind())
+        half_restored: deque[Any] = deque([float(v) for v in losses[:5]] + list(losses[5:]))
+        assert _mean(as_tensors) == _mean(half_restored)
+
+
 def test_logger_keeps_its_log_points_and_window_in_a_resumed_run(tmp_path: Path) -> None:
     """A run whose counter starts at 5 logs at iterations 8 and 12, each loss the mean of
     the 3 iterations before it, as the uninterrupted run does."""

@@ -923,6 +923,55 @@ def test_a_validation_loader_with_no_batches_is_reported() -> None:
     early stopping and the best checkpoint judge the old figures again."""
     model, opt, loader = _parts()
     batches = ((x, y) for x, y in [(torch.randn(4, 4), torch.randint(0, 3, (4,)))])
-    runner = Runner(model, opt, loader, val_loader=batches, loss_fn=CE, max_epochs=2)
-    with pytest.warns(RuntimeWarning, match="val_loader gave no batches"):
+    runner = Runner(model, opt, loader, val_loader=batches, loss_fn=CE, max_epochs=3)
+    with pytest.warns(RuntimeWarning, match="val_loader gave no batches") as caught:
         runner.run()
+    assert len([w for w in caught if "gave no batches" in str(w.message)]) == 1  # once
+
+
+def test_a_run_resumed_from_its_last_iteration_does_not_validate_that_model_again(
+    tmp_path: Path,
+) -> None:
+    """Evaluate(by_epoch=False) validated iteration 16, the run's last; the checkpoint of
+    that iteration (written before the epoch's end) resumes without validating again."""
+
+    def run(resume: str | None) -> list[int]:
+        model, opt, loader = _parts(n=16, batch_size=2)  # 8 batches an epoch
+        seen: list[int] = []
+        runner = Runner(
+            model,
+            opt,
+            loader,
+            val_loader=loader,
+            loss_fn=CE,
+            max_epochs=2,
+            work_dir=tmp_path,
+            aspects=[
+                Evaluate(5, by_epoch=False),
+                Checkpoint(interval=4, by_epoch=False, resume=resume),
+            ],
+        )
+        runner.weaver.before("val_epoch")(lambda ctx: seen.append(ctx.runner.iter))
+        runner.run()
+        return seen
+
+    assert run(None) == [5, 10, 15, 16]
+    assert run("auto") == []
+
+
+def test_tracked_calls_of_advice_the_dispatcher_filters_by_iteration() -> None:
+    """Logger's after_train_iter runs on the window before each log point, a test the
+    runner's dispatcher makes itself: tracked, those are the calls counted."""
+    model, opt, loader = _parts(n=32)
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        loss_fn=CE,
+        max_iters=20,
+        aspects=[Logger(interval=5, window=2, json_file=None)],
+    )
+    with ah.track_calls():
+        runner.run()
+    calls = {r.advice: r.calls for r in runner.describe() if r.joinpoint == "train_iter"}
+    assert calls["logger.after_train_iter"] == 8  # iterations 4, 5, 9, 10, 14, 15, 19, 20

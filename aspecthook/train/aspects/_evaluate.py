@@ -61,6 +61,7 @@ class Evaluate(Aspect):
         self._count = 0
         self._last: int | None = None  # the run's last iteration, when known (before_run)
         self._validated_at: int | None = None  # the iteration of the last validation
+        self._warned: set[str] = set()  # loaders already reported as giving no batches
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Only the triggers this instance uses: epoch ends, and with ``by_epoch=False``
@@ -104,6 +105,15 @@ class Evaluate(Aspect):
         self._validated_at = runner.iter
         runner.val_epoch()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The iteration last validated (part of checkpoints): a run resumed from a
+        checkpoint of its last iteration does not validate that model again."""
+        return {"validated_at": self._validated_at}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        at = state.get("validated_at")
+        self._validated_at = None if at is None else int(at)
+
     def before_val_epoch(self, ctx: CallContext) -> None:
         self._sums = {}
         self._count = 0
@@ -141,14 +151,17 @@ class Evaluate(Aspect):
             sums, count = _over_ranks(sums, count)
         if not count:
             # The metrics of the last validation would be judged again (early stopping,
-            # the best checkpoint): say so. A generator is used up after its first pass.
+            # the best checkpoint): say so, once per loader.
             loader = "test_loader" if prefix == "test" else "val_loader"
-            warnings.warn(
-                f"Evaluate: {loader} gave no batches, so the {prefix}/* metrics were not "
-                "updated; give a list or a DataLoader (a generator is used up after one pass)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            if loader not in self._warned:
+                self._warned.add(loader)
+                warnings.warn(
+                    f"Evaluate: {loader} gave no batches, so the {prefix}/* metrics were not "
+                    "updated (is its dataset empty, smaller than a batch with drop_last=True, "
+                    "or a generator already used up by an earlier pass?)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             return
         runner.metrics.update({f"{prefix}/{k}": v / count for k, v in sums.items()})
 

@@ -227,10 +227,11 @@ def _finite(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mean(values: deque[float | torch.Tensor]) -> float:
-    """The mean of the window: floats summed exactly, tensors in one op on their device."""
+    """The mean of the window, summed exactly: device tensors are read in one transfer (as
+    float32, which every loss dtype converts to exactly), so a window of tensors and the
+    same window restored from a checkpoint as floats give the same mean."""
     floats = [v for v in values if type(v) is float]
-    total = math.fsum(floats)
     if len(floats) < len(values):
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        total += float(torch.stack(tensors).sum(dtype=torch.float32))
-    return total / len(values)
+        floats += torch.stack(tensors).to(torch.float32).tolist()
+    return math.fsum(floats) / len(values)

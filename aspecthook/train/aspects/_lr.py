@@ -109,20 +109,25 @@ class LRSchedule(Aspect):
         self._plateau_start = None
         if self._installed is not None and runner.scheduler is self._installed:
             return  # a later run() of this runner: the schedule goes on where it is
-        pending, self._pending = self._pending, None
         # Building schedulers sets the LR (their step 0), and some the momentum too
-        # (OneCycleLR); a loaded state's values are the optimizer's, already loaded, and
-        # come back once the schedule is built.
+        # (OneCycleLR), in place when they are tensors; a loaded state's values are the
+        # optimizer's, already loaded, and come back once the schedule is built.
         groups = runner.optimizer.param_groups
-        loaded = [{k: v for k, v in g.items() if k != "params"} for g in groups]
-        self._compose(runner)
+        loaded = [{k: _copied(v) for k, v in g.items() if k != "params"} for g in groups]
+        self._compose(runner)  # may refuse the configuration: the pending state is kept
         self._installed = runner.scheduler
+        pending, self._pending = self._pending, None
         if pending is not None:
             if pending.get("scheduler") is not None:
                 runner.scheduler.load_state_dict(pending["scheduler"])
             self.load_state_dict(pending)
             for group, values in zip(groups, loaded, strict=True):
-                group.update(values)
+                for key, value in values.items():
+                    current = group.get(key)
+                    if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor):
+                        current.copy_(value)  # the optimizer's own tensor, kept
+                    else:
+                        group[key] = value
 
     def _compose(self, runner: Any) -> None:
         main = self._resolve(runner)
@@ -189,7 +194,17 @@ class LRSchedule(Aspect):
             )
 
     def state_dict(self) -> dict[str, Any]:
+        if self._installed is None and self._pending is not None:  # loaded, not yet built
+            return {"warmup": self._pending.get("warmup")}
         return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
+
+    def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state loaded before the schedule was built holds the schedule's progress
+        until then: saved again as it came, not as the unbuilt runner.scheduler's."""
+        pending = self._pending if self._installed is None else None
+        if pending is None or "scheduler" not in pending:
+            return state
+        return {**state, "scheduler": pending["scheduler"]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._installed is None:  # not built yet: applied by before_run
@@ -231,6 +246,10 @@ class LRSchedule(Aspect):
                 f"({sorted(runner.metrics)}): add Evaluate() or set LRSchedule(monitor=...)"
             ) from None
         return float(value)
+
+
+def _copied(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def _warmup_scheduler(
