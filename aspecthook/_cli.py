@@ -21,6 +21,7 @@ import io
 import os
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -371,13 +372,10 @@ def _run_script(path: str, args: list[str]) -> None:
         __builtins__=builtins,
         __loader__=SourceFileLoader("__main__", filename),
     )
-    previous = sys.modules.get("__main__")
+    # The program's __main__ stays until the process ends, as under python: its threads
+    # and atexit handlers still find its classes there (pickle looks them up by name).
     sys.modules["__main__"] = module
-    try:
-        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
-    finally:
-        if previous is not None:
-            sys.modules["__main__"] = previous
+    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
 
 
 def _run_module(name: str, args: list[str]) -> None:
@@ -394,7 +392,17 @@ def _run_module(name: str, args: list[str]) -> None:
         found = False
     if not found:
         raise _ModuleNotFound(f"No module named {name}")
-    runpy.run_module(name, run_name="__main__", alter_sys=True)
+    # What ``python -m`` itself calls: the module runs in __main__ and stays there until
+    # the process ends (run_module(alter_sys=True) would put ours back when it returns,
+    # under the program's threads and atexit handlers). In a fresh __main__, as python's.
+    run_as_main = getattr(runpy, "_run_module_as_main", None)
+    if run_as_main is None:  # not in this python: the public form
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        return
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    run_as_main(name, alter_argv=True)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -429,7 +437,14 @@ def _is_ours(filename: str) -> bool:
 
 
 def _join_threads() -> None:
-    """Wait for non-daemon threads, as python does before exiting, so they are timed."""
+    """Wait for non-daemon threads, as python does before exiting, so they are timed:
+    first the calls registered with threading's own exit hook (concurrent.futures tells
+    its idle workers to stop there, or they would wait forever), then a join of each."""
+    for call in reversed(list(getattr(threading, "_threading_atexits", ()))):
+        try:
+            call()
+        except Exception:  # as python reports a failure there, and goes on
+            traceback.print_exc()
     current = threading.current_thread()
     for thread in threading.enumerate():
         if thread is not current and not thread.daemon and thread.is_alive():

@@ -790,3 +790,69 @@ def test_modules_beside_the_program_are_woven_from_another_directory(
     assert done.returncode == 0, done.stderr
     assert "skipped" not in done.stderr
     assert "helper imported before the program: False" in done.stdout
+
+
+# -- the end of the program, as python ends it --------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_the_programs_main_module_stays_for_its_threads_and_exit_handlers(
+    program: Path, how: str
+) -> None:
+    """A thread still running after the script body, and an atexit handler, pickle a class
+    of the program's own: pickle finds it in __main__, as under plain python."""
+    body = """\
+        import atexit, pickle, threading, time
+
+        class Point:
+            pass
+
+        def later():
+            time.sleep(0.2)
+            print("thread:", type(pickle.loads(pickle.dumps(Point()))).__name__)
+
+        threading.Thread(target=later).start()
+        atexit.register(lambda: print("atexit:", len(pickle.dumps(Point())) > 0))
+        """
+    if how == "script":
+        write(program, "late.py", body)
+        done = run(program, "--aspects", "aspects.yaml", "--no-summary", "late.py")
+    else:
+        write(program, "latepkg/__init__.py", "")
+        write(program, "latepkg/__main__.py", body)
+        done = run(program, "--aspects", "aspects.yaml", "--no-summary", "-m", "latepkg")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "thread: Point\natexit: True\n"
+
+
+def test_a_thread_pool_left_open_does_not_keep_the_program_from_exiting(program: Path) -> None:
+    """Idle pool workers wait on their queue: python tells them to stop before it joins
+    the program's threads (threading's exit hooks), and so does aspecthook run."""
+    write(
+        program,
+        "libpool.py",
+        """\
+        from concurrent.futures import ThreadPoolExecutor
+
+        executor = ThreadPoolExecutor(2)  # a library's pool, never shut down
+        """,
+    )
+    write(
+        program,
+        "pool.py",
+        """\
+        import json
+        import libpool
+
+        print(libpool.executor.submit(json.dumps, {"a": 1}).result())
+        """,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "aspecthook", "run", "--aspects", "aspects.yaml", "pool.py"],
+        cwd=program,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('{"a": 1}\n')
