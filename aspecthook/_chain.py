@@ -146,6 +146,22 @@ def _find_cycle(successors: dict[int, list[int]], remaining: list[int]) -> list[
         path.append(node)
 
 
+def _once_per_aspect(advices: list[Advice]) -> list[Advice]:
+    """``advices`` less the repeats of one aspect's method: two weaves that overlap (a glob
+    and a name in it) each register the aspect's advice, and the aspect should run once
+    per call (both registrations stay, so removing either keeps the other's advice)."""
+    seen: set[tuple[int, Any]] = set()
+    kept = []
+    for advice in advices:
+        if advice.aspect is not None:
+            key = (id(advice.aspect), getattr(advice.fn, "__func__", advice.fn))
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(advice)
+    return kept
+
+
 def build_chain(key: object, advices: Sequence[Advice], *, is_async: bool) -> Chain:
     """Order and compile ``advices`` for the join point ``key``.
 
@@ -155,7 +171,7 @@ def build_chain(key: object, advices: Sequence[Advice], *, is_async: bool) -> Ch
     compiled: dict[str, tuple[Callable[..., Any], ...]] = {}
     skipped: dict[Advice, str] = {}
     for stage in STAGES:
-        stage_advice = [a for a in advices if a.kind == stage]
+        stage_advice = _once_per_aspect([a for a in advices if a.kind == stage])
         if not stage_advice:
             continue
         ordered = order_stage(stage_advice)

@@ -689,6 +689,15 @@ class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
     def __reduce__(self) -> tuple[Any, tuple[Any, str]]:
         return self.__reduce_ex__(2)
 
+    def __copy__(self) -> _BoundJoinPointProxy:
+        return self  # as a bound method's copy: the same method of the same object
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        # As a bound method's deep copy: the method of the copied object (a class is its
+        # own deep copy), so the copy of an object that keeps ``self.step`` calls its own.
+        fn, (owner, name) = self.__reduce_ex__(4)
+        return fn(copy.deepcopy(owner, memo), name)
+
 
 class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
     """The wrapt proxy that stands in for an intercepted callable.

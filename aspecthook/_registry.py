@@ -83,9 +83,7 @@ class Registry:
                 advice
                 for weaver in self.weavers_of(jp)
                 for advice in weaver.registered
-                if advice.kind != "on"
-                and advice.pointcut is not None
-                and advice.pointcut.matches(jp)
+                if advice.kind != "on" and _matches(advice, jp)
             ]
             self._commit({jp: matched})
             self.joinpoints.add(jp)
@@ -119,9 +117,7 @@ class Registry:
                 advice
                 for weaver in self.weavers_of(jp)
                 for advice in weaver.registered
-                if advice.kind != "on"
-                and advice.pointcut is not None
-                and advice.pointcut.matches(jp)
+                if advice.kind != "on" and _matches(advice, jp)
             ]
         self._commit(changes)
 
@@ -132,11 +128,7 @@ class Registry:
                 advice.seq = next(self.seq)
             changes: dict[JoinPoint, list[Advice]] = {}
             for jp in self.points_of(weaver):
-                hits = [
-                    a
-                    for a in advices
-                    if a.kind != "on" and a.pointcut is not None and a.pointcut.matches(jp)
-                ]
+                hits = [a for a in advices if a.kind != "on" and _matches(a, jp)]
                 if hits:
                     changes[jp] = [*jp.advice, *hits]
             self._commit(changes)  # raises OrderingCycleError before anything changed
@@ -157,5 +149,32 @@ class Registry:
             if any(a.kind == "on" for a in advices):
                 self.event_version += 1
 
+
+def _matches(advice: Advice, jp: JoinPoint) -> bool:
+    """Whether ``advice`` applies to ``jp``. A pointcut that raises there (a predicate
+    that assumes a name shape) matches nothing and is logged: it must not break the
+    declaration or weave of an unrelated join point, nor the registration of the advice
+    at the join points it does match."""
+    pointcut = advice.pointcut
+    try:
+        return pointcut is not None and pointcut.matches(jp)
+    except Exception:
+        from ._log import get_logger
+
+        get_logger().warning(
+            POINTCUT_FAILED,
+            advice=advice.name,
+            aspect=advice.aspect_name,
+            pointcut=repr(pointcut),
+            joinpoint=jp.name,
+            hint="the pointcut raised for this join point, so it does not apply there; "
+            "make a predicate return False for names it does not expect",
+            exc_info=True,
+        )
+        return False
+
+
+#: Logged when a pointcut raises while it is matched against a join point.
+POINTCUT_FAILED = "joinpoint.pointcut_failed"
 
 REGISTRY = Registry()

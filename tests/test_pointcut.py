@@ -308,3 +308,33 @@ def test_invalid_pointcut_error_is_a_type_error(weaver: ah.Weaver) -> None:
     """InvalidPointcutError can be caught as TypeError."""
     with pytest.raises(TypeError, match="is not a pointcut"):
         weaver.on_error(12)  # type: ignore[arg-type]
+
+
+def test_a_pointcut_that_raises_for_one_join_point_matches_nothing_there(
+    weaver: ah.Weaver,
+) -> None:
+    """A predicate written for dotted names meets 'train_iter': that declaration works,
+    the advice does not apply there (logged), and it still applies where it matches."""
+    from structlog.testing import capture_logs
+
+    seen: list[str] = []
+
+    def is_forward(jp: Any) -> bool:
+        return bool(jp.name.split(".")[1] == "forward")  # IndexError without a dot
+
+    weaver.before(ah.Predicate(is_forward))(lambda ctx: seen.append(ctx.joinpoint.name))
+    with capture_logs() as logs:
+
+        @weaver.joinpoint("test_registry_plain")
+        def plain() -> None:
+            pass
+
+    @weaver.joinpoint("test_registry.forward")
+    def forward() -> None:
+        pass
+
+    plain()
+    forward()
+    assert seen == ["test_registry.forward"]
+    failed = [e for e in logs if e["event"] == "joinpoint.pointcut_failed"]
+    assert [e["joinpoint"] for e in failed] == ["test_registry_plain"]

@@ -509,6 +509,27 @@ def test_same_aspect_instance_woven_into_two_targets() -> None:
     assert log == [f"{MOD}.add_one", f"{MOD}.double", f"{MOD}.double"]
 
 
+def test_one_aspect_in_two_overlapping_weaves_runs_once_per_call() -> None:
+    """A glob and a name inside it, both weaving the same aspect: each call runs it once;
+    removing either weave keeps the aspect on what the other still covers."""
+    log: list[Any] = []
+
+    class Tag(ah.Aspect):
+        @ah.before()
+        def tag(self, ctx: ah.CallContext) -> None:
+            log.append(ctx.joinpoint.name)
+
+    aspect = Tag()
+    broad = ah.weave(f"{MOD}.add_*", aspect)
+    narrow = ah.weave(f"{MOD}.add_one", aspect)
+    targets.add_one(1)
+    broad.remove()
+    targets.add_one(1)
+    narrow.remove()
+    targets.add_one(1)
+    assert log == [f"{MOD}.add_one", f"{MOD}.add_one"]
+
+
 # -- name= aliases --------------------------------------------------------------------------
 
 
@@ -1430,6 +1451,31 @@ def test_an_instance_without_a_dict_is_refused_with_the_class_to_weave() -> None
 
 SINGLETON = Tally()
 bump = SINGLETON.inc  # a module-level alias of one instance's bound method
+
+
+class _KeepsItsCallback:
+    def __init__(self) -> None:
+        self.count = 0
+        self.callback = self.on_step  # a bound method of a join point, kept
+
+    @ah.joinpoint("test_weave.keeps_its_callback")
+    def on_step(self) -> int:
+        self.count += 1
+        return self.count
+
+
+def test_an_object_keeping_a_bound_join_point_method_copies_like_a_plain_one() -> None:
+    """copy keeps the same method of the same object; deepcopy gives the copy's own
+    method (as for a plain bound method), and the copy's calls run the advice too."""
+    seen: list[int] = []
+    original = _KeepsItsCallback()
+    with ah.before("test_weave.keeps_its_callback")(lambda ctx: seen.append(id(ctx.instance))):
+        shallow = copy.copy(original)
+        deep = copy.deepcopy(original)
+        assert shallow.callback() == 1  # the original's method
+        assert deep.callback() == 1  # the copy's own
+        assert (original.count, deep.count) == (1, 1)
+    assert seen == [id(original), id(deep)]
 
 
 def test_a_deep_copy_of_a_bound_method_woven_by_path_keeps_the_advice() -> None:

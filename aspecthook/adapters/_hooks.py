@@ -593,18 +593,19 @@ def from_keras_callback(callback: Any, **options: Any) -> KerasCallback:
 # -- auto-detection ------------------------------------------------------------------------
 
 
-def as_aspect(obj: object) -> Aspect | None:
+def as_aspect(obj: object, **options: Any) -> Aspect | None:
     """``obj`` as an aspect: itself, an ``MMHook``, a ``KerasCallback``, or None.
 
     An object with any OpenMMLab hook method becomes an ``MMHook``, else one with any
     Keras callback method a ``KerasCallback``; anything else (classes included) is None.
+    ``options`` (``priority=`` ...) go to the adapter made; an aspect is returned as it is.
     """
     if isinstance(obj, Aspect):
         return obj
     if isinstance(obj, type):
         return None
     if any(callable(getattr(obj, m, None)) for m in MM_METHODS):
-        return MMHook(obj)
+        return MMHook(obj, **options)
     if any(callable(getattr(obj, m, None)) for m in KERAS_METHODS):
-        return KerasCallback(obj)
+        return KerasCallback(obj, **options)
     return None

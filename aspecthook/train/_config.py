@@ -189,14 +189,23 @@ DATASETS.register(RandomRegression)
 # -- reading --------------------------------------------------------------------------------
 
 
+#: Either of these sets the run's length: an override of one replaces the other too.
+_LENGTHS = {"max_epochs": "max_iters", "max_iters": "max_epochs"}
+
+
 def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``Runner(...)`` that ``config`` (plus ``overrides``) describes.
 
-    ``overrides`` replace top-level keys; a None value removes the key.
+    ``overrides`` replace top-level keys; a None value removes the key. The run's length
+    is one setting: overriding ``max_iters`` drops the file's ``max_epochs`` and the other
+    way round (unless the override gives both).
     """
     file, data = read_config(config)
     for key in overrides:  # an override replaces the key under either of its names
         data.pop(_LOADER_TWINS.get(key, key), None)
+        length = _LENGTHS.get(key)
+        if length is not None and length not in overrides and overrides[key] is not None:
+            data.pop(length, None)
     data.update(overrides)
     build = _Builder(file)
     build.check_keys("", data, KEYS)
@@ -425,11 +434,14 @@ class _Builder:
         built = []
         for i, item in enumerate(cfg):
             made = None
+            options: dict[str, Any] = {}
+            if isinstance(item, Mapping) and "priority" in item:
+                item, options = self._hook_priority(f"aspects[{i}]", item)
             if isinstance(item, (str, Mapping)) or _is_factory(item):
                 made = self.build(ASPECTS, f"aspects[{i}]", item)
             # An OpenMMLab-style hook or Keras-style callback (given or built) is wrapped,
             # as Runner(aspects=[...]) wraps it.
-            aspect = as_aspect(item if made is None else made)
+            aspect = as_aspect(item if made is None else made, **options)
             if aspect is None:
                 what = _kind(item if made is None else made)
                 raise self.error(
@@ -439,6 +451,23 @@ class _Builder:
                 )
             built.append(aspect)
         return built
+
+    def _hook_priority(
+        self, key: str, item: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """A hook or callback class's ``priority:`` goes to its adapter, as OpenMMLab's
+        ``custom_hooks`` entries set it, unless the class takes one itself."""
+        factory, _, _ = self.resolve(ASPECTS, key, item)
+        if isinstance(factory, type) and issubclass(factory, Aspect):
+            return item, {}
+        try:
+            takes = "priority" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:
+            return item, {}
+        rest = {k: v for k, v in item.items() if k != "priority"}
+        return rest, {"priority": item["priority"]}
 
     # -- the generic steps ------------------------------------------------------------------
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy
 import pytest
 import torch
-from _fixtures import make_dataset, make_runner, one_thread, params
+from _fixtures import make_dataset, make_loader, make_runner, one_thread, params
 from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook import Aspect, CallContext, Event, Priority
 from aspecthook.errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
-from aspecthook.train import aspects
-from aspecthook.train.aspects import Checkpoint, Evaluate
+from aspecthook.train import Runner, aspects
+from aspecthook.train.aspects import Checkpoint, Evaluate, LRSchedule
 
 # 16 samples in batches of 4: 4 iterations per epoch.
 N, BATCH = 16, 4
@@ -173,11 +173,25 @@ def test_save_best_keeps_only_the_best_by_the_inferred_rule(
         ("val/mAP", "greater"),
         ("val/mIoU", "greater"),
         ("val/loss", "less"),
+        ("val/accuracy", "greater"),
+        ("val/mDice", "greater"),
+        ("val/acc_terrain", "greater"),  # not an error because of "err" in "terrain"
+        ("val/IoU.terrain", "greater"),
+        ("val/loss_cls", "less"),
+        ("val/loss/total", "less"),
+        ("val/mape", "less"),
+        ("val/err_rate", "less"),
     ],
 )
 def test_rule_is_inferred_from_the_metric_name(metric: str, rule: str) -> None:
-    """acc/top/AR@/auc/precision/mAP/mIoU go up, loss goes down."""
+    """acc/top/AR@/auc/precision/mAP/mIoU go up, loss goes down: by the words of the
+    name, wherever they are in it, and by how each word starts."""
     assert Checkpoint(save_best=metric).rule == rule
+
+
+def test_save_best_auto_asks_for_the_metrics_name() -> None:
+    with pytest.raises(InvalidOptionError, match="'auto' is not a metric name"):
+        Checkpoint(save_best="auto")
 
 
 def test_an_unknown_metric_name_asks_for_a_rule() -> None:
@@ -576,6 +590,30 @@ def test_save_optimizer_false_leaves_the_optimizer_out_and_still_resumes(tmp_pat
     assert runner.epoch == 2
 
 
+def test_save_optimizer_false_keeps_the_learning_rate_the_schedule_reached(
+    tmp_path: Path,
+) -> None:
+    """The schedule goes on from the LR it reached (torch schedulers scale the current
+    LR): only the momentum buffers are left out of the file."""
+
+    def lrs(epochs: int, folder: Path, **ckpt: Any) -> list[float]:
+        def step_lr(optimizer: torch.optim.Optimizer) -> Any:
+            return torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.1)
+
+        aspects = [LRSchedule(step_lr), Checkpoint(save_optimizer=False, **ckpt)]
+        runner = make_runner(folder, n=N, batch_size=BATCH, max_epochs=epochs, aspects=aspects)
+        seen: list[float] = []
+        runner.weaver.after("train_epoch")(
+            lambda ctx: seen.append(ctx.runner.optimizer.param_groups[0]["lr"])
+        )
+        runner.run()
+        return seen
+
+    whole = lrs(5, tmp_path / "whole")
+    lrs(3, tmp_path / "parts")
+    assert lrs(5, tmp_path / "parts", resume="auto") == whole[3:]
+
+
 class _NumpyState(Aspect):
     """An aspect whose state holds a numpy scalar, which weights_only loading rejects."""
 
@@ -608,6 +646,9 @@ def test_checkpoint_without_work_dir_is_an_error_before_training() -> None:
         ({"interval": 0}, "interval=0"),
         ({"max_keep": 0}, "max_keep=0"),
         ({"filename_tmpl": "ckpt.pt"}, "one '{}'"),
+        ({"filename_tmpl": "epoch_{}_{}.pt"}, "one '{}'"),
+        ({"filename_tmpl": "{}_{epoch}.pt"}, "one '{}'"),
+        ({"filename_tmpl": "{:03d}.pt"}, "one '{}'"),
         ({"rule": "greater"}, "only applies with save_best"),
         ({"save_best": "val/acc", "rule": "up"}, "rule='up'"),
         ({"resume": 3}, "'auto', a checkpoint path or None"),
@@ -864,3 +905,22 @@ def test_with_ema_the_best_checkpoint_holds_the_weights_its_score_was_measured_o
         assert torch.equal(a, b)
     for a, b in zip(ema.averaged.module.parameters(), average, strict=True):  # type: ignore[union-attr]
         assert torch.equal(a, b)
+
+
+def test_resume_auto_names_a_checkpoint_of_another_model_it_found(tmp_path: Path) -> None:
+    """A work_dir reused with a changed model: the error names the file resume='auto'
+    picked up and says what to do, instead of torch's bare state-dict mismatch."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint()]).run()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        make_loader(make_dataset(N), BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        work_dir=tmp_path,
+        aspects=[Checkpoint(resume="auto")],
+    )
+    with pytest.raises(RunnerError, match=r"found '.*epoch_1\.pt', which does not fit this run"):
+        runner.run()
+    assert runner.iter == 0

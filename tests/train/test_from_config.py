@@ -15,6 +15,8 @@ from structlog.testing import capture_logs
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader
 
+from aspecthook import Priority
+from aspecthook.adapters import MMHook
 from aspecthook.errors import ConfigError, UnknownAspectError
 from aspecthook.registry import ASPECTS, Registry
 from aspecthook.train import (
@@ -424,6 +426,39 @@ def test_hook_objects_and_classes_are_aspects_in_a_config() -> None:
     Runner.from_config(_config(aspects=[_CountingHook()], max_iters=2)).run()
     Runner.from_config(_config(aspects=[f"{__name__}:_CountingHook"], max_iters=2)).run()
     assert _CountingHook.calls == 4
+
+
+class _IntervalHook:
+    """An OpenMMLab-style hook with a parameter of its own (and none named priority)."""
+
+    def __init__(self, interval: int = 1) -> None:
+        self.interval = interval
+
+    def after_train_iter(self, runner: Any, batch_idx: int, **kwargs: Any) -> None:
+        pass
+
+
+def test_a_hook_entry_in_a_config_sets_its_priority_as_openmmlab_configs_do() -> None:
+    """{type: Hook, interval: 2, priority: LOW}: the priority is the adapter's, the rest
+    the hook's own parameters."""
+    entry = {"type": f"{__name__}:_IntervalHook", "interval": 2, "priority": "LOW"}
+    runner = Runner.from_config(_config(aspects=[entry]))
+    (hook,) = [a for a in runner.aspects if isinstance(a, MMHook)]
+    assert hook.target.interval == 2
+    row = next(r for r in runner.describe() if r.aspect == hook.name)
+    assert row.priority == int(Priority.LOW)
+
+
+def test_an_override_of_the_runs_length_replaces_the_files_other_limit() -> None:
+    """max_epochs in the override, max_iters in the file (or the other way round): the
+    override sets the run's length, as one setting; both in the override stay an error."""
+    by_epochs = Runner.from_config(_config(), max_epochs=2)
+    assert (by_epochs.max_epochs, by_epochs.max_iters) == (2, None)
+    file_by_epochs = _config(max_iters=None, max_epochs=5)
+    by_iters = Runner.from_config(file_by_epochs, max_iters=3)
+    assert (by_iters.max_epochs, by_iters.max_iters) == (None, 3)
+    with pytest.raises(ConfigError, match="not both"):
+        Runner.from_config(_config(), max_epochs=2, max_iters=3)
 
 
 def test_an_override_replaces_the_loader_under_either_name() -> None:

@@ -321,7 +321,14 @@ class Checkpoint(Aspect):
     def _payload(self, runner: Any) -> dict[str, Any]:
         state = runner.state_dict()
         if not self.save_optimizer:
-            state.pop("optimizer", None)
+            optimizer = state.pop("optimizer", None)
+            if optimizer is not None:
+                # Only the per-parameter state (momentum, Adam's moments) is left out: the
+                # groups' LR and the rest stay, as torch's schedulers go on from the LR.
+                groups = optimizer.get("param_groups", [])
+                state["optimizer_groups"] = [
+                    {k: v for k, v in group.items() if k != "params"} for group in groups
+                ]
         payload: dict[str, Any] = {
             "format": _FORMAT,
             "runner": state,
@@ -408,9 +415,23 @@ class Checkpoint(Aspect):
             return
         path, payload, manifest = found
         state = dict(payload["runner"])
-        if "optimizer" not in state:  # saved with save_optimizer=False: keep the fresh one
-            state["optimizer"] = runner.optimizer.state_dict()
-        runner.load_state_dict(state)  # this aspect's kept/best come back through it too
+        if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
+            fresh = runner.optimizer.state_dict()
+            groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
+            if groups is not None and len(groups) == len(fresh["param_groups"]):
+                fresh["param_groups"] = [
+                    {**saved, "params": group["params"]}
+                    for saved, group in zip(groups, fresh["param_groups"], strict=True)
+                ]
+            state["optimizer"] = fresh
+        try:
+            runner.load_state_dict(state)  # this aspect's kept/best come back through it too
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise RunnerError(
+                f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
+                f"fit this run ({type(exc).__name__}: {exc}); resume from a checkpoint of this "
+                "model and optimizer, or give another work_dir or resume=None"
+            ) from exc
         scaler = getattr(runner, "grad_scaler", None)
         if scaler is not None and "grad_scaler" in payload:
             scaler.load_state_dict(payload["grad_scaler"])
@@ -755,7 +776,10 @@ def _rule(save_best: str | None, rule: str | None) -> str | None:
 def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
     if filename_tmpl is None:
         return "epoch_{}.pt" if by_epoch else "iter_{}.pt"
-    if "{}" not in filename_tmpl or "/" in filename_tmpl or filename_tmpl == LATEST:
+    plain = filename_tmpl.replace("{{", "").replace("}}", "")  # escaped braces are text
+    one_field = plain.count("{}") == 1 and "{" not in plain.replace("{}", "")
+    stray = "}" in plain.replace("{}", "")
+    if not one_field or stray or "/" in filename_tmpl or filename_tmpl == LATEST:
         raise InvalidOptionError(
             f"Checkpoint(filename_tmpl={filename_tmpl!r}) must be a file name with one '{{}}' "
             "for the epoch or iteration, e.g. 'epoch_{}.pt'",
