@@ -150,11 +150,23 @@ def _once_per_aspect(advices: list[Advice]) -> list[Advice]:
     """``advices`` less the repeats of one aspect's method: two weaves that overlap (a glob
     and a name in it) each register the aspect's advice, and the aspect should run once
     per call (both registrations stay, so removing either keeps the other's advice)."""
-    seen: set[tuple[int, Any]] = set()
+    seen: set[tuple[Any, ...]] = set()
     kept = []
     for advice in advices:
         if advice.aspect is not None:
-            key = (id(advice.aspect), getattr(advice.fn, "__func__", advice.fn))
+            key = (  # the same method with the same options: one mark, registered twice
+                id(advice.aspect),
+                getattr(advice.fn, "__func__", advice.fn),
+                advice.priority,
+                advice.every,
+                advice.window,
+                advice.once,
+                id(advice.when),
+                advice.rank,
+                advice.errors,
+                advice.order_after,
+                advice.order_before,
+            )
             if key in seen:
                 continue
             seen.add(key)

@@ -693,10 +693,15 @@ class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
         return self  # as a bound method's copy: the same method of the same object
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        # As a bound method's deep copy: the method of the copied object (a class is its
-        # own deep copy), so the copy of an object that keeps ``self.step`` calls its own.
-        fn, (owner, name) = self.__reduce_ex__(4)
-        return fn(copy.deepcopy(owner, memo), name)
+        # As a bound method's deep copy: the same function bound to the copied object (a
+        # class is its own deep copy), so the copy of an object that keeps ``self.step``
+        # calls its own. Bound again from our proxy, not looked up by name: a private,
+        # aliased or ``super()`` method is the same one on the copy.
+        instance = self._self_instance
+        if self._self_binding != "function" or instance is None or isinstance(instance, type):
+            return self
+        parent: Any = self._self_parent
+        return parent.__get__(copy.deepcopy(instance, memo), self._self_owner)
 
 
 class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
@@ -753,10 +758,13 @@ def _bound_instance(proxy: JoinPointProxy) -> Any:
     weave of that instance), or None (functions, class methods, a bound method woven
     where another object keeps it)."""
     wrapped = proxy.__wrapped__
-    if type(wrapped) is not types.MethodType:
+    if type(wrapped) is types.MethodType:
+        instance = wrapped.__self__
+    elif isinstance(wrapped, _BoundJoinPointProxy):  # the instance's class is woven too
+        instance = wrapped._self_instance
+    else:
         return None
-    instance = wrapped.__self__
-    if isinstance(instance, type):
+    if instance is None or isinstance(instance, type):
         return None
     try:
         held = vars(instance).get(wrapped.__name__)

@@ -159,6 +159,10 @@ def _matches(advice: Advice, jp: JoinPoint) -> bool:
     try:
         return pointcut is not None and pointcut.matches(jp)
     except Exception:
+        reported = _REPORTED.setdefault(advice, set())
+        if jp.name in reported:  # once per advice and join point, not at every rematch
+            return False
+        reported.add(jp.name)
         from ._log import get_logger
 
         get_logger().warning(
@@ -176,5 +180,6 @@ def _matches(advice: Advice, jp: JoinPoint) -> bool:
 
 #: Logged when a pointcut raises while it is matched against a join point.
 POINTCUT_FAILED = "joinpoint.pointcut_failed"
+_REPORTED: weakref.WeakKeyDictionary[Advice, set[str]] = weakref.WeakKeyDictionary()
 
 REGISTRY = Registry()

@@ -530,6 +530,23 @@ def test_one_aspect_in_two_overlapping_weaves_runs_once_per_call() -> None:
     assert log == [f"{MOD}.add_one", f"{MOD}.add_one"]
 
 
+def test_one_aspect_method_marked_twice_with_different_options_runs_for_each() -> None:
+    """Two marks of one method at a join point (once=, and every=3) are two advice:
+    only the same mark registered twice runs once."""
+    log: list[int] = []
+
+    class Both(ah.Aspect):
+        @ah.before(once=True)
+        @ah.before(every=3)
+        def note(self, ctx: ah.CallContext) -> None:
+            log.append(ctx.args[0])
+
+    with ah.weave(targets.add_one, Both()):
+        for i in range(1, 7):
+            targets.add_one(i)
+    assert log == [1, 3, 6]
+
+
 # -- name= aliases --------------------------------------------------------------------------
 
 
@@ -1476,6 +1493,66 @@ def test_an_object_keeping_a_bound_join_point_method_copies_like_a_plain_one() -
         assert deep.callback() == 1  # the copy's own
         assert (original.count, deep.count) == (1, 1)
     assert seen == [id(original), id(deep)]
+
+
+class _Keeper:
+    def __init__(self) -> None:
+        self.count = 0
+        self.private = self.__step  # a private method, kept
+        self.base = super().__repr__  # not ours: copied as usual
+
+    @ah.joinpoint("test_weave.keeper_private")
+    def __step(self) -> int:
+        self.count += 1
+        return self.count
+
+
+class _Base:
+    def __init__(self) -> None:
+        self.count = 0
+
+    @ah.joinpoint("test_weave.base_step")
+    def step(self) -> str:
+        self.count += 1
+        return "base"
+
+
+class _Sub(_Base):
+    def __init__(self) -> None:
+        super().__init__()
+        self.callback = super().step  # the base's method, not _Sub.step
+
+    def step(self) -> str:
+        return "sub"
+
+
+def test_a_deep_copy_rebinds_the_same_method_not_one_of_the_same_name() -> None:
+    """A private method and a super() method kept by an object: the copy keeps the very
+    same method, bound to the copy, with its advice."""
+    seen: list[str] = []
+    with ah.before("test_weave.*")(lambda ctx: seen.append(ctx.joinpoint.name)):
+        keeper = copy.deepcopy(_Keeper())
+        assert keeper.private() == 1
+        assert keeper.count == 1
+        sub = copy.deepcopy(_Sub())
+        assert sub.callback() == "base"
+        assert sub.count == 1
+    assert seen == ["test_weave.keeper_private", "test_weave.base_step"]
+
+
+def test_a_deep_copy_of_an_instance_woven_twice_acts_on_itself() -> None:
+    """Woven through its class and on its own: the copy's calls act on the copy (with the
+    class's advice; the instance weave is the original's)."""
+    seen: list[tuple[str, int]] = []
+    with ah.weave(
+        f"{__name__}._Base.step", before=lambda ctx: seen.append(("class", id(ctx.instance)))
+    ):
+        original = _Base()
+        with ah.weave(original, before=lambda ctx: seen.append(("own", id(ctx.instance)))):
+            clone = copy.deepcopy(original)
+            clone.step()
+            assert (original.count, clone.count) == (0, 1)
+    assert seen == [("class", id(clone))]
 
 
 def test_a_deep_copy_of_a_bound_method_woven_by_path_keeps_the_advice() -> None:

@@ -458,8 +458,8 @@ class _Builder:
         """A hook or callback class's ``priority:`` goes to its adapter, as OpenMMLab's
         ``custom_hooks`` entries set it, unless the class takes one itself."""
         factory, _, _ = self.resolve(ASPECTS, key, item)
-        if isinstance(factory, type) and issubclass(factory, Aspect):
-            return item, {}
+        if not isinstance(factory, type) or issubclass(factory, Aspect):
+            return item, {}  # an aspect class or a factory: priority is its own parameter
         try:
             takes = "priority" in inspect.signature(factory).parameters
         except (TypeError, ValueError):

@@ -181,6 +181,11 @@ def test_save_best_keeps_only_the_best_by_the_inferred_rule(
         ("val/loss/total", "less"),
         ("val/mape", "less"),
         ("val/err_rate", "less"),
+        ("val/top1err", "less"),
+        ("val/DiceLoss", "less"),
+        ("mae_finetune/acc", "greater"),  # the last part decides
+        ("val/prauc", "greater"),
+        ("val/macroF1", "greater"),
     ],
 )
 def test_rule_is_inferred_from_the_metric_name(metric: str, rule: str) -> None:
@@ -612,6 +617,27 @@ def test_save_optimizer_false_keeps_the_learning_rate_the_schedule_reached(
     whole = lrs(5, tmp_path / "whole")
     lrs(3, tmp_path / "parts")
     assert lrs(5, tmp_path / "parts", resume="auto") == whole[3:]
+
+
+def test_save_optimizer_false_resumes_with_another_kind_of_optimizer(tmp_path: Path) -> None:
+    """Without the optimizer's state, a resume may switch optimizers: AdamW keeps its own
+    settings (betas ...) and takes the LR the run had reached."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(save_optimizer=False)]).run()
+    model = make_runner(None, n=N, batch_size=BATCH).model
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.5)
+    runner = Runner(
+        model,
+        adamw,
+        make_loader(make_dataset(N), BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        work_dir=tmp_path,
+        aspects=[Checkpoint(resume="auto")],
+    )
+    runner.run()
+    assert runner.epoch == 2
+    group = adamw.param_groups[0]
+    assert (group["lr"], group["betas"]) == (0.1, (0.9, 0.999))
 
 
 class _NumpyState(Aspect):

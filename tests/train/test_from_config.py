@@ -449,6 +449,20 @@ def test_a_hook_entry_in_a_config_sets_its_priority_as_openmmlab_configs_do() ->
     assert row.priority == int(Priority.LOW)
 
 
+def _made_timed(**options: Any) -> IterTimer:
+    return IterTimer(**options)
+
+
+def test_priority_in_a_config_entry_of_an_aspect_factory_is_the_factorys() -> None:
+    """A factory of aspects gets priority: with its other parameters, as before."""
+    entry = {"type": _made_timed, "priority": 10}
+    runner = Runner.from_config(_config(aspects=[entry]))
+    timer = runner.get_aspect(IterTimer)
+    assert timer is not None
+    row = next(r for r in runner.describe() if r.aspect == timer.name)
+    assert row.priority == 10
+
+
 def test_an_override_of_the_runs_length_replaces_the_files_other_limit() -> None:
     """max_epochs in the override, max_iters in the file (or the other way round): the
     override sets the run's length, as one setting; both in the override stay an error."""

@@ -77,6 +77,8 @@ EVENT_RESUMED = "checkpoint.resumed"
 LATEST = "latest"
 _FORMAT = 1
 _TMP_SUFFIX = ".ckpt-tmp"
+#: Keys torch's schedulers add to an optimizer's groups (kept with save_optimizer=False).
+_LR_KEYS = frozenset(("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"))
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
@@ -419,8 +421,10 @@ class Checkpoint(Aspect):
             fresh = runner.optimizer.state_dict()
             groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
             if groups is not None and len(groups) == len(fresh["param_groups"]):
+                # The settings this optimizer has (another kind keeps its own: AdamW's
+                # betas), and the schedulers' initial_lr.
                 fresh["param_groups"] = [
-                    {**saved, "params": group["params"]}
+                    {**group, **{k: v for k, v in saved.items() if k in group or k in _LR_KEYS}}
                     for saved, group in zip(groups, fresh["param_groups"], strict=True)
                 ]
             state["optimizer"] = fresh

@@ -8,33 +8,18 @@ from ...errors import InvalidOptionError
 
 __all__ = ["infer_rule"]
 
-_GREATER = (
-    "acc",
-    "top",
-    "ar@",
-    "auc",
-    "precision",
-    "map",
-    "miou",
-    "iou",
-    "mdice",
-    "dice",
-    "f1",
-    "recall",
-)
+_GREATER = ("acc", "top", "ar@", "auc", "precision", "map", "iou", "dice", "f1", "recall")
 # Checked first: "mape" (an error) would otherwise match "map" (a precision).
-_LESS = ("loss", "error", "err", "mse", "mae", "mape", "nll", "perplexity")
-# Inside a word (``meanerror``, ``smape``, ``rmse``): only stems no score's name holds
-# (not ``err``, which ``terrain`` holds).
-_LESS_INSIDE = ("loss", "error", "mse", "mae", "mape", "nll")
-_GREATER_INSIDE = ("acc", "precision", "recall")
+_LESS = ("loss", "error", "mse", "mae", "mape", "nll", "perplexity")
+# "err" only where a word starts (``top1err``, ``val_err``), not inside one (``terrain``).
+_ERR = re.compile(r"(?<![a-z])err")
 
 
 def infer_rule(metric: str, rule: str | None) -> str:
     """``rule`` if given (checked), else ``'greater'`` / ``'less'`` from ``metric``'s name.
 
-    The name's words (split at ``/``, ``_``, ``.``, ``-`` ...) are matched by how they
-    start, so ``val/loss_cls`` and ``val/loss/total`` are losses, ``val/accuracy`` and
+    The last part of the name is searched for the stems (the whole name when it holds
+    none): ``val/loss_cls`` and ``val/loss/total`` are losses, ``val/accuracy`` and
     ``val/mDice`` scores, and ``val/acc_terrain`` is not an error because of ``err``.
     """
     if rule is not None:
@@ -52,15 +37,13 @@ def infer_rule(metric: str, rule: str | None) -> str:
             option="metric",
             value=metric,
         )
-    words = [w for w in re.split(r"[^a-z0-9@]+", metric.lower()) if w]
-    if any(w.startswith(p) for w in words for p in _LESS):
-        return "less"
-    if any(w.startswith(p) for w in words for p in _GREATER):
-        return "greater"
-    if any(p in w for w in words for p in _LESS_INSIDE):
-        return "less"
-    if any(p in w for w in words for p in _GREATER_INSIDE):
-        return "greater"
+    # The last part of the name decides (``mae_finetune/acc`` is an accuracy); the whole
+    # name only when that part says nothing (``val/loss/total``).
+    for key in (metric.rsplit("/", 1)[-1].lower(), metric.lower()):
+        if any(p in key for p in _LESS) or _ERR.search(key):
+            return "less"
+        if any(p in key for p in _GREATER):
+            return "greater"
     raise InvalidOptionError(
         f"cannot tell whether {metric!r} should go up or down: give rule='greater' or rule='less'",
         option="rule",
