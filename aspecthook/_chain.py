@@ -161,7 +161,10 @@ def _once_per_aspect(advices: list[Advice]) -> list[Advice]:
                 advice.every,
                 advice.window,
                 advice.once,
-                id(advice.when),
+                # A bound method (advice_options' ``self.check``) is made anew each time:
+                # the same one is the same object and function.
+                id(getattr(advice.when, "__self__", advice.when)),
+                getattr(advice.when, "__func__", None),
                 advice.rank,
                 advice.errors,
                 advice.order_after,

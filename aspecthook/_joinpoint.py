@@ -698,7 +698,7 @@ class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
         # calls its own. Bound again from our proxy, not looked up by name: a private,
         # aliased or ``super()`` method is the same one on the copy.
         instance = self._self_instance
-        if self._self_binding != "function" or instance is None or isinstance(instance, type):
+        if instance is None or isinstance(instance, type):
             return self
         parent: Any = self._self_parent
         return parent.__get__(copy.deepcopy(instance, memo), self._self_owner)

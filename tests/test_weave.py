@@ -530,6 +530,28 @@ def test_one_aspect_in_two_overlapping_weaves_runs_once_per_call() -> None:
     assert log == [f"{MOD}.add_one", f"{MOD}.add_one"]
 
 
+def test_an_aspect_whose_when_comes_from_advice_options_runs_once_in_overlapping_weaves() -> None:
+    """advice_options() hands out a new bound method each time: the same method of the
+    same aspect all the same, so the two weaves' advice is one."""
+    log: list[int] = []
+
+    class Checked(ah.Aspect):
+        def ok(self, ctx: ah.CallContext) -> bool:
+            return True
+
+        def advice_options(self, attr: str) -> dict[str, Any]:
+            return {"when": self.ok}
+
+        @ah.before()
+        def note(self, ctx: ah.CallContext) -> None:
+            log.append(ctx.args[0])
+
+    aspect = Checked()
+    with ah.weave(f"{MOD}.add_*", aspect), ah.weave(f"{MOD}.add_one", aspect):
+        targets.add_one(1)
+    assert log == [1]
+
+
 def test_one_aspect_method_marked_twice_with_different_options_runs_for_each() -> None:
     """Two marks of one method at a join point (once=, and every=3) are two advice:
     only the same mark registered twice runs once."""
@@ -1538,6 +1560,41 @@ def test_a_deep_copy_rebinds_the_same_method_not_one_of_the_same_name() -> None:
         assert sub.callback() == "base"
         assert sub.count == 1
     assert seen == ["test_weave.keeper_private", "test_weave.base_step"]
+
+
+class _Partial:
+    """A callable descriptor used as a method, as some decorators make them."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else functools.partial(self.fn, instance)
+
+
+class _Bumps:
+    def __init__(self) -> None:
+        self.n = 0
+        self.callback = self.bump
+
+    @_Partial
+    def bump(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_a_deep_copy_of_a_callable_descriptor_method_acts_on_the_copy() -> None:
+    """wrapt binds such a method as a callable: the copy's kept method still acts on the
+    copy, as without the weave."""
+    with ah.weave(f"{__name__}._Bumps.bump", before=lambda ctx: None):
+        original = _Bumps()
+        clone = copy.deepcopy(original)
+        clone.callback()
+    assert (original.n, clone.n) == (0, 1)
 
 
 def test_a_deep_copy_of_an_instance_woven_twice_acts_on_itself() -> None:
