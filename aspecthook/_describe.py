@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ._chain import STAGES
 from ._pointcut import PointcutLike, as_pointcut
 from ._registry import LOCK, REGISTRY
+from ._units import format_seconds
 
 if TYPE_CHECKING:
     from ._weaver import Weaver
@@ -111,13 +112,7 @@ def _calls(row: Row) -> str:
 
 
 def _time(row: Row) -> str:
-    """Time spent, in the unit that keeps it readable."""
-    if row.time_s is None:
-        return ""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if row.time_s >= scale:
-            return f"{row.time_s / scale:.3g} {unit}"
-    return f"{row.time_s * 1e9:.0f} ns"
+    return "" if row.time_s is None else format_seconds(row.time_s)
 
 
 def _short(location: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import _weave_targets as targets
@@ -36,8 +36,8 @@ def _calls(point: str) -> dict[str, int | None]:
     return {row.advice: row.calls for row in ah.describe(point) if row.stage}
 
 
-def test_nothing_is_counted_until_tracking_is_turned_on(weaver: ah.Weaver, point: str) -> None:
-    """Off by default: rows say None (not 0) and the table has no calls column."""
+def _noted_step(weaver: ah.Weaver, point: str) -> Callable[[], None]:
+    """A join point ``point`` with one before advice, ``note``, that does nothing."""
 
     @weaver.joinpoint(point)
     def step() -> None:
@@ -47,6 +47,13 @@ def test_nothing_is_counted_until_tracking_is_turned_on(weaver: ah.Weaver, point
     def note(ctx: Any) -> None:
         pass
 
+    return step
+
+
+def test_nothing_is_counted_until_tracking_is_turned_on(weaver: ah.Weaver, point: str) -> None:
+    """Off by default: rows say None (not 0) and the table has no calls column."""
+
+    step = _noted_step(weaver, point)
     step()
     (row,) = ah.describe(point)
     assert row.calls is None
@@ -140,14 +147,7 @@ def test_time_is_the_advices_own_and_around_advice_leaves_out_proceed(
 def test_turning_on_starts_from_zero_and_turning_off_keeps_the_figures(
     weaver: ah.Weaver, point: str
 ) -> None:
-    @weaver.joinpoint(point)
-    def step() -> None:
-        pass
-
-    @weaver.before(point)
-    def note(ctx: Any) -> None:
-        pass
-
+    step = _noted_step(weaver, point)
     ah.track_calls()
     step()
     step()
@@ -163,14 +163,7 @@ def test_turning_on_starts_from_zero_and_turning_off_keeps_the_figures(
 
 
 def test_the_block_form_puts_the_previous_setting_back(weaver: ah.Weaver, point: str) -> None:
-    @weaver.joinpoint(point)
-    def step() -> None:
-        pass
-
-    @weaver.before(point)
-    def note(ctx: Any) -> None:
-        pass
-
+    step = _noted_step(weaver, point)
     with ah.track_calls():
         step()
         with ah.track_calls(False):
@@ -331,3 +324,22 @@ def test_counts_are_the_calls_made_since_tracking_was_last_turned_on(ops: list[s
         ah.track_calls(False)
         weaver.clear()
         weaver.close()
+
+
+def test_the_table_shows_time_in_a_readable_unit(
+    weaver: ah.Weaver, point: str, clock: FakeClock
+) -> None:
+    """20 min 34 s reads as '1234 s', as Timed's tables write it (not '1.23e+03 s')."""
+
+    @weaver.joinpoint(point)
+    def step() -> None:
+        pass
+
+    @weaver.before(point)
+    def slow(ctx: Any) -> None:
+        clock.spend(1234)
+
+    with ah.track_calls():
+        step()
+    table = ah.describe(point)._plain()
+    assert "1234 s" in table

@@ -29,6 +29,7 @@ from .._aspect import Aspect
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
+from .._units import format_seconds
 from ..errors import InvalidOptionError
 
 __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
@@ -283,17 +284,7 @@ class Summary(list[TimingRow]):
 
 def _times(row: TimingRow) -> list[str]:
     values = (row.total_s, row.mean_s, row.min_s, row.p50_s, row.p95_s, row.p99_s, row.max_s)
-    return [_format_seconds(v) for v in values]
-
-
-def _format_seconds(seconds: float) -> str:
-    """A duration for people, three significant digits: ``'812 ns'``, ``'15.2 µs'``,
-    ``'3.4 ms'``, ``'2.5 s'``."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if seconds >= scale:
-            value = seconds / scale
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{seconds * 1e9:.0f} ns"
+    return [format_seconds(v) for v in values]
 
 
 class Timed(Aspect):

@@ -113,11 +113,13 @@ class LRSchedule(Aspect):
         # (OneCycleLR), in place when they are tensors; a loaded state's values are the
         # optimizer's, already loaded, and come back once the schedule is built.
         groups = runner.optimizer.param_groups
-        loaded = [{k: _copied(v) for k, v in g.items() if k != "params"} for g in groups]
+        loaded = None
+        if self._pending is not None:
+            loaded = [{k: _copied(v) for k, v in g.items() if k != "params"} for g in groups]
         self._compose(runner)  # may refuse the configuration: the pending state is kept
         self._installed = runner.scheduler
         pending, self._pending = self._pending, None
-        if pending is not None:
+        if pending is not None and loaded is not None:
             if pending.get("scheduler") is not None:
                 runner.scheduler.load_state_dict(pending["scheduler"])
             self.load_state_dict(pending)
