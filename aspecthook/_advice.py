@@ -510,10 +510,11 @@ def _reraise(exc: BaseException) -> NoReturn:
 
 def _log_failure(advice: Advice, point: object) -> None:
     advice.failures += 1
-    from ._log import get_logger
+    from ._log import log_safely
 
     name = getattr(getattr(point, "joinpoint", point), "name", point)
-    get_logger().error(
+    log_safely(
+        "error",
         "advice.failed",
         advice=advice.name,
         aspect=advice.aspect_name,
@@ -536,10 +537,14 @@ def log_own_failure(aspect: Any, point: Any) -> None:
         if advice.aspect is aspect:
             _log_failure(advice, point)
             return
-    from ._log import get_logger
+    from ._log import log_safely
 
-    get_logger().error(
-        "advice.failed", aspect=getattr(aspect, "name", None), joinpoint=jp.name, exc_info=True
+    log_safely(
+        "error",
+        "advice.failed",
+        aspect=getattr(aspect, "name", None),
+        joinpoint=jp.name,
+        exc_info=True,
     )
 
 

@@ -61,6 +61,7 @@ class Description(list[Row]):
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title="aspecthook: join points and advice", show_lines=False)
         tracked = any(r.calls is not None for r in self)  # columns only when counted
@@ -72,7 +73,7 @@ class Description(list[Row]):
             table.add_column(column, no_wrap=names, overflow="ellipsis" if names else "fold")
         for r in self:
             counted = [_calls(r), _time(r)] if tracked else []
-            table.add_row(
+            cells = [
                 r.joinpoint,
                 r.stage,
                 str(r.order) if r.stage else "",
@@ -84,7 +85,9 @@ class Description(list[Row]):
                 *counted,
                 _short(r.location),
                 r.note,
-            )
+            ]
+            # Text, not markup: a name such as 'eval[val]' is shown as it is.
+            table.add_row(*map(Text, cells))
         return table
 
     def _plain(self) -> str:
@@ -137,7 +140,7 @@ def describe(pointcut: PointcutLike | None = None, *, weaver: Weaver | None = No
             if selected is not None and not selected.matches(jp):
                 continue
             rows.extend(_joinpoint_rows(jp))
-        rows.extend(_weave_rows(WEAVES, weaver))
+        rows.extend(_weave_rows(WEAVES, weaver, selected))
         rows.extend(_unmatched_rows(weavers, all_points, selected))
     return rows
 
@@ -172,11 +175,15 @@ def _joinpoint_rows(jp: Any) -> list[Row]:
     return rows
 
 
-def _weave_rows(records: list[Any], weaver: Weaver | None) -> list[Row]:
+def _weave_rows(records: list[Any], weaver: Weaver | None, selected: Any) -> list[Row]:
+    """Weaves not in place (pending, skipped, failed), by their target's name: those the
+    pointcut selects, when one is given."""
     return [
         Row(r.target, "", 0, "", None, "", "", "", r.status, note=r.reason)
         for r in records
-        if r.status != "active" and (weaver is None or r.weaver is weaver)
+        if r.status != "active"
+        and (weaver is None or r.weaver is weaver)
+        and (selected is None or selected.matches(_Named(r.target)))
     ]
 
 
@@ -231,7 +238,10 @@ def near_misses(weavers: list[Any], known: list[str]) -> list[tuple[Any, str, st
 
 
 class _Named:
+    """A name alone, for a pointcut to judge as the join point it would be."""
+
     def __init__(self, name: str) -> None:
+        self.name = name
         self.names = frozenset((name,))
 
 

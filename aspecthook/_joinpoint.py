@@ -76,6 +76,7 @@ class JoinPoint:
         "declared",
         "general",
         "is_async",
+        "is_generator",
         "local_weavers",
         "location",
         "name",
@@ -107,6 +108,9 @@ class JoinPoint:
         self.target = target
         func = getattr(target, "__func__", target)
         self.is_async = inspect.iscoroutinefunction(func)
+        #: Whether the target is a generator function: each call makes a generator of its
+        #: own (one returned by another callable may be shared, e.g. by a getter).
+        self.is_generator = inspect.isgeneratorfunction(func)
         self.declared = declared
         # Local weavers whose advice reaches this join point, counted per weave.
         self.local_weavers: Counter[Weaver] = Counter()

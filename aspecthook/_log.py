@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-__all__ = ["get_logger", "set_logger"]
+__all__ = ["get_logger", "log_safely", "set_logger"]
 
 _logger: Any = None
 
@@ -29,3 +30,22 @@ def set_logger(logger: Any) -> Any:
     global _logger
     previous, _logger = _logger, logger
     return previous
+
+
+def log_safely(level: str, event: str, **fields: Any) -> None:
+    """Log ``event`` at ``level`` through the package logger, never raising.
+
+    For reports made on a user's call (an advice's failure, a retry): a log sink that
+    raises (a full disk, a closed file) must not turn the report into the call's error.
+    The report then goes to stderr, as ``logging.Handler.handleError`` does for its own.
+    """
+    try:
+        getattr(get_logger(), level)(event, **fields)
+    except Exception as exc:
+        fields.pop("exc_info", None)
+        try:
+            sys.stderr.write(
+                f"aspecthook: could not log {event} {fields} ({type(exc).__name__}: {exc})\n"
+            )
+        except Exception:
+            pass  # stderr is gone too: nowhere left to report to

@@ -8,6 +8,8 @@ for code that does not know about aspecthook. Messages end with what to do.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AdviceSignatureError",
     "AspectDefinitionError",
@@ -26,8 +28,28 @@ __all__ = [
 ]
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
 class AspectHookError(Exception):
     """Base class of every error aspecthook raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default pickles ``cls(*args)``, which the keyword-only details of most
+        # subclasses refuse: an error raised in a worker process would break the pool
+        # instead of reaching the parent. Rebuilt without __init__, details and all.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[AspectHookError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An unpickled ``AspectHookError``: its message and attributes, as raised."""
+    base: Any = cls
+    while base.__flags__ & _HEAPTYPE:  # the builtin whose __new__ lays the object out
+        base = base.__base__
+    error = base.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class AdviceSignatureError(AspectHookError, TypeError):

@@ -152,6 +152,28 @@ def test_describe_selects_by_pointcut(weaver: ah.Weaver, point: str) -> None:
     assert one() == two() == 1
 
 
+def test_describe_by_pointcut_leaves_out_weaves_of_other_targets(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A weave of another target that did not take (a module not installed) is not a row
+    of describe(pointcut) for an unrelated join point; describe() still lists it."""
+    _declare(weaver, point)
+    with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
+        assert {r.joinpoint for r in ah.describe(point)} == {point}
+        [skipped] = [r for r in ah.describe() if r.joinpoint == "no_such_module_for_describe.fn"]
+    assert skipped.status == "skipped"
+
+
+def test_names_in_the_table_are_text_not_markup(weaver: ah.Weaver, point: str) -> None:
+    """A join point named with brackets ('eval[val]') shows as it is in the table."""
+    name = "t_describe.eval[val]"
+    _declare(weaver, name)
+    weaver.before("t_describe.eval[[]val]", name="[bold]warmup")(lambda ctx: None)
+    text = str(weaver.describe())
+    assert name in text
+    assert "[bold]warmup" in text
+
+
 def test_str_renders_a_table(weaver: ah.Weaver, point: str) -> None:
     """str(describe()) is a table with headers, the join point and its advice."""
     step = _declare(weaver, point)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 
 import aspecthook as ah
@@ -10,6 +14,7 @@ from aspecthook.errors import (
     AdviceSignatureError,
     AspectDefinitionError,
     AspectHookError,
+    CheckpointNotFoundError,
     InvalidOptionError,
     InvalidPointcutError,
     OrderingCycleError,
@@ -89,3 +94,47 @@ def test_real_errors_are_aspecthook_errors(weaver: ah.Weaver) -> None:
         weaver.after(42)  # type: ignore[arg-type]
     with pytest.raises(AspectHookError, match="not an instance"):
         weaver.register(ah.Aspect)  # type: ignore[arg-type]
+
+
+def _raise_in_worker(path: str) -> None:
+    raise CheckpointNotFoundError(f"no checkpoint at {path}", path=path)
+
+
+ALL_ERRORS = [
+    AdviceSignatureError("m", advice="f", signature="()", expected="(ctx)"),
+    errors.AspectDefinitionError("m"),
+    AspectHookError("m"),
+    errors.AspectParameterError("m", aspect="Timed", parameters=("x",), valid=("name",)),
+    CheckpointNotFoundError("m", path="ckpt/latest.pt"),
+    errors.ConfigError("m", file="a.yaml", key="weave[0]"),
+    InvalidOptionError("m", option="every", value=0),
+    InvalidPointcutError("m"),
+    OrderingCycleError("m", cycle=("a", "b", "a")),
+    errors.RunnerError("m"),
+    errors.UnknownAspectError("m", name="Timd", known=("Timed",), suggestion="Timed"),
+    UnknownPriorityError("m", value="urgent"),
+    errors.UnsupportedAdviceError("m", kind="around", target="net"),
+    WeaveTargetError("m", target="pkg.mod.f"),
+]
+
+
+def test_the_pickling_test_covers_every_error() -> None:
+    assert sorted(type(e).__name__ for e in ALL_ERRORS) == sorted(errors.__all__)
+
+
+@pytest.mark.parametrize("error", ALL_ERRORS, ids=lambda e: type(e).__name__)
+def test_every_error_survives_pickling_with_its_details(error: AspectHookError) -> None:
+    """An error raised in a worker process reaches the parent as itself: every class
+    pickles, whatever keyword-only details its constructor takes."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert copy.args == error.args == ("m",)
+    assert vars(copy) == vars(error)
+
+
+def test_an_error_raised_in_a_worker_process_reaches_the_parent() -> None:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        future = pool.submit(_raise_in_worker, "ckpt/latest.pt")
+        with pytest.raises(CheckpointNotFoundError, match="no checkpoint at") as caught:
+            future.result(timeout=120)
+    assert caught.value.path == "ckpt/latest.pt"

@@ -142,10 +142,13 @@ class _Summary(reprlib.Repr):
             return repr(x)
         return f"<str len={len(x)} {super().repr_str(x, level)}>"
 
-    def repr_bytes(self, x: bytes, level: int) -> str:
+    def repr_bytes(self, x: bytes | bytearray | memoryview, level: int) -> str:
         if len(x) <= self.maxstring:
-            return repr(x)
-        return f"<bytes len={len(x)} {repr(x[: self.maxstring - 3])[:-1]}...'>"
+            return repr(x) if type(x) is not memoryview else repr(bytes(x))
+        head = repr(bytes(x[: self.maxstring - 3]))[:-1]  # a slice: never the whole buffer
+        return f"<{type(x).__qualname__} len={len(x)} {head}...'>"
+
+    repr_bytearray = repr_memoryview = repr_bytes
 
     def repr_instance(self, x: Any, level: int) -> str:
         try:
@@ -245,7 +248,16 @@ def _named_arguments(ctx: CallContext) -> dict[str, Any]:
                 else:
                     named[name] = value
             return named
-    named = {f"#{i}": value for i, value in enumerate(args)}
+    # A call that does not bind (it fails with TypeError): still name what can be named,
+    # so that redaction by name holds for the arguments a secret would be in.
+    positional = (
+        [p.name for p in signature.parameters.values() if p.kind in _POSITIONAL]
+        if signature is not None
+        else []
+    )
+    named = {
+        positional[i] if i < len(positional) else f"#{i}": value for i, value in enumerate(args)
+    }
     named.update(kwargs)
     return named
 
@@ -585,7 +597,8 @@ def configure_logging(
     path, opened for appending, or an open text stream) or to stderr.
 
     Returns a handle whose ``remove()`` restores the previous configuration and closes a
-    file opened here.
+    file opened here. Handles may be removed in any order: the newest configuration still
+    in place stays in force (the one from before them all once every one is removed).
     """
     level_name, _ = _level("level", level)
     if format not in ("console", "json"):
@@ -602,23 +615,42 @@ def configure_logging(
         stream = opened = open(file, "a", encoding="utf-8")  # noqa: SIM115 - the handle closes it
     else:
         stream = file
-    was_configured, previous = structlog.is_configured(), structlog.get_config()
-    structlog.configure(
-        processors=_processors(format, stream),
-        wrapper_class=structlog.make_filtering_bound_logger(level_name),
-        logger_factory=structlog.WriteLoggerFactory(file=stream),
-        cache_logger_on_first_use=False,
-    )
+    config: dict[str, Any] = {
+        "processors": _processors(format, stream),
+        "wrapper_class": structlog.make_filtering_bound_logger(level_name),
+        "logger_factory": structlog.WriteLoggerFactory(file=stream),
+        "cache_logger_on_first_use": False,
+    }
+    with _CONFIGURED_LOCK:
+        if not _CONFIGURED:  # what the first handle's removal goes back to
+            _BELOW[:] = [structlog.is_configured(), structlog.get_config()]
+        _CONFIGURED.append(config)
+        structlog.configure(**config)
 
     def undo() -> None:
-        if was_configured:
-            structlog.configure(**previous)
-        else:
-            structlog.reset_defaults()
+        # Handles may be removed in any order: the configuration in force is always the
+        # newest one still in place (or the one from before them all), so the file this
+        # one opened is written to by none once it is removed.
+        with _CONFIGURED_LOCK:
+            was_newest = _CONFIGURED[-1] is config
+            _CONFIGURED.remove(config)
+            if was_newest and _CONFIGURED:
+                structlog.configure(**_CONFIGURED[-1])
+            elif was_newest and _BELOW[0]:
+                structlog.configure(**_BELOW[1])
+            elif was_newest:
+                structlog.reset_defaults()
         if opened is not None:
             opened.close()
 
     return Handle(undo, f"configure_logging({format!r}, {level_name!r})")
+
+
+# The configurations of configure_logging handles not yet removed, oldest first, and
+# [was_configured, config] from before the first of them.
+_CONFIGURED: list[dict[str, Any]] = []
+_BELOW: list[Any] = [False, {}]
+_CONFIGURED_LOCK = threading.Lock()
 
 
 def _processors(format: str, stream: TextIO) -> list[Any]:

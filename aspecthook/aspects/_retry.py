@@ -19,7 +19,7 @@ from typing import Any
 from .. import around
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
-from .._log import get_logger
+from .._log import log_safely
 from ..errors import InvalidOptionError
 from ..registry import _import
 
@@ -38,11 +38,12 @@ class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
 
     Before attempt ``i + 2`` it sleeps ``min(backoff * factor**i, max_backoff)``, scaled by
-    a random factor in ``[1 - jitter, 1 + jitter]`` (``random.uniform``; ``jitter=0`` gives
-    the exact sequence). Each retry is logged as ``retry.attempt``. When the last attempt
-    fails, ``give_up(ctx, exc)`` is called and the last exception propagates unchanged
-    (same object, same traceback); an exception not in ``on`` propagates at once, and one
-    raised by ``give_up`` propagates instead of the last one (chained to it).
+    a random factor in ``[1 - jitter, 1 + jitter]`` (drawn from the aspect's own
+    ``random.Random``, never the global one; ``jitter=0`` gives the exact sequence). Each
+    retry is logged as ``retry.attempt`` (a log sink that fails does not stop it). When the
+    last attempt fails, ``give_up(ctx, exc)`` is called and the last exception propagates
+    unchanged (same object, same traceback); an exception not in ``on`` propagates at once,
+    and one raised by ``give_up`` propagates instead of the last one (chained to it).
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration.
@@ -85,17 +86,20 @@ class Retry(Aspect):
         )
         self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
+        # Its own generator: a retry must not move the program's seeded global ``random``
+        # (a training run's data order would then depend on a transient error).
+        self._random = random.Random()
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (0 for the first retry)."""
         try:
             delay = self.backoff * self.factor**retry
         except OverflowError:  # thousands of retries: only the cap is meaningful
-            delay = math.inf
+            delay = math.inf if self.backoff else 0.0
         if self.max_backoff is not None:
             delay = min(delay, self.max_backoff)
         if self.jitter:
-            delay *= random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+            delay *= self._random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
         return delay
 
     @around()
@@ -129,7 +133,8 @@ class Retry(Aspect):
 
     def _next_delay(self, ctx: CallContext, exc: BaseException, attempt: int) -> float:
         delay = self.delay(attempt - 1)
-        get_logger().warning(
+        log_safely(
+            "warning",
             RETRY_ATTEMPT,
             joinpoint=ctx.joinpoint.name,
             attempt=attempt,
@@ -140,7 +145,8 @@ class Retry(Aspect):
         return delay
 
     def _give_up(self, ctx: CallContext, exc: BaseException) -> None:
-        get_logger().warning(
+        log_safely(
+            "warning",
             RETRY_GAVE_UP,
             joinpoint=ctx.joinpoint.name,
             attempts=self.attempts,

@@ -262,13 +262,15 @@ class Summary(list[TimingRow]):
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title="aspecthook: timings (quantiles within 1%)")
         table.add_column("join point")
         for column in ("calls", "errors", "total", "mean", "min", "p50", "p95", "p99", "max"):
             table.add_column(column, justify="right")
         for row in self:
-            table.add_row(row.name, str(row.count), str(row.errors), *_times(row))
+            # Text, not markup: a name such as 'eval[val]' is shown as it is.
+            table.add_row(Text(row.name), str(row.count), str(row.errors), *_times(row))
         return table
 
     def _plain(self) -> str:
@@ -292,7 +294,9 @@ class Timed(Aspect):
 
     ``weave(target, Timed())`` times a callable; ``register(Timed(pointcut='train_*'))``
     times named join points. Async join points are timed until the coroutine completes,
-    generators by the time spent inside them until exhausted or closed. Calls that raise
+    generator functions by the time spent inside the generator until it is exhausted or
+    closed (a generator returned by another callable, which may be shared, is not
+    iterated through a timer: the call alone is timed). Calls that raise
     are timed too and counted in ``errors``. Quantiles come from a ``QuantileSketch``
     (1% relative error, bounded memory). ``trace=True`` also keeps up to ``max_events``
     calls for ``export_chrome_trace``; later ones are counted in ``dropped_events``.
@@ -344,8 +348,8 @@ class Timed(Aspect):
             self._record_safely(jp, start, _clock() - start, True)
             raise
         elapsed = _clock() - start
-        if type(result) is GeneratorType:
-            return _timed_generator(self, jp, result, elapsed)
+        if jp.is_generator and type(result) is GeneratorType:
+            return _timed(self, jp, result, elapsed)
         self._record_safely(jp, start, elapsed, False)
         return result
 
@@ -362,6 +366,7 @@ class Timed(Aspect):
         pending = self._pending_list(jp.name)
         append, room = pending.append, _BATCH - 1
         clock = _clock
+        generator = jp.is_generator
 
         def timed(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             if checked and jp._chain is not chain:
@@ -376,8 +381,8 @@ class Timed(Aspect):
                 self._record_safely(jp, start, clock() - start, True)
                 raise
             elapsed = clock() - start
-            if type(result) is GeneratorType:
-                return _timed_generator(self, jp, result, elapsed)
+            if generator and type(result) is GeneratorType:
+                return _timed(self, jp, result, elapsed)
             if len(pending) < room and not self.trace:
                 append(elapsed)  # the common case of _record: one append
             else:
@@ -561,6 +566,17 @@ def _write_atomically(target: Path, text: str) -> None:
         raise
 
 
+def _timed(
+    timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: int
+) -> Generator[Any, Any, Any]:
+    """``gen`` behind a timer (``_timed_generator``), advanced to its first ``yield``: that
+    one is inside the timer's ``try``, so a generator closed or dropped before it was ever
+    iterated is recorded too (an unstarted generator's close runs none of its code)."""
+    wrapper = _timed_generator(timed, jp, gen, elapsed)
+    next(wrapper)
+    return wrapper
+
+
 def _timed_generator(
     timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: int
 ) -> Generator[Any, Any, Any]:
@@ -569,14 +585,26 @@ def _timed_generator(
     ``yield from`` cannot be timed per resume, so this is its PEP 380 expansion with a
     clock around each ``send`` / ``throw`` / ``close``. The total is recorded once, when
     ``gen`` is exhausted, raises or is closed (also by garbage collection); with tracing,
-    each resume is one event.
+    each resume is one event. Its first ``yield`` hands ``_timed`` nothing: the caller's
+    first ``next()`` / ``send()`` / ``throw()`` arrives at the second.
     """
     name = jp.name
     failed = False
-    resume: Any = gen.send
-    arg: Any = None
+    value: Any = None
     try:
         while True:
+            try:
+                arg = yield value
+                resume: Any = gen.send
+            except GeneratorExit:
+                start = _clock()
+                try:
+                    gen.close()
+                finally:
+                    elapsed += _clock() - start
+                raise
+            except BaseException as exc:
+                resume, arg = gen.throw, exc
             start = _clock()
             try:
                 value = resume(arg)
@@ -590,18 +618,6 @@ def _timed_generator(
             elapsed += took
             if timed.trace:
                 timed._add_event(name, start, took, False)
-            try:
-                arg = yield value
-                resume = gen.send
-            except GeneratorExit:
-                start = _clock()
-                try:
-                    gen.close()
-                finally:
-                    elapsed += _clock() - start
-                raise
-            except BaseException as exc:
-                resume, arg = gen.throw, exc
     except GeneratorExit:
         raise
     except BaseException:

@@ -7,12 +7,16 @@ import contextlib
 import io
 import json
 import logging
+import tempfile
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.contextvars import get_contextvars, merge_contextvars
 from structlog.testing import capture_logs
 
@@ -331,12 +335,29 @@ def test_array_like_is_summarised_by_type_shape_and_dtype() -> None:
         ([1, "two", None], "[1, 'two', None]"),
         ({"k": (1, 2)}, "{'k': (1, 2)}"),
         (b"x" * 100, "<bytes len=100 b'" + "x" * 77 + "...'>"),
+        (bytearray(b"x" * 100), "<bytearray len=100 b'" + "x" * 77 + "...'>"),
+        (memoryview(b"x" * 100), "<memoryview len=100 b'" + "x" * 77 + "...'>"),
+        (bytearray(b"ab"), "bytearray(b'ab')"),
         ({1, 2, 3} | set(range(100)), "<set len=100>"),
     ],
 )
 def test_summarize_keeps_small_values_and_caps_big_ones(value: Any, expected: str) -> None:
     """Small values read as their repr; big ones are summarised."""
     assert summarize(value) == expected
+
+
+def test_a_big_buffer_is_summarised_from_a_slice_not_converted_whole() -> None:
+    """A 50 MB bytearray argument: its summary is made from its first bytes, so a logged
+    call does not copy or repr the whole buffer (which took seconds and gigabytes)."""
+    buffer = bytearray(50_000_000)
+    tracemalloc.start()
+    try:
+        text = summarize(buffer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text.startswith("<bytearray len=50000000 b'\\x00")
+    assert peak < 1_000_000
 
 
 def test_summarize_caps_deep_nesting_and_custom_sizes() -> None:
@@ -367,6 +388,16 @@ def test_redacted_arguments_are_masked_wherever_they_are_passed() -> None:
         "api_key": "***",
         "colour": "'blue'",
     }
+    assert "hunter2" not in repr(logs)
+
+
+def test_redaction_holds_for_a_call_that_does_not_fit_the_signature() -> None:
+    """One positional argument too many: the call fails with TypeError and is logged as an
+    error, with the arguments still named (so the password is still masked)."""
+    aspect = Logged(redact=("password",))
+    with ah.weave(login_fails, aspect), capture_logs() as logs, pytest.raises(TypeError):
+        login_fails("ann", "hunter2", True)  # type: ignore[call-arg]
+    assert logs[0]["args"] == {"user": "'ann'", "password": "***", "#2": "True"}
     assert "hunter2" not in repr(logs)
 
 
@@ -490,6 +521,26 @@ def test_failing_logger_does_not_break_the_call_and_is_reported() -> None:
     assert advice.failures == 1
 
 
+def test_a_log_sink_that_fails_for_every_event_does_not_break_the_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The sink behind structlog failing (a full disk): the call's own event fails, and so
+    does the advice.failed report of it; the call still returns, and stderr says why."""
+
+    def sink_down(logger: Any, method: str, event_dict: Any) -> Any:
+        raise OSError("log sink down")
+
+    structlog.configure(processors=[sink_down])
+    try:
+        with ah.weave(add, Logged()):
+            assert add(1) == 2
+    finally:
+        structlog.reset_defaults()
+    err = capsys.readouterr().err
+    assert "could not log advice.failed" in err
+    assert "log sink down" in err
+
+
 def test_failing_logger_on_an_async_call_does_not_break_it() -> None:
     """The same holds inside the coroutine of an async join point."""
     with ah.weave(aadd, Logged(logger=BrokenLogger())), capture_logs() as logs:
@@ -600,6 +651,27 @@ def test_configure_logging_handle_restores_the_previous_configuration() -> None:
     with configure_logging(file=io.StringIO()):
         assert structlog.is_configured()
     assert not structlog.is_configured()
+
+
+@given(st.permutations(range(3)))
+@settings(max_examples=20, deadline=None)
+def test_configure_logging_handles_removed_in_any_order(order: list[int]) -> None:
+    """Three handles, each logging to its own file, removed in any order: logging keeps
+    going to the newest file still configured, never to a closed one, and the state from
+    before them all comes back at the end."""
+    structlog.reset_defaults()
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [Path(folder, f"run{i}.log") for i in range(3)]
+        handles = [configure_logging("json", file=path) for path in paths]
+        left = [0, 1, 2]
+        for i in order:
+            handles[i].remove()
+            left.remove(i)
+            structlog.get_logger().info("after", removed=i)  # never a closed file
+            if left:
+                last = paths[left[-1]].read_text(encoding="utf-8").splitlines()[-1]
+                assert json.loads(last)["removed"] == i
+        assert not structlog.is_configured()
 
 
 @pytest.mark.parametrize(

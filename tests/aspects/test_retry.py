@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -217,6 +218,41 @@ def test_jitter_scales_the_delay_within_its_fraction() -> None:
     delays = [aspect.delay(2) for _ in range(200)]
     assert all(2.0 <= d <= 6.0 for d in delays)
     assert len(set(delays)) > 1
+
+
+def test_jitter_leaves_the_programs_global_random_untouched() -> None:
+    """A retry must not move a seeded program's random numbers (its data order, say)."""
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    aspect = Retry(backoff=1.0, jitter=0.5)
+    aspect.delay(0)
+    aspect.delay(1)
+    assert [random.random() for _ in range(3)] == expected
+
+
+def test_no_backoff_stays_zero_however_many_retries() -> None:
+    """backoff=0 means no sleep, also past the retry where factor**i overflows a float."""
+    aspect = Retry(backoff=0.0, factor=2.0, jitter=0.0)
+    assert aspect.delay(5000) == 0.0
+
+
+def test_a_failing_log_sink_does_not_stop_the_retries(
+    flaky: Flaky, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The retry.attempt report failing (a full disk under the log file) is not the call's
+    error: the call is retried all the same, and the report goes to stderr."""
+
+    def sink_down(logger: Any, method: str, event_dict: Any) -> Any:
+        raise OSError("log sink down")
+
+    structlog.configure(processors=[sink_down])
+    flaky.failures = 2
+    aspect, sleeps = retry(attempts=3, jitter=0.0)
+    with ah.weave(fetch, aspect):
+        assert fetch() == "done"
+    assert len(sleeps) == 2
+    assert capsys.readouterr().err.count("could not log retry.attempt") == 2
 
 
 # -- flavours ---------------------------------------------------------------------------------

@@ -288,6 +288,15 @@ def test_async_exception_counted_and_reraised() -> None:
     assert (row(timed, failing_async).count, row(timed, failing_async).errors) == (1, 1)
 
 
+def test_summary_table_shows_names_as_text_not_markup() -> None:
+    """A join point named 'eval[val]' keeps its brackets in the printed summary."""
+    timed = Timed(pointcut="test_timed.eval[[]val]")
+    ah.joinpoint("test_timed.eval[val]")(quick)
+    with ah.register(timed):
+        ah.joinpoint("test_timed.eval[val]")(quick)(1)
+    assert "test_timed.eval[val]" in str(timed.summary())
+
+
 def test_times_time_spent_inside_a_generator() -> None:
     """A generator is timed across next() calls, without the consumer's time between them."""
     timed = Timed()
@@ -316,6 +325,43 @@ def test_generator_closed_early_or_dropped_is_recorded() -> None:
         del dropped
         gc.collect()
     assert (row(timed, numbers).count, row(timed, numbers).errors) == (2, 0)
+
+
+def test_generator_closed_or_dropped_before_its_first_value_is_recorded() -> None:
+    """A generator never iterated is a call all the same: closed or collected unstarted,
+    it is recorded (as every other call), with the time it took to create."""
+    timed = Timed()
+    with ah.weave(numbers, timed):
+        numbers(5).close()
+        assert row(timed, numbers).count == 1
+        numbers(5)  # made and dropped at once
+        gc.collect()
+    assert (row(timed, numbers).count, row(timed, numbers).errors) == (2, 0)
+
+
+class Loader:
+    """Hands out one stored generator on every call."""
+
+    def __init__(self) -> None:
+        self.batches = (i for i in range(6))
+
+    def stream(self) -> Generator[int, Any, None]:
+        return self.batches
+
+
+def test_a_generator_handed_out_by_a_getter_is_not_closed_when_a_result_is_dropped() -> None:
+    """A callable that returns a generator it did not create (a stored stream): dropping
+    one call's result must not close the generator the next call returns again."""
+    timed = Timed()
+    loader = Loader()
+    with ah.weave(Loader.stream, timed):
+        first = loader.stream()
+        assert [next(first), next(first)] == [0, 1]
+        second = loader.stream()
+        del first
+        gc.collect()
+        assert list(second) == [2, 3, 4, 5]
+    assert row(timed, Loader.stream).count == 2  # the calls; the stream is not theirs
 
 
 def test_woven_generator_behaves_like_the_original() -> None:
