@@ -126,6 +126,7 @@ class Runner:
         self.outputs: dict[str, Any] = {}
         self.metrics: dict[str, Any] = {}
         self.stop_reason: str | None = None
+        self._interrupted = False  # the last run() raised (see _drop_interrupted_gradients)
         self.rank, self.world_size = _dist_info()
         self.weaver = Weaver(f"runner@{id(self):x}", local=True)
         self._run_joinpoint: Callable[[], dict[str, Any]]
@@ -193,11 +194,29 @@ class Runner:
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
         _report_near_misses(self)
+        if self._interrupted:
+            self._drop_interrupted_gradients()
         token = CURRENT_RUNNER.set(self)
         try:
             return _snapshot(self._run_joinpoint())
+        except BaseException:
+            self._interrupted = True
+            raise
         finally:
             CURRENT_RUNNER.reset(token)
+
+    def _drop_interrupted_gradients(self) -> None:
+        """After a run() that raised (Ctrl-C in a notebook, say): the iteration it broke
+        off may have back-propagated without stepping, and is trained again, so its
+        gradients are dropped, or the next step would count that batch twice. An aspect
+        that keeps gradients across iterations (``GradAccumulation``) says whether they
+        are still whole (``keeps_gradients``)."""
+        self._interrupted = False
+        for aspect in self.aspects:
+            keeps = getattr(aspect, "keeps_gradients", None)
+            if callable(keeps) and keeps(self):
+                return
+        self.optimizer.zero_grad(set_to_none=True)
 
     def test(self) -> dict[str, Any]:
         """Run the test loop over ``test_loader`` once; return the metrics (``Evaluate``

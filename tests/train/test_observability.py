@@ -271,6 +271,29 @@ def test_progress_bar_of_a_resumed_run_starts_where_the_run_does(
     assert first == [(12, 12)]
 
 
+def test_a_run_refused_as_it_starts_leaves_no_file_open_and_no_bar_running(
+    tmp_path: Path,
+) -> None:
+    """A before_run that refuses the run (here a checkpoint of another model to resume):
+    the Logger's file is not left open, nor the progress bar's live display running."""
+    from aspecthook.errors import RunnerError
+
+    other = torch.nn.Linear(4, 2)
+    Runner(
+        other, torch.optim.SGD(other.parameters(), lr=0.1),
+        DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 2)), batch_size=4),
+        loss_fn=torch.nn.functional.mse_loss, max_iters=1, work_dir=tmp_path,
+        aspects=[Checkpoint(interval=1, by_epoch=False)],
+    ).run()  # fmt: skip
+    logger = Logger(interval=1)
+    bar = ProgressBar(console=Console(file=io.StringIO()))
+    runner = _runner(tmp_path, [logger, bar, Checkpoint(resume="auto")])
+    with pytest.raises(RunnerError, match="checkpoint"):
+        runner.run()
+    assert logger._file is None
+    assert bar._progress is None
+
+
 def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> None:
     """Logger and ProgressBar default to errors='log': their failures are logged, not raised."""
     logger, bar = Logger(interval=1), ProgressBar(console=Console(file=io.StringIO()))

@@ -6,15 +6,18 @@ from typing import Any
 
 import pytest
 import torch
+from structlog.testing import capture_logs
 from torch.utils.data import DataLoader, TensorDataset
 
-from aspecthook import CallContext
+from aspecthook import Aspect, CallContext
 from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import (
     AMP,
     EMA,
+    Checkpoint,
     EarlyStopping,
+    EmptyCache,
     GradAccumulation,
     GradClip,
     NaNGuard,
@@ -222,6 +225,56 @@ def test_amp_float16_with_grad_accumulation_unscales_only_before_real_steps() ->
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
 
 
+def _amp_runner(max_iters: int) -> Runner:
+    """float16 with targets so large that the first steps overflow: the scaler calibrates."""
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), 1000 * torch.randn(64, 2, generator=g))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    loss = torch.nn.functional.mse_loss
+    return Runner(
+        model, opt, DataLoader(data, batch_size=8), loss_fn=loss, max_iters=max_iters,
+        aspects=[AMP("float16")],
+    )  # fmt: skip
+
+
+def test_amp_float16_goes_on_with_the_calibrated_scale_in_a_second_run() -> None:
+    """run() to 20 iterations, then on to 40: the same weights and scale as one run to 40
+    (a second run used to start a new GradScaler and skip the overflowing steps again)."""
+    straight = _amp_runner(40)
+    straight.run()
+    split = _amp_runner(20)
+    split.run()
+    calibrated = split.grad_scaler.get_scale()
+    assert calibrated < 65536.0  # it did calibrate
+    split.max_iters = 40
+    split.run()
+    assert split.grad_scaler.get_scale() == straight.grad_scaler.get_scale()
+    for a, b in zip(_params(straight), _params(split), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_amp_float16_state_loaded_before_the_first_run_is_used() -> None:
+    """runner.load_state_dict() before run(): the scaler is built with the loaded scale, and
+    a state_dict() taken before that run keeps it."""
+    trained = _amp_runner(20)
+    trained.run()
+    saved = trained.state_dict()
+    fresh = _amp_runner(21)
+    fresh.load_state_dict(saved)
+    assert fresh.state_dict()["aspects"]["amp"] == saved["aspects"]["amp"]
+    fresh.run()
+    straight = _amp_runner(21)
+    straight.run()
+    assert fresh.grad_scaler.get_scale() == straight.grad_scaler.get_scale()
+
+
+def test_empty_cache_refuses_an_interval_that_is_not_a_count() -> None:
+    with pytest.raises(InvalidOptionError, match="give a number of iterations >= 1"):
+        EmptyCache(interval="2")  # type: ignore[arg-type]
+
+
 def test_amp_float16_with_nan_guard_keeps_training_after_a_bad_loss() -> None:
     """A skipped step (NaN loss) does not unscale either: training goes on after it."""
     runner = _runner(train_step=_nan_at(1), aspects=[AMP("float16"), NaNGuard("skip")])
@@ -274,6 +327,100 @@ def test_grad_accumulation_steps_the_last_short_group(limits: dict[str, int]) ->
         opt.zero_grad(set_to_none=True)
     for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("how", ["second run", "resume"])
+def test_grad_accumulation_continued_past_the_end_starts_whole_groups(
+    how: str, tmp_path: Any
+) -> None:
+    """A 6-iteration run in groups of 4 (its last group of 2 steps at its end), continued
+    to 14 iterations: the next groups are iterations 6-9 and 10-13, each loss divided by 4
+    (a group of 2 used to step on 6-7 with its losses divided by 4)."""
+
+    def make(max_iters: int, resume: str | None = None) -> Runner:
+        aspects: list[Any] = [GradAccumulation(4)]
+        if how == "resume":
+            aspects.append(Checkpoint(interval=1, by_epoch=False, resume=resume))
+        return _runner(
+            batch_size=4, n=8, max_epochs=None, max_iters=max_iters, aspects=aspects,
+            work_dir=tmp_path if how == "resume" else None,
+        )  # fmt: skip
+
+    runner = make(6)
+    runner.run()
+    if how == "second run":
+        runner.max_iters = 14
+    else:
+        runner = make(14, resume="auto")
+    steps: list[int] = []
+    runner.weaver.after("optimizer_step")(
+        lambda ctx: steps.append(ctx.runner.iter) if not ctx.skipped else None
+    )
+    runner.run()
+    assert steps == [9, 13]
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [b for _ in range(7) for b in DataLoader(_data(8), batch_size=4)]
+    for group in (batches[:4], batches[4:6], batches[6:10], batches[10:14]):
+        for x, y in group:
+            (CE(model(x), y) / len(group)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+class _CtrlC(Aspect):
+    """Stands for Ctrl-C pressed once, at iteration ``at``, in the given stage."""
+
+    name = "ctrl_c"
+
+    def __init__(self, at: int, stage: str) -> None:
+        super().__init__()
+        self.at, self.stage, self.fired = at, stage, False
+
+    def _maybe(self, ctx: CallContext, stage: str) -> None:
+        if stage == self.stage and ctx.runner.iter == self.at and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+    def before_forward(self, ctx: CallContext) -> None:
+        self._maybe(ctx, "forward")
+
+    def before_optimizer_step(self, ctx: CallContext) -> None:
+        self._maybe(ctx, "optimizer_step")
+
+
+@pytest.mark.parametrize(
+    ("accumulate", "stage", "exact"),
+    [
+        (1, "optimizer_step", True),  # after backward: that batch's gradients are dropped
+        (4, "forward", True),  # inside a group, before backward: the group's are kept
+        (4, "optimizer_step", False),  # inside a group, after backward: dropped, warned
+    ],
+)
+def test_run_again_after_an_interrupted_run_counts_no_batch_twice(
+    accumulate: int, stage: str, exact: bool
+) -> None:
+    """Ctrl-C at iteration 5, then run() again: the same weights as one uninterrupted run
+    (the interrupted iteration's gradients used to stay and be added to again)."""
+
+    def make(*extra: Aspect) -> Runner:
+        aspects = [*extra, GradAccumulation(accumulate)] if accumulate > 1 else list(extra)
+        return _runner(batch_size=2, max_epochs=None, max_iters=8, aspects=aspects)
+
+    straight = make()
+    straight.run()
+    runner = make(_CtrlC(5, stage))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    with capture_logs() as logs:
+        runner.run()
+    assert runner.iter == 8
+    same = all(torch.equal(a, b) for a, b in zip(_params(straight), _params(runner), strict=True))
+    assert same is exact
+    dropped = [e for e in logs if e["event"] == "grad_accumulation.group_dropped"]
+    assert len(dropped) == (0 if exact else 1)
 
 
 def test_ema_update_every_counts_optimizer_steps() -> None:
@@ -420,6 +567,23 @@ def test_a_checkpoint_with_ema_resumed_without_it_trains_on_from_the_live_weight
     plain = _ema_run(max_epochs=2, val=False)
     plain.load_state_dict(trained.state_dict())
     assert torch.equal(plain.model.weight, live)
+
+
+def test_a_state_loaded_and_saved_again_before_a_run_keeps_the_average() -> None:
+    """load_state_dict() then state_dict() before run() (re-saving a checkpoint): the EMA's
+    average and the exchange of weights under "model" are kept as they were saved."""
+    trained = _ema_run(max_epochs=2, aspects=[EMA(decay=0.5)])
+    trained.run()
+    saved = trained.state_dict()
+    loading = _ema_run(max_epochs=2, aspects=[EMA(decay=0.5)])
+    loading.load_state_dict(saved)
+    again = loading.state_dict()
+    assert again["packed"] == saved["packed"] == ["ema"]
+    assert set(again["model"]) == set(saved["model"])
+    for key, value in saved["model"].items():
+        assert torch.equal(again["model"][key], value)
+    for key, value in saved["aspects"]["ema"]["averaged"].items():
+        assert torch.equal(again["aspects"]["ema"]["averaged"][key], value)
 
 
 @pytest.mark.parametrize("kept", [("ema", "ema_slow"), ("ema_slow",), ("ema",), ()])

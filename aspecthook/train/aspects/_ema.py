@@ -61,6 +61,7 @@ class EMA(Aspect):
         self._pending: dict[str, Any] | None = None  # loaded before the average was built
         self._loaded = False  # the average came from a checkpoint
         self._started = False  # the first epoch of this process began
+        self._unpacked_keys: list[str] = []  # what the loaded state had exchanged (pack_state)
 
     def before_run(self, ctx: CallContext) -> None:
         if self.averaged is None:
@@ -129,8 +130,10 @@ class EMA(Aspect):
         return backup
 
     def state_dict(self) -> dict[str, Any]:
-        if self.averaged is None:
-            return {}
+        if self.averaged is None:  # not built: a loaded average is saved again as it came
+            return (
+                {} if self._pending is None else {"averaged": self._pending, "steps": self._steps}
+            )
         return {"averaged": self.averaged.state_dict(), "steps": self._steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -146,14 +149,19 @@ class EMA(Aspect):
         """The runner's state with the EMA weights as its ``model`` and the live weights in
         this aspect's state (``use_for_eval``), as OpenMMLab's EMA hook saves them."""
         own = state.get("aspects", {}).get(self.name)
-        if not self.use_for_eval or not own or "swapped" in own or self.averaged is None:
+        if not self.use_for_eval or not own or "swapped" in own:
             return state
-        module = self.averaged.module
-        # Every name of a shared (tied) tensor: the state dict has each, and loading it
-        # keeps the last one, so all must hold the EMA weights.
-        keys = [name for name, _ in module.named_parameters(remove_duplicate=False)]
-        if self.use_buffers:
-            keys += [name for name, _ in module.named_buffers(remove_duplicate=False)]
+        if self.averaged is None:  # a loaded state not yet built: packed as it was saved
+            keys = self._unpacked_keys
+        else:
+            module = self.averaged.module
+            # Every name of a shared (tied) tensor: the state dict has each, and loading it
+            # keeps the last one, so all must hold the EMA weights.
+            keys = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+            if self.use_buffers:
+                keys += [name for name, _ in module.named_buffers(remove_duplicate=False)]
+        if not keys:
+            return state
         return _exchange(state, self.name, [k for k in keys if k in state["model"]], True)
 
     def unpack_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -161,6 +169,7 @@ class EMA(Aspect):
         own = state.get("aspects", {}).get(self.name)
         if not own or "swapped" not in own:
             return state
+        self._unpacked_keys = list(own["swapped"])
         return _exchange(state, self.name, list(own["swapped"]), False)
 
 

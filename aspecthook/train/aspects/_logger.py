@@ -13,7 +13,7 @@ import torch
 
 from ..._advice import handles_own_errors, log_own_failure
 from ..._aspect import Aspect
-from ..._context import CallContext
+from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ...errors import InvalidOptionError
 from ._timer import IterTimer
@@ -95,6 +95,18 @@ class Logger(Aspect):
         self._log = structlog.get_logger("aspecthook.train")
         timer = runner.get_aspect(IterTimer)
         self._timer = timer if isinstance(timer, IterTimer) else None
+
+    def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """The files are open for the run itself: opened once every ``before_run`` advice
+        has passed (one that refuses the run leaves nothing open) and closed however the
+        run ends."""
+        self._open(ctx.runner)
+        try:
+            return proceed()
+        finally:
+            self._close()
+
+    def _open(self, runner: Any) -> None:
         if runner.rank != 0:
             return
         if runner.work_dir is not None and self.json_file:
@@ -180,12 +192,6 @@ class Logger(Aspect):
             {k: float(v) for k, v in runner.metrics.items() if isinstance(v, (int, float))}
         )
         self._emit(VAL_EVENT, record, runner.iter)
-
-    def after_run(self, ctx: CallContext) -> None:
-        self._close()
-
-    def on_error_run(self, ctx: CallContext) -> None:
-        self._close()
 
     def _emit(self, event: str, record: dict[str, Any], step: int, *, console: bool = True) -> None:
         self.records.append(record)

@@ -65,6 +65,9 @@ class GradAccumulation(Aspect):
     ``GradClip``, which then see that the step is skipped and leave the gradients alone.
     A checkpoint taken inside a group holds the group's gradients so far (its state), and
     a run resumed from it adds the rest of the group to them, as the uninterrupted run does.
+    Groups follow on from where the last one ended, so a run continued past its end (a
+    second ``run()`` with a larger ``max_iters``, or a resume with larger limits) starts
+    whole groups after its shortened last one.
     """
 
     name = "grad_accumulation"
@@ -82,14 +85,22 @@ class GradAccumulation(Aspect):
         self._total: int | None = None  # the run's iterations, when known (before_run)
         self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps
         self._resumed: list[torch.Tensor | None] | None = None  # to put back (resume)
+        # The iteration the current group began at; None: not known yet (a checkpoint from
+        # before it was saved), worked out from the run's iterations in before_run.
+        self._group_start: int | None = 0
+        self._backward_at = -1  # the iteration of the latest backward
 
     def before_run(self, ctx: CallContext) -> None:
-        self._total = planned_iters(ctx.runner)
-        self._model = ctx.runner.model
+        runner = ctx.runner
+        self._total = planned_iters(runner)
+        self._model = runner.model
+        if self._group_start is None:
+            self._group_start = runner.iter - runner.iter % self.steps
 
     def before_backward(self, ctx: CallContext) -> None:
         if self._resumed is not None:  # the first backward after a resume inside a group
             self._restore_grads(ctx.runner.model)
+        self._backward_at = ctx.runner.iter
         size = self._group_size(ctx.runner.iter)
         if size > 1:
             ctx.args[0] = ctx.args[0] / size
@@ -98,25 +109,33 @@ class GradAccumulation(Aspect):
         if not self.steps_after(ctx.runner.iter):
             ctx.skip()
 
+    def after_optimizer_step(self, ctx: CallContext) -> None:
+        # After every other aspect's before_optimizer_step has asked steps_after (NaNGuard
+        # ends a group without a step): the next group begins after this iteration.
+        iteration = ctx.runner.iter
+        if self.steps_after(iteration):
+            self._group_start = iteration + 1
+
     def steps_after(self, iteration: int) -> bool:
         """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
         group, or the run's last iteration."""
         done = iteration + 1  # iterations done once this one ends
-        return not done % self.steps or done == self._total
+        return done - self._start() >= self.steps or done == self._total
 
     def state_dict(self) -> dict[str, Any]:
-        """The gradients accumulated so far in the current group (none at a boundary)."""
+        """Where the current group began, and the gradients it accumulated so far."""
+        state: dict[str, Any] = {"group_start": self._group_start}
         model = self._model
-        if model is None:
-            return {}
-        grads = [p.grad for p in model.parameters()]
-        if all(g is None for g in grads):
-            return {}
-        return {"grads": [None if g is None else g.detach().clone() for g in grads]}
+        grads = [] if model is None else [p.grad for p in model.parameters()]
+        if any(g is not None for g in grads):
+            state["grads"] = [None if g is None else g.detach().clone() for g in grads]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         grads = state.get("grads")
         self._resumed = None if grads is None else list(grads)
+        start = state.get("group_start")
+        self._group_start = None if start is None else int(start)
 
     def _restore_grads(self, model: torch.nn.Module) -> None:
         grads, self._resumed = self._resumed, None
@@ -130,13 +149,33 @@ class GradAccumulation(Aspect):
         for parameter, grad in zip(parameters, grads, strict=True):
             parameter.grad = None if grad is None else grad.to(parameter.device)
 
+    def keeps_gradients(self, runner: Any) -> bool:
+        """Asked by a runner whose last ``run()`` raised: whether the gradients are the
+        current group's so far, to keep. Not when the iteration that broke off had already
+        back-propagated: its part cannot be taken out again, so the group's gradients are
+        dropped with it (a warning says so; a resume from a checkpoint is exact)."""
+        if runner.iter <= self._start():
+            return False  # at a group boundary: nothing accumulated to keep
+        if self._backward_at != runner.iter:
+            return True
+        get_logger().warning(
+            "grad_accumulation.group_dropped",
+            iteration=runner.iter,
+            group_start=self._start(),
+            reason="the interrupted iteration's gradients are mixed into the group's",
+        )
+        return False
+
+    def _start(self) -> int:
+        start = self._group_start
+        return 0 if start is None else start
+
     def _group_size(self, iteration: int) -> int:
         """``steps``, or fewer for the run's last, shorter group."""
         total = self._total
         if total is None:
             return self.steps
-        tail = total % self.steps
-        return tail if tail and iteration >= total - tail else self.steps
+        return max(1, min(self.steps, total - self._start()))
 
 
 class AMP(Aspect):
@@ -161,6 +200,7 @@ class AMP(Aspect):
         self.dtype = dtype
         self.scaler: torch.amp.GradScaler | None = None
         self._device = "cpu"
+        self._pending: dict[str, Any] | None = None  # a scaler state loaded before it exists
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -168,8 +208,13 @@ class AMP(Aspect):
         self._device = param.device.type if param is not None else "cpu"
         if self.dtype is None:
             self.dtype = torch.float16 if self._device == "cuda" else torch.bfloat16
-        if self.dtype == torch.float16:
+        if self.dtype == torch.float16 and self.scaler is None:
+            # Built once: a second run() goes on with the scale the first one calibrated.
             self.scaler = torch.amp.GradScaler(self._device)
+            if self._pending is not None:
+                self.scaler.load_state_dict(self._pending)
+                self._pending = None
+        if self.scaler is not None:
             runner.grad_scaler = self.scaler
 
     def around_forward(self, ctx: CallContext, proceed: Proceed) -> Any:
@@ -199,11 +244,18 @@ class AMP(Aspect):
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None}
+        if self.scaler is None:  # not built yet: a loaded state is kept as it came
+            return {"scaler": self._pending}
+        return {"scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.scaler is not None and state.get("scaler") is not None:
-            self.scaler.load_state_dict(state["scaler"])
+        scaler_state = state.get("scaler")
+        if scaler_state is None:
+            return
+        if self.scaler is None:  # loaded before the first run(): applied when it is built
+            self._pending = dict(scaler_state)
+        else:
+            self.scaler.load_state_dict(scaler_state)
 
 
 class NaNGuard(Aspect):
@@ -296,6 +348,15 @@ class EmptyCache(Aspect):
 
     def __init__(self, interval: int | None = None, **options: Any) -> None:
         super().__init__(**options)
+        if interval is not None and (
+            not isinstance(interval, int) or isinstance(interval, bool) or interval < 1
+        ):
+            raise InvalidOptionError(
+                f"EmptyCache(interval={interval!r}): give a number of iterations >= 1, or "
+                "None to empty the cache only after each epoch",
+                option="interval",
+                value=interval,
+            )
         self.interval = interval
 
     def after_train_epoch(self, ctx: CallContext) -> None:

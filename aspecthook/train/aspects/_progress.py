@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._aspect import Aspect
-from ..._context import CallContext
+from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from .._data import planned_iters
 
@@ -27,8 +27,17 @@ class ProgressBar(Aspect):
         self._task: Any = None
         self._resumed = False  # the bar moved to the (possibly resumed) first iteration
 
-    def before_run(self, ctx: CallContext) -> None:
-        runner = ctx.runner
+    def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """The bar is shown for the run itself: started once every ``before_run`` advice
+        has passed (one that refuses the run leaves no bar behind) and stopped however the
+        run ends."""
+        self._start(ctx.runner)
+        try:
+            return proceed()
+        finally:
+            self._stop()
+
+    def _start(self, runner: Any) -> None:
         if runner.rank != 0:
             return
         from rich.progress import (
@@ -66,12 +75,6 @@ class ProgressBar(Aspect):
         loss = ctx.runner.outputs.get("loss")
         shown = f"{float(loss.detach()):.4f}" if loss is not None else "-"
         self._progress.update(self._task, completed=ctx.runner.iter, loss=shown)
-
-    def after_run(self, ctx: CallContext) -> None:
-        self._stop()
-
-    def on_error_run(self, ctx: CallContext) -> None:
-        self._stop()
 
     def _stop(self) -> None:
         if self._progress is not None:
