@@ -330,7 +330,7 @@ class Timed(Aspect):
         self._stats: dict[str, _Stats] = {}
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
-        self._events: list[tuple[str, int, int, int, bool]] = []
+        self._events: list[tuple[str, int, int, int, bool, bool]] = []
 
     # -- the advice -------------------------------------------------------------------
 
@@ -397,20 +397,27 @@ class Timed(Aspect):
         try:
             result = await proceed()
         except BaseException:
-            self._record_safely(jp, start, _clock() - start, True)
+            self._record_safely(jp, start, _clock() - start, True, concurrent=True)
             raise
-        self._record_safely(jp, start, _clock() - start, False)
+        self._record_safely(jp, start, _clock() - start, False, concurrent=True)
         return result
 
-    def _record_safely(self, jp: JoinPoint, start: int, duration: int, failed: bool) -> None:
+    def _record_safely(
+        self, jp: JoinPoint, start: int, duration: int, failed: bool, *, concurrent: bool = False
+    ) -> None:
         """``_record`` under the ``errors=`` policy (a failure is logged or raised)."""
         try:
-            self._record(jp.name, start, duration, failed)
+            self._record(jp.name, start, duration, failed, concurrent=concurrent)
         except Exception:
             self._failed(jp)
 
-    def _record(self, name: str, start: int, duration: int, failed: bool) -> None:
+    def _record(
+        self, name: str, start: int, duration: int, failed: bool, *, concurrent: bool = False
+    ) -> None:
         """Note one call (``start`` from ``perf_counter_ns``; ``-1``: no trace event).
+
+        ``concurrent``: a coroutine's call, which may overlap others on its thread without
+        nesting in them; its trace event is an async one (see ``export_chrome_trace``).
 
         The hot path takes no lock: ``list.append`` is atomic, so each call appends to its
         name's pending list and every ``_BATCH`` calls they are folded into the sketch
@@ -426,7 +433,7 @@ class Timed(Aspect):
         if len(pending) >= _BATCH:
             self._fold(name, pending)
         if self.trace and start >= 0:
-            self._add_event(name, start, duration, failed)
+            self._add_event(name, start, duration, failed, concurrent)
 
     def _pending_list(self, name: str) -> list[int]:
         """``name``'s list of durations not yet folded (kept for the life of this Timed)."""
@@ -456,10 +463,12 @@ class Timed(Aspect):
             for name, pending in list(self._pending.items()):
                 self._fold(name, pending)
 
-    def _add_event(self, name: str, start: int, duration: int, failed: bool) -> None:
+    def _add_event(
+        self, name: str, start: int, duration: int, failed: bool, concurrent: bool = False
+    ) -> None:
         with self._lock:
             if len(self._events) < self.max_events:
-                self._events.append((name, start, duration, _native_id(), failed))
+                self._events.append((name, start, duration, _native_id(), failed, concurrent))
             else:
                 self.dropped_events += 1
 
@@ -493,16 +502,22 @@ class Timed(Aspect):
 
         Complete events (``ph: 'X'``) with ``ts``/``dur`` in microseconds from one origin
         per process (so traces of several ``Timed`` merge), the process id and native
-        thread ids; nested calls nest. Needs ``trace=True``, else the file has no events.
+        thread ids; nested calls nest. A coroutine's call is a pair of async events
+        (``ph: 'b'`` / ``'e'`` with an ``id`` of its own): coroutines on one thread overlap
+        without nesting, which complete events on one thread must not. Needs
+        ``trace=True``, else the file has no events.
         """
         with self._lock:
             events = sorted(self._events, key=lambda e: (e[1], -e[2]))
             dropped = self.dropped_events
         pid = os.getpid()
-        trace = [
-            _trace_event(name, (start - _ORIGIN) / 1000, duration / 1000, pid, tid, failed)
-            for name, start, duration, tid, failed in events
-        ]
+        trace: list[dict[str, Any]] = []
+        for call, (name, start, duration, tid, failed, concurrent) in enumerate(events):
+            ts, dur = (start - _ORIGIN) / 1000, duration / 1000
+            if concurrent:
+                trace += _async_events(name, ts, dur, pid, tid, failed, call)
+            else:
+                trace.append(_trace_event(name, ts, dur, pid, tid, failed))
         document = {
             "traceEvents": trace,
             "displayTimeUnit": "ms",
@@ -544,6 +559,19 @@ def _trace_event(
     if failed:
         event["args"] = {"error": True}
     return event
+
+
+def _async_events(
+    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool, call: int
+) -> list[dict[str, Any]]:
+    """A coroutine's call as the begin and end of an async event, ``id`` its own."""
+    begin: dict[str, Any] = {"name": name, "cat": "aspecthook", "ph": "b", "id": call}
+    begin |= {"ts": ts, "pid": pid, "tid": tid}
+    if failed:
+        begin["args"] = {"error": True}
+    end = {"name": name, "cat": "aspecthook", "ph": "e", "id": call}
+    end |= {"ts": ts + dur, "pid": pid, "tid": tid}
+    return [begin, end]
 
 
 def _write_atomically(target: Path, text: str) -> None:

@@ -55,6 +55,21 @@ async def sleepy_async(seconds: float) -> float:
     return seconds
 
 
+async def handoff(
+    started: asyncio.Event | None, wait_for: asyncio.Event | None, done: asyncio.Event
+) -> None:
+    """Sets ``started`` and returns, setting ``done``; or waits for ``wait_for`` and then
+    for ``done``: two such calls overlap without nesting."""
+    if started is not None:
+        started.set()
+        await asyncio.sleep(0)
+        done.set()
+        return
+    assert wait_for is not None
+    await wait_for.wait()
+    await done.wait()
+
+
 async def failing_async(error: Exception) -> None:
     await asyncio.sleep(0)
     raise error
@@ -489,7 +504,7 @@ def test_thread_safe_counts(trace: bool) -> None:
 # -- failures of Timed itself ----------------------------------------------------------
 
 
-def boom(*args: object) -> None:
+def boom(*args: object, **kwargs: object) -> None:
     raise RuntimeError("timing broke")
 
 
@@ -673,6 +688,30 @@ def test_chrome_trace_thread_ids(tmp_path: Path) -> None:
             thread.join()
     _, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
     assert sorted(e["tid"] for e in events) == sorted(ids)
+
+
+def test_concurrent_coroutines_are_async_events_of_their_own(tmp_path: Path) -> None:
+    """Two calls on one thread that overlap without nesting (the first starts, the second
+    starts, the first ends, the second ends): each is a begin/end pair of async events
+    with its own id; complete events on one thread would claim that one nests in the other."""
+    timed = Timed(trace=True)
+
+    async def both() -> None:
+        first_started, first_done = asyncio.Event(), asyncio.Event()
+        await asyncio.gather(
+            handoff(first_started, None, first_done), handoff(None, first_started, first_done)
+        )
+
+    with ah.weave(handoff, timed):
+        asyncio.run(both())
+    document, complete = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    assert complete == []
+    begins = sorted((e for e in document["traceEvents"] if e["ph"] == "b"), key=lambda e: e["ts"])
+    ends = {e["id"]: e["ts"] for e in document["traceEvents"] if e["ph"] == "e"}
+    assert len(begins) == 2
+    assert len({e["id"] for e in begins}) == 2
+    first, second = begins
+    assert first["ts"] <= second["ts"] <= ends[first["id"]] <= ends[second["id"]]
 
 
 def test_traces_of_two_timed_share_a_time_origin(tmp_path: Path) -> None:
