@@ -194,6 +194,16 @@ class Runner:
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
         _report_near_misses(self)
+        if self.finished:  # run() again after the end, or after stop(): say why it returns
+            from .._log import get_logger
+
+            get_logger().warning(
+                "runner.finished",
+                reason=self.stop_reason or "max_epochs / max_iters reached",
+                epoch=self.epoch,
+                iter=self.iter,
+                hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
+            )
         if self._interrupted:
             self._drop_interrupted_gradients()
         token = CURRENT_RUNNER.set(self)

@@ -512,6 +512,24 @@ def test_resume_auto_in_an_empty_folder_starts_afresh(tmp_path: Path) -> None:
     assert runner.iter == 4
 
 
+def test_a_new_runner_that_only_tests_resumes_first(tmp_path: Path) -> None:
+    """runner.test() on a new runner with resume='auto': it tests the trained weights
+    (it used to test the initial ones, since the resume came only with run())."""
+    test_loader = make_loader(make_dataset(16, seed=2), BATCH)
+    trained = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=2, test_loader=test_loader,
+        aspects=[Checkpoint()],
+    )  # fmt: skip
+    trained.run()
+    expected = trained.test()
+    tester = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_epochs=2, test_loader=test_loader,
+        aspects=[Checkpoint(resume="auto")],
+    )  # fmt: skip
+    assert tester.test() == expected
+    assert tester.iter == trained.iter
+
+
 def test_a_finished_run_resumed_trains_no_further(tmp_path: Path) -> None:
     """Resuming the last checkpoint of a finished run restores it and runs no iteration."""
     first = make_runner(tmp_path, n=N, batch_size=BATCH, max_epochs=2, aspects=[Checkpoint()])

@@ -866,6 +866,25 @@ def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     assert second["val/loss"] != first["val/loss"]
 
 
+@pytest.mark.parametrize("how", ["limits reached", "stopped"])
+def test_run_of_a_finished_runner_says_why_it_returns_at_once(how: str) -> None:
+    """run() again with nothing left to do (the limits reached, or stop() called) trains
+    no iteration and says so, with what to change to go on."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1)
+    if how == "stopped":
+        runner.stop("enough")
+    else:
+        runner.run()
+    done = runner.iter
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert runner.iter == done
+    [event] = [e for e in logs if e["event"] == "runner.finished"]
+    assert event["reason"] == ("enough" if how == "stopped" else "max_epochs / max_iters reached")
+    assert "runner.stop_reason = None" in event["hint"]
+
+
 def test_evaluate_weights_batches_by_their_size_when_the_targets_are_a_dict() -> None:
     """Multi-task style targets ({'cls': y}): batches of 8, 8 and 2 count 8, 8 and 2."""
     torch.manual_seed(0)

@@ -94,7 +94,9 @@ class Checkpoint(Aspect):
     ``resume='auto'`` continues from the newest good checkpoint in ``work_dir`` (if any),
     a path from that file (or the newest good one in that folder). A truncated or corrupt
     checkpoint is reported (structlog and ``warnings.warn``, naming the file) and the
-    previous good one is used. Rank 0 writes; every rank resumes.
+    previous good one is used. Rank 0 writes; every rank resumes. A runner that tests
+    before it ever runs (``runner.test()`` on a new runner) resumes before the test, so
+    it tests the weights trained so far, not its initial ones.
 
     Saving during training blocks it only to gather and serialize the state; the file,
     its sha256 and fsync, the manifest and the pruning are done by a background thread,
@@ -142,6 +144,7 @@ class Checkpoint(Aspect):
         self._fresh = False  # a validation ran since the last best check
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
         self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
+        self._ran = False  # a run() (or a test() before any) has resumed already
         # The write in flight on the background thread (rank 0), at most one.
         self._write_job: _WriteJob | None = None
 
@@ -173,8 +176,14 @@ class Checkpoint(Aspect):
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
+        self._ran = True
         if self.resume is not None:
             self._resume(runner, folder)
+
+    def before_test_epoch(self, ctx: CallContext) -> None:
+        if self.resume is not None and not self._ran:  # a test before any run()
+            self._ran = True
+            self._resume(ctx.runner, _folder(ctx.runner))
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._pending_rng is not None:
