@@ -226,6 +226,10 @@ class Event:
         return frozenset((self.name,))
 
     def __getattr__(self, key: str) -> Any:
+        # Reached for an unset slot too (an Event made without __init__, as copy and pickle
+        # make one): reading ``payload`` here would recurse, and a dunder is never payload.
+        if key in Event.__slots__ or key.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
         try:
             return self.payload[key]
         except KeyError:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._chain import STAGES
 from ._pointcut import PointcutLike, as_pointcut
 from ._registry import LOCK, REGISTRY
 from ._units import format_seconds
+from .errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from ._weaver import Weaver
@@ -26,7 +27,7 @@ class Row:
     A weave that is pending, skipped or failed has ``status`` saying so. ``calls`` and
     ``time_s`` are the advice's calls at this join point and the time they took, once
     ``track_calls()`` has counted them (None before); around advice's time leaves out the
-    time inside ``proceed``.
+    time inside ``proceed``. ``aliases`` are the join point's other names (``name=``).
     """
 
     joinpoint: str
@@ -42,6 +43,7 @@ class Row:
     time_s: float | None = None
     failures: int = 0
     note: str = ""
+    aliases: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,12 +104,18 @@ class Description(list[Row]):
         return "\n".join(lines)
 
     def for_joinpoint(self, name: str) -> list[Row]:
-        """Rows of one join point, in run order within each stage."""
-        return [r for r in self if r.joinpoint == name]
+        """Rows of the join point named or aliased ``name``, in run order per stage."""
+        return [r for r in self if r.joinpoint == name or name in r.aliases]
 
     def advice_names(self, joinpoint: str, stage: str) -> list[str]:
-        """Advice names at one join point and stage, in the order they run."""
-        return [r.advice for r in self if r.joinpoint == joinpoint and r.stage == stage]
+        """Advice names at one join point (by name or alias) and stage, in run order."""
+        if stage not in STAGES:
+            raise InvalidOptionError(
+                f"stage {stage!r} is not a stage: use one of {', '.join(map(repr, STAGES))}",
+                option="stage",
+                value=stage,
+            )
+        return [r.advice for r in self.for_joinpoint(joinpoint) if r.stage == stage]
 
 
 def _calls(row: Row) -> str:
@@ -168,10 +176,12 @@ def _joinpoint_rows(jp: Any) -> list[Row]:
                     time_s=None if stats is None else stats.time_s,
                     failures=advice.failures,
                     note=problem or aliases,
+                    aliases=jp.aliases,
                 )
             )
     if not rows:
-        rows.append(Row(jp.name, "", 0, "", None, "", "", jp.location, jp.status, note=aliases))
+        empty = Row(jp.name, "", 0, "", None, "", "", jp.location, jp.status, note=aliases)
+        rows.append(replace(empty, aliases=jp.aliases))
     return rows
 
 

@@ -73,6 +73,19 @@ class Pointcut:
         for key, value in fields.items():
             object.__setattr__(self, key, value)
 
+    # Immutable values: a copy is the value itself, and a pickle rebuilds it through
+    # ``__init__`` (each subclass takes its slots, in order), as ``__setattr__`` refuses
+    # the default way of restoring slots.
+    def __copy__(self) -> Pointcut:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Pointcut:
+        return self
+
+    def __reduce__(self) -> tuple[type[Pointcut], tuple[object, ...]]:
+        slots: tuple[str, ...] = type(self).__slots__
+        return type(self), tuple(getattr(self, slot) for slot in slots)
+
 
 class Name(Pointcut):
     """Selects join points that answer to exactly ``name``."""

@@ -31,12 +31,14 @@ from ._log import get_logger
 from ._pointcut import Name
 from ._registry import LOCK, REGISTRY
 from ._torch_hooks import is_module, weave_module
-from ._weaver import Weaver, default_weaver
+from ._weaver import OPTIONS, Weaver, default_weaver
 from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
 
 __all__ = ["WEAVES", "WeaveRecord", "unweave", "weave", "woven"]
 
 _tokens = itertools.count()
+# The decorators' options; ``name=`` is weave()'s own (a join point alias).
+WEAVE_OPTIONS = OPTIONS - {"name"}
 _GLOB = frozenset("*?[")
 
 
@@ -188,6 +190,14 @@ def _advice_for(
     around: Any,
     opts: dict[str, Any],
 ) -> list[Advice]:
+    unknown = sorted(set(opts) - WEAVE_OPTIONS)
+    if unknown:
+        raise InvalidOptionError(
+            f"unknown option(s) {unknown} for weave(): valid options for its "
+            f"before=/after=/on_error=/around= functions are {sorted(WEAVE_OPTIONS)}",
+            option=unknown[0],
+            value=opts[unknown[0]],
+        )
     advices: list[Advice] = []
     for item in aspects:
         if isinstance(item, Aspect):
@@ -272,6 +282,8 @@ def _attach(site: tuple[Any, str] | JoinPoint, names: tuple[str, ...], weaver: W
             proxy = find_proxy(current)
             if proxy is not None:
                 jp = proxy._self_joinpoint
+                if jp not in REGISTRY.joinpoints:
+                    _revive(jp, parent, attr)
             else:
                 jp = _new_proxy(parent, attr, current, weaver)
         local = () if weaver.is_global else (weaver,)
@@ -298,6 +310,17 @@ def _former_place(name: str, site: tuple[Any, str]) -> tuple[Any, str]:
             target=name,
         )
     return parent, attr
+
+
+def _revive(jp: JoinPoint, parent: Any, attr: str) -> None:
+    """Register again the join point of an idle proxy found at ``parent.attr``.
+
+    Its last weave was removed while something else held the attribute (``mock.patch``,
+    pytest's ``monkeypatch``), so it could not be unwrapped; the patch then put the proxy
+    back. Unregistered, it would take later weaves but never run their advice.
+    """
+    jp.site = (_weak(parent), attr)
+    REGISTRY.add_joinpoint(jp)
 
 
 def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoint:
@@ -599,6 +622,8 @@ def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:
     head, rest = parts[0], parts[1:]
     if _GLOB.intersection(head):
         names = [n for n in _attribute_names(obj) if fnmatchcase(n, head)]
+        if isinstance(obj, types.ModuleType):
+            names = [n for n in names if not _imported_from_elsewhere(obj, getattr(obj, n))]
     else:
         names = [head] if _has(obj, head) else []
     if not rest:
@@ -612,6 +637,21 @@ def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:
             continue  # do not follow re-exported foreign modules through a glob
         found.extend(_expand(child, rest))
     return found
+
+
+def _imported_from_elsewhere(module: types.ModuleType, value: Any) -> bool:
+    """A class or function that ``module`` imported from outside itself and its submodules.
+
+    A glob over a module leaves these alone, as ``weave(module)`` does: weaving a class's
+    methods reaches every user of that class, not only the module (``threading.Thread``
+    imported by the user's own module). A package's re-exports of its own submodules'
+    classes stay in (``json.*`` reaches ``json.decoder.JSONDecoder``).
+    """
+    if not (inspect.isclass(value) or inspect.isroutine(value)):
+        return False
+    owner = getattr(value, "__module__", None)
+    name = module.__name__
+    return isinstance(owner, str) and owner != name and not owner.startswith(f"{name}.")
 
 
 def _is_callable(value: Any) -> bool:

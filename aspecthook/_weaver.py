@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Weaver", "default_weaver"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-_OPTIONS = frozenset(
+OPTIONS = frozenset(
     (
         "priority",
         "every",
@@ -103,11 +103,11 @@ class Weaver:
     def _decorator(
         self, kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]
     ) -> Callable[[F], Any]:
-        unknown = set(opts) - _OPTIONS
+        unknown = set(opts) - OPTIONS
         if unknown:
             raise InvalidOptionError(
                 f"unknown option(s) {sorted(unknown)} for @{kind}: valid options are "
-                f"{sorted(_OPTIONS)}",
+                f"{sorted(OPTIONS)}",
                 option=sorted(unknown)[0],
                 value=opts[sorted(unknown)[0]],
             )
@@ -126,7 +126,9 @@ class Weaver:
             if _in_class_body(func) and not isinstance(fn, Advice):
                 # In an Aspect body: only mark; advice is made when an instance registers.
                 Advice(kind, lambda *a: None, pc, **opts)  # validate options now
-                marks = func.__dict__.setdefault(MARK, [])
+                # Above @staticmethod / @classmethod: mark the function, where the aspect
+                # looks for marks (and the other order of the decorators puts them).
+                marks = getattr(func, "__func__", func).__dict__.setdefault(MARK, [])
                 marks.insert(0, (kind, pc, dict(opts)))
                 return fn
             if pc is None:
@@ -134,9 +136,18 @@ class Weaver:
                     f"@{kind}() without a pointcut is only for methods of an Aspect subclass: "
                     f"give a pointcut, e.g. @{kind}('train_iter')"
                 )
+            inner = fn if isinstance(fn, Advice) and fn.active else None
+            if inner is not None and inner._handle not in self._handles:
+                raise AspectDefinitionError(
+                    f"@{kind}({pc!r}) is stacked on {inner!r}, which another weaver holds, "
+                    "so no one handle could remove both: give one decorator a pointcut "
+                    f"for all its join points, e.g. @{kind}(Name('a') | Name('b'))"
+                )
             advice = Advice(kind, func, pc, **opts)
             _copy_metadata(advice, func)
-            self.add(advice)
+            handle = self.add(advice)
+            if inner is not None:
+                self._stack(inner, handle)
             return advice
 
         return decorate
@@ -175,6 +186,24 @@ class Weaver:
             else:
                 advices.append(item)
         return self.add(*advices)
+
+    def _stack(self, inner: Advice, outer: Handle) -> None:
+        """Stacked decorators (``@before('a')`` over ``@before('b')``): the registrations
+        share one handle, so removing the function removes all of it, as in an Aspect."""
+        first = inner._handle
+        assert first is not None
+        items = (*first.items, *outer.items)
+
+        def undo() -> None:
+            outer.remove()
+            first.remove()
+
+        both = Handle(undo, f"{len(items)} advice", items)
+        with LOCK:
+            self._handles[:] = [h for h in self._handles if h is not first and h is not outer]
+            self._handles.append(both)
+        for advice in items:
+            advice._handle = both
 
     def _remove(self, items: list[Advice], handle: Handle) -> None:
         REGISTRY.remove_advice(self, items)

@@ -548,6 +548,59 @@ def test_registering_the_same_advice_twice_is_refused(weaver: ah.Weaver, point: 
         weaver.add(advice)
 
 
+def test_stacked_decorators_are_removed_together(weaver: ah.Weaver, point: str) -> None:
+    """@before('a') over @before('b') on one function: its handle removes both registrations."""
+    first = _declare(weaver, f"{point}.a")
+    second = _declare(weaver, f"{point}.b")
+    ran: list[str] = []
+
+    @weaver.before(f"{point}.a")
+    @weaver.after(f"{point}.b")
+    def note(ctx: Any) -> None:
+        ran.append(ctx.joinpoint.name)
+
+    first(1)
+    second(1)
+    assert ran == [f"{point}.a", f"{point}.b"]
+    assert note.active
+    note.remove()
+    assert not note.active
+    first(1)
+    second(1)
+    assert ran == [f"{point}.a", f"{point}.b"]
+    assert weaver.registered == []
+
+
+def test_clear_removes_stacked_decorators(weaver: ah.Weaver, point: str) -> None:
+    """weaver.clear() removes both registrations of stacked decorators, and the advice
+    says it is no longer active."""
+
+    @weaver.before(f"{point}.a")
+    @weaver.before(f"{point}.b")
+    @weaver.before(f"{point}.c")
+    def note(ctx: Any) -> None:
+        pass
+
+    assert len(weaver.registered) == 3
+    weaver.clear()
+    assert weaver.registered == []
+    assert not note.active
+
+
+def test_stacking_decorators_of_two_weavers_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """Advice of one weaver cannot be stacked on advice of another: one handle could not
+    remove both; the message says to give one pointcut instead."""
+    other = ah.Weaver("other")
+    try:
+        inner = other.before(f"{point}.b")(lambda ctx: None)
+        with pytest.raises(AspectDefinitionError, match=r"Name\('a'\) \| Name\('b'\)"):
+            weaver.before(f"{point}.a")(inner)
+        assert weaver.registered == []
+        assert inner.active
+    finally:
+        other.close()
+
+
 # -- options: every / once / when / rank -------------------------------------------------------
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 from collections.abc import Callable
 from typing import Any
@@ -545,3 +547,49 @@ def test_registering_a_list_of_aspects(weaver: ah.Weaver, point: str) -> None:
     handle.remove()
     step(1)
     assert first.calls == second.calls == [point]
+
+
+def test_static_and_class_methods_are_advice_whichever_decorator_is_on_top(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """@before above or below @staticmethod / @classmethod makes advice all the same."""
+    step = _declare(weaver, point)
+    ran: list[str] = []
+
+    class Hooks(Aspect):
+        @before(point)
+        @staticmethod
+        def static_below(ctx: Any) -> None:
+            ran.append("static_below")
+
+        @staticmethod
+        @before(point)
+        def static_above(ctx: Any) -> None:
+            ran.append("static_above")
+
+        @before(point)
+        @classmethod
+        def class_below(cls, ctx: Any) -> None:
+            ran.append(f"class_below {cls.__name__}")
+
+        @classmethod
+        @before(point)
+        def class_above(cls, ctx: Any) -> None:
+            ran.append(f"class_above {cls.__name__}")
+
+    with weaver.register(Hooks()) as handle:
+        step(1)
+    assert len(handle.items) == 4
+    assert sorted(ran) == [
+        "class_above Hooks",
+        "class_below Hooks",
+        "static_above",
+        "static_below",
+    ]
+
+
+def test_an_aspect_holding_a_pointcut_value_can_be_copied_and_pickled() -> None:
+    """An aspect with a Glob pointcut deep-copies and pickles (e.g. for a worker process)."""
+    aspect = Timed(pointcut=ah.Glob("train_*") | ah.Name("val_iter"))
+    for clone in (copy.deepcopy(aspect), pickle.loads(pickle.dumps(aspect))):
+        assert repr(clone.pointcut) == "(Glob('train_*') | Name('val_iter'))"

@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook import Aspect, after
+from aspecthook.errors import InvalidOptionError
 
 ROW_FIELDS = (
     "joinpoint",
@@ -245,3 +246,26 @@ def test_glob_advice_is_not_reported_unmatched(weaver: ah.Weaver) -> None:
     """Advice with a glob that matches nothing yet is not an error to report."""
     weaver.before("test_describe.no_such_family.*")(lambda ctx: None)
     assert [r for r in weaver.describe() if r.status == "unmatched"] == []
+
+
+def test_rows_of_a_joinpoint_can_be_looked_up_by_an_alias(weaver: ah.Weaver, point: str) -> None:
+    """for_joinpoint() and advice_names() answer to a join point's aliases, as describe()
+    and pointcuts do."""
+    alias = f"{point}.encode"
+
+    def via_alias(ctx: Any) -> None:
+        pass
+
+    with weaver.weave("json.dumps", after=lambda ctx: None, name=alias):
+        weaver.before(alias)(via_alias)
+        rows = weaver.describe()
+        assert rows.for_joinpoint(alias) == rows.for_joinpoint("json.dumps") != []
+        assert rows.advice_names(alias, "before") == ["via_alias"]
+        assert {r.aliases for r in rows.for_joinpoint(alias)} == {(alias,)}
+
+
+def test_advice_names_refuses_an_unknown_stage(weaver: ah.Weaver, point: str) -> None:
+    """advice_names() with a misspelt stage raises, naming the stages, instead of []."""
+    _declare(weaver, point)
+    with pytest.raises(InvalidOptionError, match=r"'bfore'.*'before', 'around', 'after'"):
+        weaver.describe().advice_names(point, "bfore")

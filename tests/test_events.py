@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 from typing import Any
 
@@ -257,3 +259,23 @@ def test_clear_removes_subscribers(event: str) -> None:
         assert got == []
     finally:
         private.close()
+
+
+def test_an_event_can_be_copied_and_pickled(weaver: ah.Weaver, event: str) -> None:
+    """An emitted Event copies, deep-copies and pickles (e.g. onto a multiprocessing queue)."""
+    emitted = weaver.emit(event, step=3, loss=0.5)
+    for clone in (
+        copy.copy(emitted),
+        copy.deepcopy(emitted),
+        pickle.loads(pickle.dumps(emitted)),
+    ):
+        assert (clone.name, clone.payload, clone.source) == (event, {"step": 3, "loss": 0.5}, None)
+        assert clone.step == 3
+
+
+def test_an_event_without_a_field_set_says_so_without_recursing() -> None:
+    """An Event whose fields are unset (made without __init__) raises AttributeError."""
+    blank = ah.Event.__new__(ah.Event)
+    with pytest.raises(AttributeError):
+        blank.payload
+    assert not hasattr(blank, "__setstate__")

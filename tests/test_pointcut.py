@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +11,7 @@ import pytest
 
 import aspecthook as ah
 from aspecthook import Glob, Name, Pointcut, Predicate
+from aspecthook._pointcut import NormalizedName
 from aspecthook.errors import InvalidPointcutError
 
 
@@ -244,6 +247,30 @@ def test_pointcuts_are_immutable(pointcut: Pointcut, field: str) -> None:
     with pytest.raises(AttributeError, match="immutable"):
         pointcut.extra = 1  # type: ignore[attr-defined]
     assert repr(pointcut) == before
+
+
+@pytest.mark.parametrize(
+    "pointcut",
+    [
+        Name("a"),
+        Glob("a*"),
+        NormalizedName("torch_optim_step"),
+        Predicate(is_step),
+        Glob("train_*") | Name("val_iter"),
+        ~Name("a") & Glob("b*"),
+    ],
+    ids=repr,
+)
+def test_pointcuts_copy_as_themselves_and_pickle(pointcut: Pointcut) -> None:
+    """copy and deepcopy give the same immutable value; a pickle round trip an equal one."""
+    assert copy.copy(pointcut) is pointcut
+    assert copy.deepcopy(pointcut) is pointcut
+    clone = pickle.loads(pickle.dumps(pointcut))
+    assert type(clone) is type(pointcut)
+    assert repr(clone) == repr(pointcut)
+    assert [clone.matches(at(n)) for n in ("a", "b1", "x_step")] == [
+        pointcut.matches(at(n)) for n in ("a", "b1", "x_step")
+    ]
 
 
 def test_combining_leaves_the_operands_unchanged() -> None:

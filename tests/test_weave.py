@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import _weave_targets as targets
 import pytest
@@ -1620,3 +1621,77 @@ def test_a_deep_copy_of_a_bound_method_woven_by_path_keeps_the_advice() -> None:
         callback = copy.deepcopy({"on_step": globals()["bump"]})["on_step"]
         callback()
     assert seen == ["advice"]
+
+
+# -- review fixes -----------------------------------------------------------------------------
+
+
+def test_a_weave_removed_while_patched_leaves_the_target_weavable() -> None:
+    """A weave removed while mock.patch holds the attribute: the idle proxy the patch puts
+    back takes later weaves (their advice runs), and their removal restores the original."""
+
+    class Service:
+        def fetch(self, x: int) -> int:
+            return x
+
+    original = vars(Service)["fetch"]
+    log: list[Any] = []
+    first = ah.weave(Service, before=record(log, "first"))
+    with mock.patch.object(Service, "fetch"):
+        first.remove()
+    idle = vars(Service)["fetch"]
+    with ah.weave(idle, before=record(log, "second")):  # the proxy itself, as a target
+        with ah.weave(Service, before=record(log, "third")):
+            assert Service().fetch(1) == 1
+        assert [r.advice for r in ah.describe(f"*.{Service.__qualname__}.fetch")] == ["advice"]
+    assert log == ["second", "third"]
+    assert vars(Service)["fetch"] is original
+
+
+def test_a_module_glob_leaves_what_the_module_imported_alone(
+    new_module: Callable[..., str],
+) -> None:
+    """'mod.*' weaves the module's own functions and classes, not the classes and functions
+    it imported from elsewhere (weaving those would reach every user of them)."""
+    name = new_module(
+        """
+        from string import Template
+        from textwrap import dedent
+
+        def own(x):
+            return x
+
+        class Mine:
+            def work(self):
+                return 1
+        """
+    )
+    _import(name)
+
+    def mark(ctx: ah.CallContext) -> None:
+        pass
+
+    with ah.weave(f"{name}.*", before=mark):
+        woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
+        assert woven == {f"{name}.own", f"{name}.Mine.work"}
+        assert not isinstance(vars(__import__("string").Template)["substitute"], wrapt.ObjectProxy)
+
+
+def test_a_package_glob_reaches_what_the_package_defines_in_its_submodules() -> None:
+    """'json.*' reaches json's own re-exports from its submodules (JSONDecoder.decode)."""
+
+    def mark(ctx: ah.CallContext) -> None:
+        pass
+
+    with ah.weave("json.*", before=mark):
+        woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
+    assert {"json.dumps", "json.decoder.JSONDecoder.decode"} <= woven
+    assert "codecs.lookup" not in woven
+
+
+def test_weave_refuses_a_misspelt_option_naming_the_valid_ones() -> None:
+    """weave(..., evry=2) raises InvalidOptionError listing the options, as decorators do."""
+    with pytest.raises(InvalidOptionError, match=r"evry.*valid options.*every") as info:
+        ah.weave(targets.add_one, after=lambda ctx: None, evry=2)
+    assert info.value.option == "evry"
+    assert targets.changed() == []
