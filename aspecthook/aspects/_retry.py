@@ -14,6 +14,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable
+from types import CoroutineType
 from typing import Any
 
 from .. import around
@@ -46,7 +47,8 @@ class Retry(Aspect):
     and one raised by ``give_up`` propagates instead of the last one (chained to it).
 
     For a generator function the retried call is the one that creates the generator, not
-    its iteration.
+    its iteration. A synchronous callable that returns a coroutine (an async function
+    behind a plain decorator) is retried as an async one: each attempt is awaited.
     """
 
     def __init__(
@@ -111,18 +113,28 @@ class Retry(Aspect):
         attempt = 1
         while True:
             try:
-                return proceed()
+                result = proceed()
             except self.on as exc:
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
                 self.sleep(self._next_delay(ctx, exc, attempt))
+            else:
+                if type(result) is CoroutineType:
+                    # An async function behind a plain decorator: the call that fails is
+                    # the awaited one, so the retries are awaited too.
+                    return self._retry_async(ctx, proceed, result, attempt)
+                return result
             attempt += 1
 
-    async def _retry_async(self, ctx: CallContext, proceed: Proceed) -> Any:
-        attempt = 1
+    async def _retry_async(
+        self, ctx: CallContext, proceed: Proceed, first: Any = None, attempt: int = 1
+    ) -> Any:
         while True:
             try:
+                if first is not None:
+                    awaited, first = first, None
+                    return await awaited
                 return await proceed()
             except self.on as exc:
                 if attempt >= self.attempts:

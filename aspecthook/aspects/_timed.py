@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import GeneratorType
+from types import CoroutineType, GeneratorType
 from typing import Any
 
 from .. import around
@@ -294,9 +294,10 @@ class Timed(Aspect):
 
     ``weave(target, Timed())`` times a callable; ``register(Timed(pointcut='train_*'))``
     times named join points. Async join points are timed until the coroutine completes,
-    generator functions by the time spent inside the generator until it is exhausted or
-    closed (a generator returned by another callable, which may be shared, is not
-    iterated through a timer: the call alone is timed). Calls that raise
+    and so is a coroutine a synchronous callable returns (an async function behind a
+    plain decorator); generator functions by the time spent inside the generator until
+    it is exhausted or closed (a generator returned by another callable, which may be
+    shared, is not iterated through a timer: the call alone is timed). Calls that raise
     are timed too and counted in ``errors``. Quantiles come from a ``QuantileSketch``
     (1% relative error, bounded memory). ``trace=True`` also keeps up to ``max_events``
     calls for ``export_chrome_trace``; later ones are counted in ``dropped_events``.
@@ -350,6 +351,8 @@ class Timed(Aspect):
         elapsed = _clock() - start
         if jp.is_generator and type(result) is GeneratorType:
             return _timed(self, jp, result, elapsed)
+        if type(result) is CoroutineType:
+            return self._time_coroutine(jp, result, start)
         self._record_safely(jp, start, elapsed, False)
         return result
 
@@ -383,6 +386,8 @@ class Timed(Aspect):
             elapsed = clock() - start
             if generator and type(result) is GeneratorType:
                 return _timed(self, jp, result, elapsed)
+            if type(result) is CoroutineType:
+                return self._time_coroutine(jp, result, start)
             if len(pending) < room and not self.trace:
                 append(elapsed)  # the common case of _record: one append
             else:
@@ -396,6 +401,17 @@ class Timed(Aspect):
         start = _clock()
         try:
             result = await proceed()
+        except BaseException:
+            self._record_safely(jp, start, _clock() - start, True, concurrent=True)
+            raise
+        self._record_safely(jp, start, _clock() - start, False, concurrent=True)
+        return result
+
+    async def _time_coroutine(self, jp: JoinPoint, coroutine: Any, start: int) -> Any:
+        """A synchronous callable's coroutine (an async function behind a plain decorator),
+        timed from the call until it completes, as an async join point's call is."""
+        try:
+            result = await coroutine
         except BaseException:
             self._record_safely(jp, start, _clock() - start, True, concurrent=True)
             raise

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -46,6 +47,23 @@ def fetch() -> str:
 
 async def afetch() -> str:
     """The async twin of fetch."""
+    await asyncio.sleep(0)
+    return FLAKY.step()
+
+
+def plain_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator that is not async itself, as many tracing decorators are."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@plain_decorator
+async def afetch_decorated() -> str:
+    """afetch behind a plain decorator: a synchronous callable returning a coroutine."""
     await asyncio.sleep(0)
     return FLAKY.step()
 
@@ -272,6 +290,22 @@ def test_async_function_is_retried_with_async_sleep(flaky: Flaky) -> None:
     assert flaky.calls == 3
     assert slept == [1.0, 2.0]
     assert [e["event"] for e in logs] == ["retry.attempt", "retry.attempt"]
+
+
+def test_async_function_behind_a_plain_decorator_is_retried_when_awaited(flaky: Flaky) -> None:
+    """The call returns a coroutine at once; the failures come when it is awaited, so the
+    retries are awaited too (the coroutine used to pass as a success, never retried)."""
+    flaky.failures = 2
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    aspect = Retry(attempts=3, backoff=1.0, jitter=0, async_sleep=fake_sleep)
+    with ah.weave(afetch_decorated, aspect):
+        assert asyncio.run(afetch_decorated()) == "done"
+    assert flaky.calls == 3
+    assert slept == [1.0, 2.0]
 
 
 def test_async_function_gives_up_with_the_last_exception(flaky: Flaky) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -51,6 +52,22 @@ def inner() -> int:
 
 
 async def sleepy_async(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+def plain_decorator(fn: Any) -> Any:
+    """A decorator that is not async itself, as many tracing decorators are."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    return wrapper
+
+
+@plain_decorator
+async def sleepy_decorated(seconds: float) -> float:
     await asyncio.sleep(seconds)
     return seconds
 
@@ -310,6 +327,17 @@ def test_summary_table_shows_names_as_text_not_markup() -> None:
     with ah.register(timed):
         ah.joinpoint("test_timed.eval[val]")(quick)(1)
     assert "test_timed.eval[val]" in str(timed.summary())
+
+
+def test_a_coroutine_returned_by_a_plain_callable_is_timed_until_it_completes() -> None:
+    """An async function behind a plain functools.wraps decorator returns its coroutine at
+    once: the call is timed until that coroutine completes (not just its creation)."""
+    timed = Timed()
+    with ah.weave(sleepy_decorated, timed):
+        asyncio.run(sleepy_decorated(0.02))
+    r = row(timed, sleepy_decorated)
+    assert r.count == 1
+    assert r.total_s >= 0.02
 
 
 def test_times_time_spent_inside_a_generator() -> None:
