@@ -10,13 +10,16 @@ summary goes to stderr and the trace file is written, also after ``sys.exit`` or
 uncaught exception.
 
 Exit codes are the program's; ours are 2 for a usage or configuration error (nothing
-was run) and 1 for a module ``-m`` cannot find, as python's own.
+was run) or, with ``--strict``, for a weave that never took effect (reported at exit, so
+the program itself runs as without us), and 1 for a module ``-m`` cannot find, as
+python's own.
 """
 
 from __future__ import annotations
 
 import argparse
 import builtins
+import functools
 import io
 import os
 import sys
@@ -181,13 +184,14 @@ def run(options: RunOptions) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:
-        code, interrupted = _run_program(options, session)
+        code, interrupted = _run_program(options)
     finally:
         _join_threads()
+    if session.finish() and not interrupted:
+        code = 2  # a weave that --strict asked for never took effect
     # atexit cannot see the status: process.exit subscribers get it from here (130, the
     # shell's status for a death by SIGINT, after Ctrl-C).
     note_exit_code(130 if interrupted else code)
-    session.finish()
     return _exit_sigint() if interrupted else code
 
 
@@ -199,9 +203,9 @@ class Session:
     strict: bool
     trace: str | None
     summary: bool
+    program: tuple[str, ...] = ()  # the module names of the program itself (run as __main__)
     aspects: list[Any] = field(default_factory=list)
     records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
-    reported: list[Any] = field(default_factory=list)  # records already reported as errors
     handles: list[Any] = field(default_factory=list)
 
     @classmethod
@@ -214,6 +218,7 @@ class Session:
             strict=options.strict or config.strict,
             trace=os.path.abspath(trace) if trace else None,
             summary=options.summary and config.summary,
+            program=_program_modules(options),
         )
         from .registry import ASPECTS
 
@@ -232,7 +237,12 @@ class Session:
         return session
 
     def weave(self, spec: WeaveSpec, target: str, aspects: list[Any]) -> None:
-        """Weave one target; a missing one is a warning, or an error with ``strict``."""
+        """Weave one target; a missing one is a warning, or an error with ``strict``.
+
+        Always woven with ``weave(strict=False)``: a strict weave raises a failure found
+        later inside the program's own ``import``, which the program may catch. A target
+        found missing now is an error here; later failures are reported by ``finish``.
+        """
         from ._registry import LOCK
         from ._weave import WEAVES, weave
 
@@ -247,7 +257,7 @@ class Session:
         with LOCK:
             before = list(WEAVES)
         try:
-            handle = weave(target, *aspects, name=spec.name, requires=spec.requires, strict=strict)
+            handle = weave(target, *aspects, name=spec.name, requires=spec.requires)
         except WeaveTargetError as exc:
             raise WeaveTargetError(f"{self.config.file}: {key}: {exc}", target=exc.target) from None
         except AspectHookError as exc:
@@ -257,6 +267,12 @@ class Session:
             new = [r for r in WEAVES if all(r is not b for b in before)]
         for record in new:
             self.records.append((key, record))
+            if record.status == "skipped" and strict:
+                raise WeaveTargetError(
+                    f"{self.config.file}: {key}: cannot weave {target}: {record.reason} "
+                    "(strict mode; drop --strict to skip it)",
+                    target=target,
+                )
             if record.status == "skipped":
                 _warn(f"{self.config.file}: {key}: {target} skipped: {record.reason}")
 
@@ -276,29 +292,69 @@ class Session:
             raise WeaveTargetError(f"{self.config.file}: {key}: {target}: {problem}", target=target)
         _warn(f"{self.config.file}: {key}: {target} skipped: {problem}")
 
-    def finish(self) -> None:
-        """Unweave, report weaves that failed late, print the summary, write the trace.
+    def finish(self) -> bool:
+        """Unweave, report the weaves that never took effect, print the summary, write the
+        trace. Returns whether the run must exit 2: a weave failed under ``strict``.
 
         Unweaving first keeps our own exit work (the trace is written with ``json``) out
         of the timings and logs of a config that instruments ``json.*``.
         """
         for handle in self.handles:
             handle.remove()
-        for key, record in self.records:
-            if any(record is done for done in self.reported):
-                continue
-            if record.status == "failed":
-                _warn(f"{self.config.file}: {key}: {record.target} failed: {record.reason}")
-            elif record.status == "pending import" and record.reason:  # a glob still empty
-                _warn(f"{self.config.file}: {key}: {record.target} {record.reason}")
+        problems = [(key, p) for key, r in self.records if (p := self._problem(r)) is not None]
+        for key, problem in problems:
+            where = f"{self.config.file}: {key}: {problem}"
+            if self.strict:
+                print(f"{PROG}: error: {where} (strict mode)", file=sys.stderr)
+            else:
+                _warn(where)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
             _print_summary(timers)
         if self.trace is not None:
             _write_trace(timers, self.trace)
+        return self.strict and bool(problems)
+
+    def _problem(self, record: Any) -> str | None:
+        """Why ``record``'s weave never took effect (failed, or still waiting), or None."""
+        if record.status == "failed":
+            return f"{record.target} failed: {record.reason}"
+        if record.status != "pending import":
+            return None
+        if record.reason:  # a glob that matched nothing so far
+            return f"{record.target} {record.reason}"
+        module = _first_unimported(record.target)
+        if module in self.program:
+            return (
+                f"{record.target} was never woven: {module} is the program itself, which "
+                f"runs as __main__ and is never imported as {module}; move that code into a "
+                "module the program imports and weave it there"
+            )
+        return f"{record.target} was never woven: the program never imported {module}"
 
 
-def _run_program(options: RunOptions, session: Session) -> tuple[int, bool]:
+def _program_modules(options: RunOptions) -> tuple[str, ...]:
+    """The module names the program's own code would have if it were imported: the ``-m``
+    module (its package's ``__main__`` for a package), or a ``.py`` script's file name."""
+    if options.module is not None:
+        return (options.module, f"{options.module}.__main__")
+    if options.script is not None and options.script.endswith(".py"):
+        return (os.path.basename(options.script)[:-3],)
+    return ()
+
+
+def _first_unimported(target: str) -> str:
+    """The first module of ``target``'s dotted path that is not imported: what a weave
+    still waiting for an import waits for."""
+    module = target.partition(":")[0]
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        if ".".join(parts[:i]) not in sys.modules:
+            return ".".join(parts[:i])
+    return module
+
+
+def _run_program(options: RunOptions) -> tuple[int, bool]:
     """Run the program as python would; (exit code, whether it ended by Ctrl-C)."""
     try:
         if options.module is not None:
@@ -308,49 +364,45 @@ def _run_program(options: RunOptions, session: Session) -> tuple[int, bool]:
             _run_script(options.script, options.args)
     except SystemExit as exc:
         return _exit_code(exc), False
-    except WeaveTargetError as exc:
-        failed = [(key, r) for key, r in session.records if r.status == "failed"]
-        if session.strict and failed:
-            key, record = failed[0]
-            where = f"{session.config.file}: {key}: " if session.config.file else ""
-            print(f"{PROG}: error: {where}{exc} (strict mode)", file=sys.stderr)
-            session.reported.append(record)  # not warned about again at exit
-            return 2, False
-        _report(exc)
-        return 1, False
-    except _ModuleNotFound as exc:
-        print(f"{sys.executable}: {exc}", file=sys.stderr)
-        return 1, False
     except BaseException as exc:
         _report(exc)
         return 1, isinstance(exc, KeyboardInterrupt)
     return 0, False
 
 
-class _ModuleNotFound(Exception):
-    """``-m`` names a module that cannot be found (python's own message, exit 1)."""
-
-
 def _program_path(options: RunOptions) -> str:
     """``sys.path[0]`` as python sets it for the program: the script's directory (a
-    directory or zip program: itself), or the working directory for ``-m``."""
+    directory or zip program: itself, absolute), or the working directory for ``-m``."""
     path = options.script
     if path is None:
         return os.getcwd()
-    if os.path.isdir(path) or path.endswith((".pyc", ".zip", ".pyz")):
+    if _is_main_container(path):
+        return os.path.abspath(path)
+    if path.endswith(".pyc"):
         return path
     return os.path.dirname(os.path.realpath(path))
 
 
+def _is_main_container(path: str) -> bool:
+    """A directory or zip archive whose ``__main__.py`` is the program."""
+    return os.path.isdir(path) or path.endswith((".zip", ".pyz"))
+
+
 def _run_script(path: str, args: list[str]) -> None:
     """Run ``path`` as ``python path args`` would, in a fresh ``__main__`` module."""
+    import runpy
+
     sys.argv = [path, *args]
     safe_path = getattr(sys.flags, "safe_path", False)
-    if os.path.isdir(path) or path.endswith((".pyc", ".zip", ".pyz")):
-        # A directory or zip with __main__.py, or compiled code: runpy's job, as for python
-        # itself. run_path puts the archive or directory first on sys.path.
-        import runpy
-
+    if _is_main_container(path):
+        # As python does: the absolute path goes first on sys.path (run() put it there,
+        # and python does it also with -P), then its __main__ module runs as __main__.
+        if safe_path:
+            sys.path.insert(0, os.path.abspath(path))
+        fallback = functools.partial(runpy.run_path, path, run_name="__main__")
+        _run_as_main("__main__", alter_argv=False, fallback=fallback)
+        return
+    if path.endswith(".pyc"):  # compiled code: runpy's job
         if not safe_path:
             del sys.path[0]
         runpy.run_path(path, run_name="__main__")
@@ -379,30 +431,34 @@ def _run_script(path: str, args: list[str]) -> None:
 
 
 def _run_module(name: str, args: list[str]) -> None:
-    """Run module ``name`` as ``python -m name args`` would."""
-    import importlib.util
+    """Run module ``name`` as ``python -m name args`` would.
+
+    runpy finds the module as python -m does: an import error of its package is raised
+    as it is, a module it cannot find is ``sys.exit('python: No module named ...')``.
+    """
     import runpy
 
     sys.argv = [name, *args]  # runpy sets argv[0] to the module's file
     if not getattr(sys.flags, "safe_path", False):
         sys.path[0] = os.getcwd()
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise _ModuleNotFound(f"No module named {name}")
-    # What ``python -m`` itself calls: the module runs in __main__ and stays there until
-    # the process ends (run_module(alter_sys=True) would put ours back when it returns,
-    # under the program's threads and atexit handlers). In a fresh __main__, as python's.
+    fallback = functools.partial(runpy.run_module, name, run_name="__main__", alter_sys=True)
+    _run_as_main(name, alter_argv=True, fallback=fallback)
+
+
+def _run_as_main(name: str, *, alter_argv: bool, fallback: Callable[[], object]) -> None:
+    """What python itself calls for ``-m`` and for a directory or zip program: module
+    ``name`` runs in a fresh ``__main__`` that stays until the process ends (under the
+    program's threads and atexit handlers). ``fallback`` where this python lacks it."""
+    import runpy
+
     run_as_main = getattr(runpy, "_run_module_as_main", None)
     if run_as_main is None:  # not in this python: the public form
-        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        fallback()
         return
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
-    run_as_main(name, alter_argv=True)
+    run_as_main(name, alter_argv=alter_argv)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -570,26 +626,49 @@ class _StderrLogger:
 
 
 def _configure_logging(config: RunConfig, aspects: list[Any]) -> None:
-    """Apply the config's ``logging:`` section; without one, send ``Logged`` to stderr.
+    """Give the config's ``Logged`` aspects a logger of their own, as ``logging:`` says.
 
-    The default level is ``debug`` so that every ``Logged`` event shows whatever level the
-    aspect logs at. With no ``logging:`` section structlog is configured only when a
-    ``Logged`` aspect is used and the program has not configured structlog itself, so
-    that call logs never mix into the program's stdout.
+    Console lines on stderr at level ``debug`` without a ``logging:`` section (so every
+    ``Logged`` event shows whatever level the aspect logs at). structlog's global
+    configuration is the program's and is left alone, so the program's own structlog
+    output goes where it would without us. Without a ``logging:`` section, structlog
+    already configured before the program starts (``sitecustomize``) keeps ``Logged``.
     """
-    settings = dict(config.logging or {})
+    logged = sys.modules.get("aspecthook.aspects._logged")  # not loaded: no Logged used
+    users = [
+        a
+        for a in aspects
+        if logged is not None and isinstance(a, logged.Logged) and a.logger is logged.log
+    ]
     if config.logging is None:
-        logged = sys.modules.get("aspecthook.aspects._logged")  # not loaded: no Logged used
-        if logged is None or not any(isinstance(a, logged.Logged) for a in aspects):
+        if not users:
             return
         import structlog
 
         if structlog.is_configured():
             return
-    from .aspects import configure_logging
+    logger = _logged_logger(config)  # with a logging: section, checked even if unused
+    for aspect in users:
+        aspect.logger = logger
 
-    settings.setdefault("level", "debug")
+
+def _logged_logger(config: RunConfig) -> Any:
+    """A structlog logger as ``configure_logging(**config.logging)`` would configure one
+    (level ``debug`` unless given), without configuring structlog."""
+    import structlog
+
+    from .aspects._logged import _level, _processors
+
+    settings = dict(config.logging or {})
+    file = settings.get("file")
     try:
-        configure_logging(**settings)
-    except (AspectHookError, TypeError, ValueError, OSError) as exc:
+        level, _ = _level("level", settings.get("level", "debug"))
+        # Open for the process's life: Logged may write until its very end.
+        stream = open(file, "a", encoding="utf-8") if file else sys.stderr  # noqa: SIM115
+    except (AspectHookError, OSError) as exc:
         raise config.error("logging", str(exc)) from None
+    return structlog.wrap_logger(
+        structlog.WriteLogger(stream),
+        processors=_processors(settings.get("format", "console"), stream),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+    ).bind()

@@ -10,8 +10,11 @@ work on any runner that speaks that protocol, not only ``aspecthook.train.Runner
 Only methods the object really defines become advice, so a hook that overrides two
 methods costs two advice calls and nothing at the other join points: when a base class
 named ``Hook`` (OpenMMLab) or ``Callback`` (Keras) is in the object's class hierarchy, a
-method counts only if it is not that base's own (no-op) method; otherwise any callable
-attribute with the name counts. Signatures are checked when the adapter is made.
+method counts only if it is not the root-most such base's own (no-op) method (a project's
+own ``Hook`` subclassing OpenMMLab's defines real ones); otherwise any callable attribute
+with the name counts. Signatures are checked when the adapter is made, and an object none
+of whose methods would ever be called (a PyTorch Lightning callback, a hook overriding
+only checkpoint methods) is refused then.
 
 Nothing here imports torch.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
@@ -143,14 +147,54 @@ def defined_method(obj: object, name: str, base_name: str) -> Callable[..., Any]
         return None
     if name in getattr(obj, "__dict__", {}):
         return method  # set on the instance itself
-    own = inspect.getattr_static(type(obj), name, None)
-    for klass in type(obj).__mro__[1:]:  # its own class is no base, whatever its name
-        if klass.__name__ == base_name:
-            if inspect.getattr_static(klass, name, None) is not own:
-                return method
-            generic = _GENERIC.get(name, ()) if base_name == "Hook" else ()
-            return method if any(_overrides(obj, klass, g) for g in generic) else None
-    return method
+    base = _no_op_base(obj, base_name)
+    if base is None or not _inherits(obj, base, name):
+        return method
+    generic = _GENERIC.get(name, ()) if base_name == "Hook" else ()
+    return method if any(_overrides(obj, base, g) for g in generic) else None
+
+
+def _no_op_base(obj: object, base_name: str) -> type | None:
+    """The root-most base class of ``obj`` named ``base_name`` (its own class is no base,
+    whatever its name): a project's own ``Hook`` subclassing OpenMMLab's is not it."""
+    bases = [k for k in type(obj).__mro__[1:] if k.__name__ == base_name]
+    return bases[-1] if bases else None
+
+
+def _nothing_to_call(adapter: _HookAdapter, supported: tuple[str, ...]) -> AspectDefinitionError:
+    """The error for an object none of whose methods the adapter would ever call."""
+    kind, target = type(adapter).__name__, adapter.target
+    base = _no_op_base(target, adapter._base_name)
+    own = _own_methods(target, base)
+    what = (
+        f"the methods it defines ({', '.join(own)}) are not among those {kind} calls"
+        if own
+        else f"it defines none of the methods {kind} calls"
+    )
+    where = f" {base.__module__}.{base.__qualname__}" if base is not None else ""
+    return AspectDefinitionError(
+        f"{kind}({type(target).__name__}): none of its methods would ever be called: {what}, "
+        f"and the ones it has are the no-ops of its base class{where}. {kind} calls "
+        f"{', '.join(supported)}: override those (with their arguments), or write an "
+        "Aspect subclass"
+    )
+
+
+def _own_methods(obj: object, base: type | None) -> list[str]:
+    """The public methods ``obj``'s classes below ``base`` define (all but ``object``'s)."""
+    names: list[str] = []
+    for klass in type(obj).__mro__:
+        if klass is base or klass is object:
+            break
+        for name, value in vars(klass).items():
+            if not name.startswith("_") and callable(value) and name not in names:
+                names.append(name)
+    return names
+
+
+def _inherits(obj: object, base: type, name: str) -> bool:
+    """Whether ``obj``'s class has ``base``'s own ``name`` (inherited, not replaced)."""
+    return inspect.getattr_static(type(obj), name, None) is inspect.getattr_static(base, name, None)
 
 
 def _overrides(obj: object, base: type, name: str) -> bool:
@@ -255,8 +299,12 @@ class MMHook(_HookAdapter):
     ``before_train`` runs after a checkpoint's resume and after the ``before_run`` advice
     of priority up to VERY_LOW (every shipped aspect's), and ``after_train`` before the
     ``after_run`` advice of priority VERY_HIGH and lower, as OpenMMLab runs those stages
-    for all hooks in turn; among hooks they keep the hooks' priority order in ten bands
-    (priority // 10; ties in the order given).
+    for all hooks in turn; so do ``before_val`` / ``before_test`` (before the other
+    advice of priority VERY_HIGH and lower at their join point, every hook's
+    ``before_*_epoch`` included) and ``after_val`` / ``after_test`` (after the advice of
+    priority up to VERY_LOW). Among hooks they keep the hooks' priority order in ten bands
+    (priority // 10; ties in the order given). ``metrics`` are those under the runner's
+    ``Evaluate`` prefix (``'val/'`` by default; ``'test/'`` in a test pass).
 
     ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
     and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
@@ -283,6 +331,8 @@ class MMHook(_HookAdapter):
                 "KerasCallback for a Keras-style callback"
             )
         self._calls = self._bind_methods()
+        if not self._calls:
+            raise _nothing_to_call(self, MM_METHODS)
 
     def _bind_methods(self) -> list[tuple[str, AdviceKind, str, AdviceFn]]:
         calls = []
@@ -296,12 +346,17 @@ class MMHook(_HookAdapter):
     def _stage_priorities(self) -> dict[str, int]:
         # OpenMMLab runs before_run for every hook, then loads or resumes the checkpoint,
         # then before_train for every hook (and after_train for every hook before any
-        # after_run). Here before_train takes a priority above VERY_LOW (where Checkpoint
-        # resumes), after_train one below VERY_HIGH, each keeping the hooks' own order.
+        # after_run); its loops call before_val for every hook before any before_val_epoch
+        # (after_val after every after_val_epoch, the same for test). Here the stage that
+        # must come last takes a priority above VERY_LOW (where Checkpoint resumes), the
+        # one that must come first one below VERY_HIGH, each keeping the hooks' own order.
         rank = min(resolve_priority(self.priority) // 10, 9)  # 0..9, in the hooks' order
+        first, last = int(Priority.HIGHEST) + rank, int(Priority.VERY_LOW) + 1 + rank
         return {
-            "before_train": int(Priority.VERY_LOW) + 1 + rank,
-            "after_train": int(Priority.HIGHEST) + rank,
+            "before_train": last,
+            "after_train": first,
+            **{f"before_{mode}": first for mode in ("val", "test")},
+            **{f"after_{mode}": last for mode in ("val", "test")},
         }
 
     def _plan(self) -> Plan:
@@ -340,15 +395,30 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         )
     # A fresh dict of this loop's metrics (as OpenMMLab passes its evaluator's results),
     # not runner.metrics itself: a hook that keeps it keeps this epoch's values.
-    prefix = "test/" if "test" in name else "val/"
+    mode = "test" if "test" in name else "val"
 
     def with_metrics(ctx: CallContext) -> Any:
         metrics = getattr(ctx.runner, "metrics", None) or {}
+        prefix = _metrics_prefix(ctx.runner, mode)
         return method(
             ctx.runner, metrics={k: v for k, v in metrics.items() if k.startswith(prefix)}
         )
 
     return with_metrics
+
+
+def _metrics_prefix(runner: Any, mode: str) -> str:
+    """The prefix of the metrics a validation (``mode='val'``) or test pass publishes:
+    ``'test/'``, or the prefix of the runner's ``Evaluate`` aspect (``'val/'`` without one).
+
+    Its class is looked up in ``sys.modules``: not loaded means no runner has one, and
+    this module never imports torch.
+    """
+    evaluate = sys.modules.get("aspecthook.train.aspects._evaluate")
+    get_aspect = getattr(runner, "get_aspect", None)
+    if mode == "test" or evaluate is None or not callable(get_aspect):
+        return f"{mode}/"
+    return f"{getattr(get_aspect(evaluate.Evaluate), 'prefix', mode)}/"
 
 
 def from_mmengine_hook(hook: Any, **options: Any) -> MMHook:
@@ -385,12 +455,14 @@ class KerasCallback(_HookAdapter):
     outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
     the epoch validated, ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` ->
     ``'val_loss'``, so a callback monitoring ``'val_loss'`` finds it); at test end the
-    metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``); at train end
-    the last epoch's logs.
+    metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
+    the runner's ``Evaluate`` uses); at train end the last epoch's logs.
 
     When the run starts, the callback gets the runner's model as ``callback.model``
     (through ``set_model`` when it has one, or when it has a ``model`` attribute) and
-    ``params`` through ``set_params``. A callback that sets
+    ``params`` through ``set_params``; a callback with ``on_test_*`` methods gets them also
+    before a test or validation pass outside a run (``runner.test()``), with one epoch of
+    that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
     through ``runner.stop()`` after the current iteration.
     """
@@ -410,7 +482,10 @@ class KerasCallback(_HookAdapter):
         self._loss_count = 0
         self._epoch_logs: dict[str, float] = {}
         self._val_this_epoch = False
+        self._in_run = False  # between the run's start and its end (see _start_alone)
         self._calls = self._bind_methods()
+        if not self._calls:
+            raise _nothing_to_call(self, KERAS_METHODS)
 
     def _bind_methods(self) -> dict[str, Callable[..., Any]]:
         calls: dict[str, Callable[..., Any]] = {}
@@ -429,7 +504,7 @@ class KerasCallback(_HookAdapter):
         return calls
 
     def _plan(self) -> Plan:
-        plan: Plan = [("set_model", "before", "run", self._start)]
+        plan: Plan = [("set_model", "before", "run", self._start_run)]
         c = self._calls
         if "on_train_begin" in c:
             plan.append(("on_train_begin", "before", "run", self._call("on_train_begin")))
@@ -444,8 +519,11 @@ class KerasCallback(_HookAdapter):
             plan.append(("loss_mean", "after", "train_iter", self._add_loss))
             plan.append(("validated", "after", "val_epoch", self._validated))
             plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
-        for mode in ("val", "test"):
-            plan.extend(self._test_plan(mode))
+        tests = [advice for mode in ("val", "test") for advice in self._test_plan(mode)]
+        if tests:  # a test pass outside a run gives the model first: run() ending says so
+            plan.extend(tests)
+            plan.append(("run_end", "after", "run", self._end_run))
+            plan.append(("run_failed", "on_error", "run", self._end_run))
         if "on_train_end" in c:
             plan.append(("on_train_end", "after", "run", self._train_end))
         return plan
@@ -462,7 +540,11 @@ class KerasCallback(_HookAdapter):
 
     def _test_plan(self, mode: str) -> Plan:
         c = self._calls
-        plan: Plan = []
+        if not any(name in c for name in KERAS_METHODS[8:]):  # on_test_*
+            return []
+        # As Keras's evaluate(): the callback gets the model before a test pass run
+        # by itself (runner.test()), not in the middle of a run.
+        plan: Plan = [(f"set_model_{mode}", "before", f"{mode}_epoch", self._start_alone(mode))]
         if "on_test_batch_begin" in c or "on_test_batch_end" in c:
             plan.extend(self._counting(mode))
         if "on_test_begin" in c:
@@ -479,9 +561,25 @@ class KerasCallback(_HookAdapter):
 
     # -- the advice -----------------------------------------------------------------------
 
-    def _start(self, ctx: CallContext) -> None:
+    def _start_run(self, ctx: CallContext) -> None:
+        self._in_run = True
+        self._start(ctx.runner, _params(ctx.runner))
+
+    def _end_run(self, ctx: CallContext) -> None:
+        self._in_run = False
+
+    def _start_alone(self, mode: str) -> AdviceFn:
+        """Start a ``mode`` pass run by itself (no run in progress), as Keras's evaluate()."""
+
+        def start(ctx: CallContext) -> None:
+            if not self._in_run:
+                self._start(ctx.runner, _eval_params(ctx.runner, f"{mode}_loader"))
+
+        return start
+
+    def _start(self, runner: Any, params: dict[str, Any]) -> None:
         """Give the callback the model and params, and clear a stale stop request."""
-        runner, callback = ctx.runner, self.target
+        callback = self.target
         model = getattr(runner, "model", None)
         if callable(getattr(callback, "set_model", None)):
             callback.set_model(model)
@@ -493,7 +591,7 @@ class KerasCallback(_HookAdapter):
         if model is not None and getattr(model, "stop_training", False):
             model.stop_training = False
         if callable(getattr(callback, "set_params", None)):
-            callback.set_params(_params(runner))
+            callback.set_params(params)
 
     def _call(self, name: str) -> AdviceFn:
         method = self._calls[name]
@@ -548,10 +646,10 @@ class KerasCallback(_HookAdapter):
 
     def _test_end(self, mode: str) -> AdviceFn:
         method = self._calls["on_test_end"]
-        prefix = f"{mode}/"
 
         def call(ctx: CallContext) -> None:
             metrics = _scalars(getattr(ctx.runner, "metrics", None) or {})
+            prefix = _metrics_prefix(ctx.runner, mode)
             method({k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)})
             self._check_stop(ctx.runner)
 
@@ -567,9 +665,17 @@ class KerasCallback(_HookAdapter):
 
 
 def _params(runner: Any) -> dict[str, Any]:
-    loader = getattr(runner, "train_loader", None)
-    steps = len(loader) if isinstance(loader, Sized) else None
+    steps = _steps(getattr(runner, "train_loader", None))
     return {"epochs": getattr(runner, "max_epochs", None), "steps": steps, "verbose": 0}
+
+
+def _eval_params(runner: Any, loader: str) -> dict[str, Any]:
+    """A test pass's params, as Keras's ``evaluate()`` gives them: one epoch."""
+    return {"epochs": 1, "steps": _steps(getattr(runner, loader, None)), "verbose": 0}
+
+
+def _steps(loader: Any) -> int | None:
+    return len(loader) if isinstance(loader, Sized) else None
 
 
 def _scalars(values: Any) -> dict[str, float]:
@@ -599,6 +705,7 @@ def as_aspect(obj: object, **options: Any) -> Aspect | None:
     An object with any OpenMMLab hook method becomes an ``MMHook``, else one with any
     Keras callback method a ``KerasCallback``; anything else (classes included) is None.
     ``options`` (``priority=`` ...) go to the adapter made; an aspect is returned as it is.
+    ``AspectDefinitionError`` when the adapter would never call any of its methods.
     """
     if isinstance(obj, Aspect):
         return obj

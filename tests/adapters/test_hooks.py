@@ -659,3 +659,134 @@ def test_a_hook_gets_a_fresh_dict_of_its_loops_metrics() -> None:
     assert all(m is not runner.metrics for m in history)
     assert history[0] != history[1]
     assert all(set(m) == {"val/loss"} for m in history)
+
+
+# -- regressions ------------------------------------------------------------------------------
+
+
+def test_an_object_with_nothing_the_adapter_would_call_is_refused() -> None:
+    """A PyTorch Lightning-style callback (no-op on_train_batch_end ... with Lightning's
+    signature, the user's on_train_epoch_end) or a hook overriding only methods without
+    a join point here would never be called: refused, naming what it defines."""
+
+    class Callback:  # lightning.pytorch.Callback's shape
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None: ...
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None: ...
+        def on_test_end(self, trainer: Any, pl_module: Any) -> None: ...
+
+    class EpochPrinter(Callback):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None: ...
+
+    class ResumeFixer(Hook):
+        def after_load_checkpoint(self, runner: Any, checkpoint: Any) -> None: ...
+
+    with pytest.raises(AspectDefinitionError, match=r"EpochPrinter.*on_train_epoch_end"):
+        as_aspect(EpochPrinter())
+    with pytest.raises(AspectDefinitionError, match=r"ResumeFixer.*after_load_checkpoint"):
+        as_aspect(ResumeFixer())
+    with pytest.raises(AspectDefinitionError, match="none of its methods would ever be called"):
+        _runner([EpochPrinter()])
+
+    class Bare(Hook):  # only the base's no-ops
+        pass
+
+    only_no_ops = r"MMHook\(Bare\): none of its.*defines none.*base class \S*test_hooks.Hook"
+    with pytest.raises(AspectDefinitionError, match=only_no_ops):
+        MMHook(Bare())
+
+
+def test_a_project_base_class_named_hook_keeps_its_own_methods() -> None:
+    """A project's own base class named Hook (subclassing the real, no-op one) defines
+    methods its hooks inherit: they are called; only the root-most Hook's are no-ops."""
+    seen: list[tuple[str, int]] = []
+
+    class ProjectHook(Hook):
+        def after_train_iter(
+            self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        ) -> None:
+            seen.append(("after_train_iter", batch_idx))
+
+    ProjectHook.__name__ = ProjectHook.__qualname__ = "Hook"  # as mylib.hooks.Hook
+
+    class MyHook(ProjectHook):
+        def before_train_epoch(self, runner: Any) -> None:
+            seen.append(("before_train_epoch", runner.epoch))
+
+    _runner([MyHook()], max_epochs=1).run()
+    assert seen == [("before_train_epoch", 0), *[("after_train_iter", i) for i in range(3)]]
+
+
+def test_hooks_get_the_metrics_under_evaluates_own_prefix() -> None:
+    """With Evaluate(prefix='valid') a hook's after_val_epoch gets the 'valid/...' metrics
+    and a callback's on_test_end the same without the prefix."""
+    from aspecthook.train.aspects import Evaluate
+
+    hook, callback = RecordingHook(), RecordingCallback()
+    runner = _runner([Evaluate(prefix="valid"), hook, callback], max_epochs=1)
+    runner.run()
+    assert set(runner.metrics) == {"valid/loss"}
+    assert [c[1] for c in hook.calls if c[0] == "after_val_epoch"] == [runner.metrics]
+    loss = runner.metrics["valid/loss"]
+    assert [c[1] for c in callback.calls if c[0] == "test_end"] == [{"loss": loss}]
+
+
+def test_validation_and_test_stages_run_for_every_hook_in_turn() -> None:
+    """As OpenMMLab's loops call them: every hook's before_val, then every hook's
+    before_val_epoch, ... after_val_epoch, then every after_val (the same for test)."""
+    order: list[str] = []
+
+    class Tracer(Hook):
+        def __init__(self, tag: str, priority: str) -> None:
+            self.tag, self.priority = tag, priority
+
+        def before_val(self, runner: Any) -> None:
+            order.append(f"{self.tag}.before_val")
+
+        def before_val_epoch(self, runner: Any) -> None:
+            order.append(f"{self.tag}.before_val_epoch")
+
+        def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+            order.append(f"{self.tag}.after_val_epoch")
+
+        def after_val(self, runner: Any) -> None:
+            order.append(f"{self.tag}.after_val")
+
+        def before_test(self, runner: Any) -> None:
+            order.append(f"{self.tag}.before_test")
+
+        def before_test_epoch(self, runner: Any) -> None:
+            order.append(f"{self.tag}.before_test_epoch")
+
+        def after_test_epoch(self, runner: Any, metrics: Any = None) -> None:
+            order.append(f"{self.tag}.after_test_epoch")
+
+        def after_test(self, runner: Any) -> None:
+            order.append(f"{self.tag}.after_test")
+
+    test = DataLoader(TensorDataset(torch.randn(VAL_N, 4), torch.randint(0, 3, (VAL_N,))))
+    runner = _runner([Tracer("a", "HIGH"), Tracer("b", "NORMAL")], max_epochs=1)
+    runner.test_loader = test
+    runner.run()
+    runner.test()
+    stages = [f"{m}_{mode}{e}" for mode in ("val", "test") for m, e in _STAGES]
+    assert order == [f"{tag}.{stage}" for stage in stages for tag in "ab"]
+
+
+_STAGES = [("before", ""), ("before", "_epoch"), ("after", "_epoch"), ("after", "")]
+
+
+def test_a_callback_used_only_for_testing_gets_the_model_and_params() -> None:
+    """runner.test() without run(): the callback gets the model first, as Keras's
+    evaluate() gives it."""
+    seen: list[Any] = []
+
+    class SaveIfGood(Callback):
+        def on_test_end(self, logs: Any = None) -> None:
+            seen.append((self.model, self.params))
+
+    data = TensorDataset(torch.randn(VAL_N, 4), torch.randint(0, 3, (VAL_N,)))
+    runner = _runner([SaveIfGood()], max_epochs=3, test_loader=DataLoader(data, batch_size=BATCH))
+    runner.test()
+    assert seen == [(runner.model, {"epochs": 1, "steps": VAL_N // BATCH, "verbose": 0})]
