@@ -261,10 +261,9 @@ class Registry:
 
     def _unknown(self, name: str, problem: str | None = None) -> UnknownAspectError:
         known = tuple(self.names())
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5) if name else []
-        if not close and name:
-            lower = {k.lower(): k for k in known}
-            close = [lower[name.lower()]] if name.lower() in lower else []
+        # The same name in another case first ('adamw' is 'AdamW', not the closer 'Adam').
+        same = [k for k in known if k.lower() == name.lower()] if name else []
+        close = same or (difflib.get_close_matches(name, known, n=1, cutoff=0.5) if name else [])
         suggestion = close[0] if close else None
         message = problem or f"unknown {self.kind} type {name!r}"
         if suggestion:

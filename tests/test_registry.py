@@ -186,6 +186,22 @@ def test_unknown_name_matches_case_insensitively(registry: Registry) -> None:
         registry.get("STOPWATCH")
 
 
+def test_unknown_name_prefers_the_same_name_in_another_case_to_a_close_one(
+    registry: Registry,
+) -> None:
+    """'adamw' suggests 'AdamW', not the closer-spelt 'Adam' (another type)."""
+
+    class Adam: ...
+
+    class AdamW: ...
+
+    registry.register(Adam)
+    registry.register(AdamW)
+    with pytest.raises(UnknownAspectError, match="did you mean 'AdamW'") as info:
+        registry.get("adamw")
+    assert info.value.suggestion == "AdamW"
+
+
 # -- build -----------------------------------------------------------------------------------
 
 

@@ -35,14 +35,16 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from .._aspect import Aspect
 from .._config import _SUFFIXES, _parse_toml, _parse_yaml
@@ -99,6 +101,21 @@ _LOADER_TWINS = {
     **{key.replace("_loader", "_dataloader"): key for key in _LOADERS},
 }
 _GIVEN = {"params": "the model's parameters", "optimizer": "the runner's optimizer"}
+_BUILT_IN_CODE = "pass a DataLoader built in code (Runner.from_config(path, {key}=DataLoader(...)))"
+#: DataLoader options a config cannot build (no registry makes them), and what to do.
+_LOADER_OBJECTS = {
+    "sampler": "a config cannot build a sampler: write shuffle: true (or false) beside "
+    "batch_size, or " + _BUILT_IN_CODE,
+    "batch_sampler": "a config cannot build a batch sampler: write batch_size, shuffle and "
+    "drop_last, or " + _BUILT_IN_CODE,
+    "collate_fn": "a config cannot name a function: leave it out for DataLoader's "
+    "default_collate, give the function itself in code ({key}={{'dataset': ..., "
+    "'collate_fn': my_collate}}), or " + _BUILT_IN_CODE,
+    "worker_init_fn": "a config cannot name a function: give the function itself in code "
+    "({key}={{'dataset': ..., 'worker_init_fn': my_init}}), or " + _BUILT_IN_CODE,
+    "generator": "give a torch.Generator in code, or leave it out: seed: seeds torch's "
+    "default generator, which DataLoader shuffles with; or " + _BUILT_IN_CODE,
+}
 
 
 # -- registries ------------------------------------------------------------------------------
@@ -246,6 +263,7 @@ class _Builder:
 
     def __init__(self, file: str) -> None:
         self.file = file
+        self.written: dict[str, str] = {}  # train_loader & co. -> the key the config used
 
     def error(self, key: str, message: str) -> ConfigError:
         return _error(self.file, key, message)
@@ -260,7 +278,7 @@ class _Builder:
                 )
         kwargs = self.settings(data)
         if kwargs.get("seed") is not None:
-            seed_everything(kwargs["seed"])  # before the model, so its initial weights repeat
+            self.seed(kwargs["seed"])  # before the model, so its initial weights repeat
         # Objects built in code (a dict config, or overrides of a file) are used as given.
         model = data["model"]
         if not isinstance(model, torch.nn.Module):
@@ -272,18 +290,16 @@ class _Builder:
             optimizer = self.build(OPTIMIZERS, "optimizer", optimizer, params=model.parameters())
         kwargs.update(model=model, optimizer=optimizer)
         if "scheduler" in data:
-            scheduler = data["scheduler"]
-            if isinstance(scheduler, (Mapping, str)):
-                scheduler = self.scheduler("scheduler", scheduler, optimizer)
-            kwargs["scheduler"] = scheduler
+            kwargs["scheduler"] = self.scheduler_entry(data["scheduler"], optimizer)
         if "loss_fn" in data:
-            kwargs["loss_fn"] = self.loss("loss_fn", data["loss_fn"])
+            loss = data["loss_fn"]
+            kwargs["loss_fn"] = loss if _callable_object(loss) else self.loss("loss_fn", loss)
         for key in ("train_step", "val_step"):
             if key in data:
                 kwargs[key] = self.step(key, data[key])
         for key in _LOADERS:
             if key in data:
-                kwargs[key] = self.loader(key, data[key])
+                kwargs[key] = self.loader(self.written.get(key, key), data[key])
         kwargs["aspects"] = self.aspects(data.get("aspects", []))
         return kwargs
 
@@ -295,6 +311,7 @@ class _Builder:
                 if ours in data:
                     raise self.error(theirs, f"is another name for {ours}: give only one of them")
                 data[ours] = data.pop(theirs)
+                self.written[ours] = theirs
         return data
 
     def settings(self, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -341,6 +358,15 @@ class _Builder:
             limits[key] = value
         return limits
 
+    def seed(self, seed: int) -> None:
+        """Seed python, numpy and torch; a seed torch cannot take is an error at ``seed``."""
+        try:
+            seed_everything(seed)
+        except (ValueError, OverflowError, RuntimeError) as exc:
+            raise self.error(
+                "seed", f"torch cannot take it ({exc}): give an int up to 2**64 - 1"
+            ) from exc
+
     def to_device(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The model on ``device``, moved before the optimizer takes its parameters."""
         try:
@@ -361,12 +387,32 @@ class _Builder:
                 raise self.error(
                     f"{key}.{next(iter(params))}", "Sequential takes only layers: [...]"
                 )
-            built = [self.model(f"{key}.layers[{i}]", layer) for i, layer in enumerate(layers)]
+            built = [
+                layer
+                if isinstance(layer, torch.nn.Module)
+                else self.model(f"{key}.layers[{i}]", layer)
+                for i, layer in enumerate(layers)
+            ]
             return torch.nn.Sequential(*built)
         model = self.call(key, label, factory, params)
         if not isinstance(model, torch.nn.Module):
             raise self.error(key, f"{label} made {_kind(model)}, not a torch.nn.Module")
         return model
+
+    def scheduler_entry(self, cfg: Any, optimizer: torch.optim.Optimizer) -> Any:
+        """``scheduler:`` built, or a scheduler object (or factory) built in code as it is;
+        a list (OpenMMLab's ``param_scheduler: [...]``) or a plain value is refused."""
+        if isinstance(cfg, (list, tuple)):
+            raise self.error(
+                "scheduler",
+                "is a list: give one scheduler. To chain several (OpenMMLab's "
+                "param_scheduler: [...]), write {type: SequentialLR, schedulers: [...], "
+                "milestones: [...]}; for a warm-up, give the LRSchedule aspect warmup: linear "
+                "and warmup_iters: N",
+            )
+        if isinstance(cfg, (Mapping, str, bytes, int, float)):  # bool is an int
+            return self.scheduler("scheduler", cfg, optimizer)  # plain values: refused
+        return cfg
 
     def scheduler(self, key: str, cfg: Any, optimizer: torch.optim.Optimizer) -> Any:
         """A scheduler on ``optimizer``; ``schedulers: [...]`` (SequentialLR) are built too."""
@@ -416,7 +462,13 @@ class _Builder:
                 f"such as batch_size and shuffle, not {_kind(cfg)}",
             )
         options = {k: v for k, v in cfg.items() if k != "dataset"}
-        dataset = self.build(DATASETS, f"{key}.dataset", cfg["dataset"])
+        for name, advice in _LOADER_OBJECTS.items():
+            if isinstance(options.get(name), (Mapping, str)):
+                what = _kind(options[name])
+                raise self.error(f"{key}.{name}", f"is {what}: {advice.format(key=key)}")
+        dataset = cfg["dataset"]
+        if not _dataset_object(dataset):  # else a dataset built in code, as it is
+            dataset = self.build(DATASETS, f"{key}.dataset", dataset)
         loader: DataLoader[Any] = self.call(
             key, "DataLoader", DataLoader, {"dataset": dataset, **options}, shown=options
         )
@@ -429,28 +481,35 @@ class _Builder:
                 "aspects",
                 f"must be a list of names or {{type: Name, ...}} mappings, not {_kind(cfg)}",
             )
+        return [self.aspect(f"aspects[{i}]", item) for i, item in enumerate(cfg)]
+
+    def aspect(self, key: str, item: Any) -> Aspect:
+        """One aspect, its advice made once to check the options the weaver checks then
+        (``errors:``, an adapter's ``priority:``): a bad one is a ConfigError at ``key``."""
         from ..adapters import as_aspect
 
-        built = []
-        for i, item in enumerate(cfg):
-            made = None
-            options: dict[str, Any] = {}
-            if isinstance(item, Mapping) and "priority" in item:
-                item, options = self._hook_priority(f"aspects[{i}]", item)
-            if isinstance(item, (str, Mapping)) or _is_factory(item):
-                made = self.build(ASPECTS, f"aspects[{i}]", item)
+        made = None
+        options: dict[str, Any] = {}
+        if isinstance(item, Mapping) and "priority" in item:
+            item, options = self._hook_priority(key, item)
+        if isinstance(item, (str, Mapping)) or _is_factory(item):
+            made = self.build(ASPECTS, key, item)
+        try:
             # An OpenMMLab-style hook or Keras-style callback (given or built) is wrapped,
             # as Runner(aspects=[...]) wraps it.
             aspect = as_aspect(item if made is None else made, **options)
-            if aspect is None:
-                what = _kind(item if made is None else made)
-                raise self.error(
-                    f"aspects[{i}]",
-                    f"{'made ' if made is not None else 'is '}{what}, which is not an Aspect, "
-                    "an OpenMMLab-style hook or a Keras-style callback",
-                )
-            built.append(aspect)
-        return built
+            if aspect is not None:
+                aspect.make_advice()
+        except (AspectHookError, TypeError, ValueError) as exc:
+            raise self.error(key, str(exc)) from exc
+        if aspect is None:
+            what = _kind(item if made is None else made)
+            raise self.error(
+                key,
+                f"{'made ' if made is not None else 'is '}{what}, which is not an Aspect, "
+                "an OpenMMLab-style hook or a Keras-style callback",
+            )
+        return aspect
 
     def _hook_priority(
         self, key: str, item: Mapping[str, Any]
@@ -522,10 +581,19 @@ class _Builder:
         self, key: str, label: str, accepted: Parameters, params: dict[str, Any]
     ) -> dict[str, Any]:
         try:
-            return accepted.check(label, params)
+            checked = accepted.check(label, params)
         except AspectParameterError as exc:
             where = f"{key}.{exc.parameters[0]}" if exc.parameters else key
             raise self.error(where, str(exc)) from exc
+        for name, value in checked.items():  # torch's schedulers and losses do not check
+            default = accepted.defaults.get(name)
+            if type(default) in (int, float) and _number_text(value):
+                raise self.error(
+                    f"{key}.{name}",
+                    f"is the string {value!r}, not a number: "
+                    f"{_how_to_write(value, integer=type(default) is int)}",
+                )
+        return checked
 
     def call(
         self,
@@ -577,13 +645,54 @@ def _user(cfg: Any) -> dict[str, Any]:
 def _number_hint(params: Mapping[str, Any]) -> str:
     """A hint when a value is a number written so that YAML reads a string (``1e-3``)."""
     for name, value in params.items():
-        if isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                continue
-            return f" ({name}={value!r} is a string: YAML reads 1e-3 as text, write 1.0e-3)"
+        if _number_text(value):
+            return f" ({name}={value!r} is a string: {_how_to_write(value)})"
     return ""
+
+
+def _number_text(value: Any) -> bool:
+    """A string Python reads as a number (``'1e-6'``, ``'8'``)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+#: What YAML 1.1 (PyYAML) reads as a decimal number: a float needs a '.', its exponent a sign.
+_YAML_NUMBER = re.compile(
+    r"[-+]?(0|[1-9][0-9_]*|[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?)|\.[0-9_]+([eE][-+][0-9]+)?"
+)
+
+_SCIENTIFIC = re.compile(r"([-+]?[0-9]+\.?[0-9]*)([eE])([-+]?[0-9]+)")
+
+
+def _how_to_write(text: str, *, integer: bool = False) -> str:
+    """How to write the number ``text`` so that YAML reads a number, not a string."""
+    text = text.strip()
+    if _YAML_NUMBER.fullmatch(text):
+        return f"write {text} without quotes"
+    number = float(text)
+    if not any(c.isdigit() for c in text):  # nan, inf, infinity
+        spelt = ".nan" if math.isnan(number) else ("-.inf" if number < 0 else ".inf")
+        return f"YAML spells it {spelt}"
+    if integer and number.is_integer():
+        spelt = str(int(number))
+    else:  # the user's spelling where it has one ('1e-3' -> '1.0e-3'), else Python's
+        written = _SCIENTIFIC.fullmatch(text)
+        mantissa, e, exponent = written.groups() if written else (repr(number), "e", "")
+        if "e" in mantissa:
+            mantissa, e, exponent = mantissa.partition("e")
+        mantissa = mantissa if "." in mantissa or not exponent else f"{mantissa}.0"
+        spelt = f"{mantissa}{e}{int(exponent):+d}" if exponent else mantissa
+    if "e" not in text.lower():
+        return f"write {spelt} without quotes"
+    return (
+        f"YAML reads {text} as text (a YAML float needs a '.' and a signed exponent, "
+        f"e.g. 1.0e-6), write {spelt}"
+    )
 
 
 def _kind(value: Any) -> str:
@@ -594,6 +703,22 @@ def _kind(value: Any) -> str:
 def _error(file: str, key: str, message: str) -> ConfigError:
     where = ": ".join(part for part in (file, key) if part)
     return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
+
+
+def _callable_object(value: Any) -> bool:
+    """A callable built in code (a loss module, a partial): no config file holds one."""
+    return callable(value) and not _is_factory(value)
+
+
+def _dataset_object(value: Any) -> bool:
+    """A dataset built in code: a torch ``Dataset``, or another object DataLoader can
+    index or iterate that no config file can hold."""
+    if isinstance(value, Dataset):
+        return True
+    plain = (Mapping, str, bytes, list, tuple, int, float, bool, type(None))
+    if isinstance(value, plain) or _is_factory(value):
+        return False
+    return hasattr(type(value), "__getitem__") or hasattr(type(value), "__iter__")
 
 
 def _loader_object(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,12 @@ from torch.utils.data import DataLoader
 
 from aspecthook import Priority
 from aspecthook.adapters import MMHook
-from aspecthook.errors import ConfigError, UnknownAspectError
+from aspecthook.errors import (
+    ConfigError,
+    InvalidOptionError,
+    UnknownAspectError,
+    UnknownPriorityError,
+)
 from aspecthook.registry import ASPECTS, Registry
 from aspecthook.train import (
     DATASETS,
@@ -30,7 +36,7 @@ from aspecthook.train import (
     seed_everything,
 )
 from aspecthook.train import aspects as train_aspects
-from aspecthook.train.aspects import Checkpoint, IterTimer, LRSchedule
+from aspecthook.train.aspects import Checkpoint, Evaluate, IterTimer, LRSchedule
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "train.yaml"
 
@@ -347,7 +353,7 @@ def test_number_written_as_text_gets_a_yaml_hint(tmp_path: Path) -> None:
         train_loader: {dataset: RandomClassification}
         """,
     )
-    with pytest.raises(ConfigError, match=r"optimizer: SGD\(lr='1e-3'\) failed: .*write 1\.0e-3"):
+    with pytest.raises(ConfigError, match=r"optimizer\.lr: is the string '1e-3'.*write 1\.0e-3"):
         Runner.from_config(path)
 
 
@@ -563,3 +569,175 @@ def test_a_scheduler_object_of_any_kind_overrides_a_files_scheduler() -> None:
     scheduler = Warmup(optimizer)
     runner = Runner.from_config(_config(), model=model, optimizer=optimizer, scheduler=scheduler)
     assert runner.scheduler is scheduler
+
+
+_YAML_RUN = """\
+model: {type: Linear, in_features: 8, out_features: 3}
+optimizer: {type: SGD, lr: 0.1}
+train_loader: {dataset: {type: RandomClassification, n: 16, features: 8, classes: 3}}
+max_iters: 2
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "write"),
+    [
+        ("scheduler: {type: CosineAnnealingLR, T_max: 4, eta_min: 1e-6}", "eta_min", "1.0e-6"),
+        ("scheduler: {type: StepLR, step_size: 1, gamma: 5e-1}", "gamma", "5.0e-1"),
+        ("scheduler: {type: ReduceLROnPlateau, threshold: 1e-4}", "threshold", "1.0e-4"),
+        ("scheduler: {type: StepLR, step_size: 1, gamma: 2E+3}", "gamma", "2.0E+3"),
+        ("loss_fn: {type: cross_entropy, label_smoothing: 1e-1}", "label_smoothing", "1.0e-1"),
+    ],
+)
+def test_a_number_yaml_reads_as_text_is_refused_before_training(
+    tmp_path: Path, text: str, key: str, write: str
+) -> None:
+    """`1e-6` is text to PyYAML: refused where a number is expected (schedulers and
+    functional losses do not check it, and the run would fail mid-epoch), with the
+    spelling YAML reads as a number."""
+    path = _write(tmp_path, "run.yaml", _YAML_RUN + text + "\n")
+    part = text.partition(":")[0]
+    with pytest.raises(ConfigError, match=rf"is the string .*write {re.escape(write)}\b") as info:
+        Runner.from_config(path)
+    assert info.value.key == f"{part}.{key}"
+    assert "a '.' and a signed exponent" in str(info.value)
+
+
+def test_a_quoted_number_is_told_to_drop_the_quotes() -> None:
+    """A quoted number YAML would read unquoted ('0.5', '8') is told so, not given a
+    1e-3 example that has nothing to do with it."""
+    scheduler = {"type": "StepLR", "step_size": 1, "gamma": "0.5"}
+    with pytest.raises(ConfigError, match=r"^scheduler\.gamma: .*write 0\.5 without quotes"):
+        Runner.from_config(_config(scheduler=scheduler))
+    model = {"type": "Linear", "in_features": "8", "out_features": 3}  # no default: torch fails
+    with pytest.raises(ConfigError, match=r"^model: Linear\(.*write 8 without quotes") as info:
+        Runner.from_config(_config(model=model))
+    assert "1e-3" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", [[{"type": "StepLR", "step_size": 1}], 3, 0.5, True])
+def test_a_scheduler_that_is_not_one_is_refused(value: Any) -> None:
+    """A list (OpenMMLab's param_scheduler: [...]), number or bool under scheduler: is
+    refused, not handed to the run to fail at its first step."""
+    with pytest.raises(ConfigError, match=r"^scheduler: ") as info:
+        Runner.from_config(_config(scheduler=value))
+    if isinstance(value, list):
+        assert "SequentialLR" in str(info.value)
+
+
+def test_chained_schedulers_are_written_as_one_sequential_lr() -> None:
+    """What the list error tells users to write builds (SequentialLR of two)."""
+    scheduler = {
+        "type": "SequentialLR",
+        "schedulers": [
+            {"type": "LinearLR", "start_factor": 0.1, "total_iters": 2},
+            {"type": "StepLR", "step_size": 1},
+        ],
+        "milestones": [2],
+    }
+    runner = Runner.from_config(_config(scheduler=scheduler))
+    assert isinstance(runner.scheduler, torch.optim.lr_scheduler.SequentialLR)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("sampler", {"type": "DefaultSampler", "shuffle": True}),
+        ("batch_sampler", "BatchSampler"),
+        ("collate_fn", {"type": "default_collate"}),
+        ("collate_fn", "default_collate"),
+        ("worker_init_fn", "numpy:random.seed"),
+        ("generator", {"seed": 0}),
+    ],
+)
+def test_loader_options_a_config_cannot_build_are_refused(option: str, value: Any) -> None:
+    """A sampler, collate function, worker init or generator written as a name or mapping
+    is refused at its key (under the loader's name as written), saying what to do."""
+    loader = {**_config()["train_loader"], option: value}
+    config = _config(train_loader=None, train_dataloader=loader)
+    with pytest.raises(ConfigError, match=rf"^train_dataloader\.{option}: ") as info:
+        Runner.from_config(config)
+    assert "DataLoader" in str(info.value)
+    if option == "sampler":
+        assert "shuffle: true" in str(info.value)
+
+
+def test_loader_functions_given_in_code_are_used() -> None:
+    """A collate function object in a dict config reaches the DataLoader."""
+    from torch.utils.data import default_collate
+
+    loader = {**_config()["train_loader"], "collate_fn": default_collate}
+    runner = Runner.from_config(_config(train_loader=loader))
+    assert runner.train_loader.collate_fn is default_collate
+
+
+def test_objects_built_in_code_are_used_as_given_inside_parts() -> None:
+    """A loss object (a module with a class weight, a partial), a dataset object inside a
+    loader mapping and layer objects inside a model mapping are used as they are."""
+    weighted = torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))
+    smoothed = functools.partial(torch.nn.functional.cross_entropy, label_smoothing=0.1)
+    for loss in (weighted, smoothed):
+        assert Runner.from_config(_config(loss_fn=loss)).loss_fn is loss
+        assert Runner.from_config(_config(), loss_fn=loss).loss_fn is loss
+    data = RandomClassification(16, 8, 3)
+    runner = Runner.from_config(_config(train_loader={"dataset": data, "batch_size": 4}))
+    assert runner.train_loader.dataset is data
+    layer = torch.nn.Linear(8, 3)
+    runner = Runner.from_config(_config(model={"type": "Sequential", "layers": [layer]}))
+    assert runner.model[0] is layer
+    runner.run()
+
+
+def test_evaluate_refuses_metrics_that_are_not_functions() -> None:
+    """Metrics named by text are refused when Evaluate is made, not at the first
+    validation; from a config, as a ConfigError at the aspect's key."""
+    with pytest.raises(InvalidOptionError, match=r"'acc'.*give the function itself"):
+        Evaluate(metrics={"acc": "accuracy"})
+    with pytest.raises(InvalidOptionError, match=r"metrics"):
+        Evaluate(metrics=["accuracy"])  # type: ignore[arg-type]
+    entry = {"type": "Evaluate", "metrics": {"acc": "accuracy"}}
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]: ") as info:
+        Runner.from_config(_config(aspects=[entry]))
+    assert isinstance(info.value.__cause__, InvalidOptionError)
+
+
+def test_bad_advice_options_of_an_aspect_are_config_errors() -> None:
+    """errors: ignore (checked when the advice is made) and a bad priority of an adapted
+    hook class are ConfigErrors at the aspect's key, the original error chained."""
+    with pytest.raises(ConfigError, match=r"^aspects\[1\]: .*errors='ignore'") as info:
+        Runner.from_config(
+            _config(aspects=["IterTimerHook", {"type": "Logger", "errors": "ignore"}])
+        )
+    assert isinstance(info.value.__cause__, InvalidOptionError)
+    entry = {"type": f"{__name__}:_IntervalHook", "priority": "SUPER"}
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]: .*SUPER") as info:
+        Runner.from_config(_config(aspects=[entry]))
+    assert isinstance(info.value.__cause__, UnknownPriorityError)
+
+
+def test_errors_under_openmmlab_loader_names_use_the_key_as_written(tmp_path: Path) -> None:
+    """train_dataloader: / val_dataloader: errors name those keys, which the file has."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {type: SGD, lr: 0.1}
+        max_iters: 2
+        train_dataloader: {dataset: RandomClassification, num_worker: 0}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(path)
+    assert info.value.key == "train_dataloader.num_worker"
+    loader = {"dataset": {"type": "RandomClasification"}}
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(_config(val_dataloader=loader))
+    assert info.value.key == "val_dataloader.dataset.type"
+
+
+def test_a_seed_torch_cannot_take_is_a_config_error() -> None:
+    """seed: 2**64 is refused at its key, not a bare ValueError from torch."""
+    with pytest.raises(ConfigError, match=r"^seed: ") as info:
+        Runner.from_config(_config(seed=2**64))
+    assert info.value.key == "seed"

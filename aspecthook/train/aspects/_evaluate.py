@@ -55,7 +55,7 @@ class Evaluate(Aspect):
             )
         self.interval = interval
         self.by_epoch = by_epoch
-        self.metrics = dict(metrics or {})
+        self.metrics = _checked_metrics(metrics)
         self.prefix = prefix
         self._sums: dict[str, float] = {}
         self._count = 0
@@ -180,6 +180,28 @@ def _over_ranks(sums: dict[str, float], count: int) -> tuple[dict[str, float], i
         for key, value in part_sums.items():
             total[key] = total.get(key, 0.0) + value
     return total, sum(part_count for _, part_count in parts)
+
+
+def _checked_metrics(metrics: Mapping[str, Metric] | None) -> dict[str, Metric]:
+    """``metrics`` as a dict, if it maps names to callables: a name given as text (from a
+    config file) would fail only at the first validation, after a whole epoch."""
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise InvalidOptionError(
+            f"Evaluate(metrics={metrics!r}) must map names to functions "
+            "fn(outputs, targets) -> number, e.g. {'acc': accuracy}",
+            option="metrics",
+            value=metrics,
+        )
+    for name, fn in (metrics or {}).items():
+        if not callable(fn):
+            raise InvalidOptionError(
+                f"Evaluate(metrics=...): metric {name!r} is {fn!r}, not a function: give the "
+                "function itself, fn(outputs, targets) -> number, in code (a config file "
+                "cannot name one: Runner.from_config(path, aspects=[Evaluate(metrics=...)]))",
+                option="metrics",
+                value=metrics,
+            )
+    return dict(metrics or {})
 
 
 def _batch_size(value: Any) -> int:
