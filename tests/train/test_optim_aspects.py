@@ -423,6 +423,59 @@ def test_run_again_after_an_interrupted_run_counts_no_batch_twice(
     assert len(dropped) == (0 if exact else 1)
 
 
+def test_amp_float16_run_again_after_an_interrupt_between_unscale_and_step() -> None:
+    """Ctrl-C after AMP unscaled the gradients and before the scaler's update: run() again
+    trains on (the scaler used to refuse the next unscale_)."""
+    runner = _amp_runner(8)
+    runner.add_aspect(_CtrlC(2, "optimizer_step"))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    runner.run()
+    assert runner.iter == 8
+
+
+def test_grad_accumulation_groups_of_a_checkpoint_without_their_start(tmp_path: Any) -> None:
+    """A state saved before group_start was (or with no GradAccumulation at all), resumed
+    at iteration 8 in groups of 4: the groups stay on multiples of 4."""
+    first = _runner(batch_size=2, max_epochs=None, max_iters=8, aspects=[GradAccumulation(4)])
+    first.run()
+    saved = first.state_dict()
+    del saved["aspects"]["grad_accumulation"]["group_start"]
+    for state in (saved, {**saved, "aspects": {}}):
+        runner = _runner(batch_size=2, max_epochs=None, max_iters=16, aspects=[GradAccumulation(4)])
+        runner.load_state_dict(state)
+        steps: list[int] = []
+        runner.weaver.after("optimizer_step")(
+            lambda ctx, steps=steps: steps.append(ctx.runner.iter) if not ctx.skipped else None
+        )
+        runner.run()
+        assert steps == [11, 15]
+
+
+def test_interrupted_inside_a_group_then_resumed_from_its_start_counts_it_once(
+    tmp_path: Any,
+) -> None:
+    """Ctrl-C at iteration 6 of a group 4-7, then run() again with resume='auto': the
+    checkpoint of iteration 4 has no gradients, so the group's partial ones are dropped
+    and the run ends as an uninterrupted one does."""
+
+    def make(work_dir: Any, *extra: Aspect) -> Runner:
+        checkpoint = Checkpoint(interval=4, by_epoch=False, resume="auto")
+        aspects = [GradAccumulation(4), checkpoint, *extra]
+        return _runner(
+            batch_size=2, max_epochs=None, max_iters=8, aspects=aspects, work_dir=work_dir
+        )
+
+    straight = make(tmp_path / "straight")
+    straight.run()
+    runner = make(tmp_path / "interrupted", _CtrlC(6, "forward"))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    runner.run()
+    for a, b in zip(_params(straight), _params(runner), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_ema_update_every_counts_optimizer_steps() -> None:
     """With GradAccumulation(2) there are 2 steps in 4 iterations: update_every=2 averages
     once, not twice."""

@@ -85,21 +85,24 @@ class GradAccumulation(Aspect):
         self._total: int | None = None  # the run's iterations, when known (before_run)
         self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps
         self._resumed: list[torch.Tensor | None] | None = None  # to put back (resume)
-        # The iteration the current group began at; None: not known yet (a checkpoint from
-        # before it was saved), worked out from the run's iterations in before_run.
-        self._group_start: int | None = 0
+        # The iteration the current group began at; None: not known (a new aspect, or a
+        # checkpoint without it), taken as the last multiple of steps (``_start``).
+        self._group_start: int | None = None
+        self._drop_grads = False  # a loaded state holds no gradients: the model's go
         self._backward_at = -1  # the iteration of the latest backward
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
         self._total = planned_iters(runner)
         self._model = runner.model
-        if self._group_start is None:
-            self._group_start = runner.iter - runner.iter % self.steps
 
     def before_backward(self, ctx: CallContext) -> None:
         if self._resumed is not None:  # the first backward after a resume inside a group
             self._restore_grads(ctx.runner.model)
+        elif self._drop_grads:  # resumed at a group's start: nothing accumulated yet
+            self._drop_grads = False
+            for parameter in ctx.runner.model.parameters():
+                parameter.grad = None
         self._backward_at = ctx.runner.iter
         size = self._group_size(ctx.runner.iter)
         if size > 1:
@@ -120,7 +123,7 @@ class GradAccumulation(Aspect):
         """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
         group, or the run's last iteration."""
         done = iteration + 1  # iterations done once this one ends
-        return done - self._start() >= self.steps or done == self._total
+        return done - self._start(iteration) >= self.steps or done == self._total
 
     def state_dict(self) -> dict[str, Any]:
         """Where the current group began, and the gradients it accumulated so far."""
@@ -134,6 +137,7 @@ class GradAccumulation(Aspect):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         grads = state.get("grads")
         self._resumed = None if grads is None else list(grads)
+        self._drop_grads = grads is None
         start = state.get("group_start")
         self._group_start = None if start is None else int(start)
 
@@ -154,28 +158,30 @@ class GradAccumulation(Aspect):
         current group's so far, to keep. Not when the iteration that broke off had already
         back-propagated: its part cannot be taken out again, so the group's gradients are
         dropped with it (a warning says so; a resume from a checkpoint is exact)."""
-        if runner.iter <= self._start():
+        if runner.iter <= self._start(runner.iter):
             return False  # at a group boundary: nothing accumulated to keep
         if self._backward_at != runner.iter:
             return True
         get_logger().warning(
             "grad_accumulation.group_dropped",
             iteration=runner.iter,
-            group_start=self._start(),
+            group_start=self._start(runner.iter),
             reason="the interrupted iteration's gradients are mixed into the group's",
         )
         return False
 
-    def _start(self) -> int:
+    def _start(self, iteration: int) -> int:
+        """Where the group of ``iteration`` began: as recorded, else (a new aspect, a
+        checkpoint from before it was recorded) the last multiple of ``steps``."""
         start = self._group_start
-        return 0 if start is None else start
+        return iteration - iteration % self.steps if start is None else start
 
     def _group_size(self, iteration: int) -> int:
         """``steps``, or fewer for the run's last, shorter group."""
         total = self._total
         if total is None:
             return self.steps
-        return max(1, min(self.steps, total - self._start()))
+        return max(1, min(self.steps, total - self._start(iteration)))
 
 
 class AMP(Aspect):
@@ -208,12 +214,15 @@ class AMP(Aspect):
         self._device = param.device.type if param is not None else "cpu"
         if self.dtype is None:
             self.dtype = torch.float16 if self._device == "cuda" else torch.bfloat16
-        if self.dtype == torch.float16 and self.scaler is None:
-            # Built once: a second run() goes on with the scale the first one calibrated.
+        if self.dtype == torch.float16:
+            # A second run() goes on with the scale the first one calibrated, in a scaler
+            # of its own: one left mid-step by an interrupted run (unscaled, not updated)
+            # would refuse the next unscale_.
+            previous = self.scaler.state_dict() if self.scaler is not None else self._pending
             self.scaler = torch.amp.GradScaler(self._device)
-            if self._pending is not None:
-                self.scaler.load_state_dict(self._pending)
-                self._pending = None
+            if previous is not None:
+                self.scaler.load_state_dict(previous)
+            self._pending = None
         if self.scaler is not None:
             runner.grad_scaler = self.scaler
 
