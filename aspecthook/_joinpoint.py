@@ -110,7 +110,7 @@ class JoinPoint:
         self.is_async = inspect.iscoroutinefunction(func)
         #: Whether the target is a generator function: each call makes a generator of its
         #: own (one returned by another callable may be shared, e.g. by a getter).
-        self.is_generator = inspect.isgeneratorfunction(func)
+        self.is_generator = inspect.isgeneratorfunction(func) or _wraps_a_generator(func)
         self.declared = declared
         # Local weavers whose advice reaches this join point, counted per weave.
         self.local_weavers: Counter[Weaver] = Counter()
@@ -269,6 +269,16 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
         return ctx.result
 
     return dispatch
+
+
+def _wraps_a_generator(func: Any) -> bool:
+    """Whether ``func`` is a ``functools.wraps`` decorator's wrapper of a generator
+    function (each call makes a fresh generator, as the function's own would)."""
+    try:
+        inner = inspect.unwrap(func)
+    except ValueError:  # a __wrapped__ cycle
+        return False
+    return inner is not func and inspect.isgeneratorfunction(inner)
 
 
 class _FastContext(RunnerOnRead):

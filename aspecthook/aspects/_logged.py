@@ -142,13 +142,24 @@ class _Summary(reprlib.Repr):
             return repr(x)
         return f"<str len={len(x)} {super().repr_str(x, level)}>"
 
-    def repr_bytes(self, x: bytes | bytearray | memoryview, level: int) -> str:
+    def repr_bytes(self, x: bytes | bytearray, level: int) -> str:
         if len(x) <= self.maxstring:
-            return repr(x) if type(x) is not memoryview else repr(bytes(x))
+            return repr(x)
         head = repr(bytes(x[: self.maxstring - 3]))[:-1]  # a slice: never the whole buffer
         return f"<{type(x).__qualname__} len={len(x)} {head}...'>"
 
-    repr_bytearray = repr_memoryview = repr_bytes
+    repr_bytearray = repr_bytes
+
+    def repr_memoryview(self, x: memoryview, level: int) -> str:
+        # Its bytes, however many dimensions and whatever item format: nbytes and a cast
+        # view slice only what is shown.
+        flat = x.cast("B") if x.c_contiguous else None
+        if flat is None:
+            return f"<memoryview nbytes={x.nbytes} format={x.format!r} shape={x.shape}>"
+        if x.nbytes <= self.maxstring:
+            return repr(flat.tobytes())
+        head = repr(flat[: self.maxstring - 3].tobytes())[:-1]
+        return f"<memoryview nbytes={x.nbytes} {head}...'>"
 
     def repr_instance(self, x: Any, level: int) -> str:
         try:
@@ -621,35 +632,47 @@ def configure_logging(
         "logger_factory": structlog.WriteLoggerFactory(file=stream),
         "cache_logger_on_first_use": False,
     }
+    mine = _Configured(config, structlog.is_configured(), structlog.get_config())
     with _CONFIGURED_LOCK:
-        if not _CONFIGURED:  # what the first handle's removal goes back to
-            _BELOW[:] = [structlog.is_configured(), structlog.get_config()]
-        _CONFIGURED.append(config)
+        _CONFIGURED.append(mine)
         structlog.configure(**config)
 
     def undo() -> None:
-        # Handles may be removed in any order: the configuration in force is always the
-        # newest one still in place (or the one from before them all), so the file this
-        # one opened is written to by none once it is removed.
+        # Each handle puts back what it replaced. Removed out of order, its place in the
+        # chain is taken by what it replaced: the handle made after it, if it replaced
+        # this one's configuration, restores that instead, so no configuration whose file
+        # is closed ever comes back (and one the program set in between does).
         with _CONFIGURED_LOCK:
-            was_newest = _CONFIGURED[-1] is config
-            _CONFIGURED.remove(config)
-            if was_newest and _CONFIGURED:
-                structlog.configure(**_CONFIGURED[-1])
-            elif was_newest and _BELOW[0]:
-                structlog.configure(**_BELOW[1])
-            elif was_newest:
-                structlog.reset_defaults()
+            index = _CONFIGURED.index(mine)
+            if index == len(_CONFIGURED) - 1:
+                if mine.was_configured:
+                    structlog.configure(**mine.previous)
+                else:
+                    structlog.reset_defaults()
+            else:
+                after = _CONFIGURED[index + 1]
+                if after.previous.get("processors") is config["processors"]:
+                    after.was_configured, after.previous = mine.was_configured, mine.previous
+            del _CONFIGURED[index]
         if opened is not None:
             opened.close()
 
     return Handle(undo, f"configure_logging({format!r}, {level_name!r})")
 
 
-# The configurations of configure_logging handles not yet removed, oldest first, and
-# [was_configured, config] from before the first of them.
-_CONFIGURED: list[dict[str, Any]] = []
-_BELOW: list[Any] = [False, {}]
+class _Configured:
+    """One configure_logging handle's configuration and the one it replaced."""
+
+    __slots__ = ("config", "previous", "was_configured")
+
+    def __init__(self, config: dict[str, Any], was_configured: bool, previous: dict[str, Any]):
+        self.config = config
+        self.was_configured = was_configured
+        self.previous = previous
+
+
+# The configure_logging handles not yet removed, oldest first.
+_CONFIGURED: list[_Configured] = []
 _CONFIGURED_LOCK = threading.Lock()
 
 

@@ -39,12 +39,13 @@ class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
 
     Before attempt ``i + 2`` it sleeps ``min(backoff * factor**i, max_backoff)``, scaled by
-    a random factor in ``[1 - jitter, 1 + jitter]`` (drawn from the aspect's own
-    ``random.Random``, never the global one; ``jitter=0`` gives the exact sequence). Each
-    retry is logged as ``retry.attempt`` (a log sink that fails does not stop it). When the
-    last attempt fails, ``give_up(ctx, exc)`` is called and the last exception propagates
-    unchanged (same object, same traceback); an exception not in ``on`` propagates at once,
-    and one raised by ``give_up`` propagates instead of the last one (chained to it).
+    a random factor in ``[1 - jitter, 1 + jitter]`` (drawn from the OS's randomness,
+    ``random.SystemRandom``, never the global ``random``; ``jitter=0`` gives the exact
+    sequence). Each retry is logged as ``retry.attempt`` (a log sink that fails does not
+    stop it). When the last attempt fails, ``give_up(ctx, exc)`` is called and the last
+    exception propagates unchanged (same object, same traceback); an exception not in
+    ``on`` propagates at once, and one raised by ``give_up`` propagates instead of the last
+    one (chained to it).
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration. A synchronous callable that returns a coroutine (an async function
@@ -89,8 +90,9 @@ class Retry(Aspect):
         self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
         # Its own generator: a retry must not move the program's seeded global ``random``
-        # (a training run's data order would then depend on a transient error).
-        self._random = random.Random()
+        # (a training run's data order would then depend on a transient error). The OS's
+        # randomness, so that processes forked from one parent do not draw alike.
+        self._random = random.SystemRandom()
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (0 for the first retry)."""

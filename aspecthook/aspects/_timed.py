@@ -15,6 +15,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -613,42 +614,41 @@ def _write_atomically(target: Path, text: str) -> None:
 def _timed(
     timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: int
 ) -> Generator[Any, Any, Any]:
-    """``gen`` behind a timer (``_timed_generator``), advanced to its first ``yield``: that
-    one is inside the timer's ``try``, so a generator closed or dropped before it was ever
-    iterated is recorded too (an unstarted generator's close runs none of its code)."""
-    wrapper = _timed_generator(timed, jp, gen, elapsed)
-    next(wrapper)
+    """``gen`` behind a timer (``_timed_generator``). A generator closed or dropped before
+    it was ever iterated runs none of its code, so its call is recorded when it is
+    collected (a ``weakref.finalize``); one that started records itself."""
+    started = [False]
+    wrapper = _timed_generator(timed, jp, gen, elapsed, started)
+    weakref.finalize(wrapper, _record_unstarted, timed, jp, elapsed, started)
     return wrapper
 
 
+def _record_unstarted(timed: Timed, jp: JoinPoint, elapsed: int, started: list[bool]) -> None:
+    if not started[0]:
+        timed._record_safely(jp, -1, elapsed, False)
+
+
 def _timed_generator(
-    timed: Timed, jp: JoinPoint, gen: Generator[Any, Any, Any], elapsed: int
+    timed: Timed,
+    jp: JoinPoint,
+    gen: Generator[Any, Any, Any],
+    elapsed: int,
+    started: list[bool],
 ) -> Generator[Any, Any, Any]:
     """Delegate to ``gen`` exactly as ``yield from`` does, adding up the time inside it.
 
     ``yield from`` cannot be timed per resume, so this is its PEP 380 expansion with a
     clock around each ``send`` / ``throw`` / ``close``. The total is recorded once, when
     ``gen`` is exhausted, raises or is closed (also by garbage collection); with tracing,
-    each resume is one event. Its first ``yield`` hands ``_timed`` nothing: the caller's
-    first ``next()`` / ``send()`` / ``throw()`` arrives at the second.
+    each resume is one event.
     """
+    started[0] = True
     name = jp.name
     failed = False
-    value: Any = None
+    resume: Any = gen.send
+    arg: Any = None
     try:
         while True:
-            try:
-                arg = yield value
-                resume: Any = gen.send
-            except GeneratorExit:
-                start = _clock()
-                try:
-                    gen.close()
-                finally:
-                    elapsed += _clock() - start
-                raise
-            except BaseException as exc:
-                resume, arg = gen.throw, exc
             start = _clock()
             try:
                 value = resume(arg)
@@ -662,6 +662,18 @@ def _timed_generator(
             elapsed += took
             if timed.trace:
                 timed._add_event(name, start, took, False)
+            try:
+                arg = yield value
+                resume = gen.send
+            except GeneratorExit:
+                start = _clock()
+                try:
+                    gen.close()
+                finally:
+                    elapsed += _clock() - start
+                raise
+            except BaseException as exc:
+                resume, arg = gen.throw, exc
     except GeneratorExit:
         raise
     except BaseException:

@@ -336,7 +336,8 @@ def test_array_like_is_summarised_by_type_shape_and_dtype() -> None:
         ({"k": (1, 2)}, "{'k': (1, 2)}"),
         (b"x" * 100, "<bytes len=100 b'" + "x" * 77 + "...'>"),
         (bytearray(b"x" * 100), "<bytearray len=100 b'" + "x" * 77 + "...'>"),
-        (memoryview(b"x" * 100), "<memoryview len=100 b'" + "x" * 77 + "...'>"),
+        (memoryview(b"x" * 100), "<memoryview nbytes=100 b'" + "x" * 77 + "...'>"),
+        (memoryview(b"ab"), "b'ab'"),
         (bytearray(b"ab"), "bytearray(b'ab')"),
         ({1, 2, 3} | set(range(100)), "<set len=100>"),
     ],
@@ -357,6 +358,20 @@ def test_a_big_buffer_is_summarised_from_a_slice_not_converted_whole() -> None:
     finally:
         tracemalloc.stop()
     assert text.startswith("<bytearray len=50000000 b'\\x00")
+    assert peak < 1_000_000
+
+
+def test_a_many_dimensional_memoryview_is_summarised_by_its_bytes() -> None:
+    """A 2-D view of 32 MB (rows of ints): capped like any buffer, from its first bytes."""
+    view = memoryview(bytearray(32_000_000)).cast("i", (1000, 8000))
+    tracemalloc.start()
+    try:
+        text = summarize(view)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text.startswith("<memoryview nbytes=32000000 b'\\x00")
+    assert len(text) <= 4 * 80  # the summary's cap, as for bytes
     assert peak < 1_000_000
 
 
@@ -672,6 +687,23 @@ def test_configure_logging_handles_removed_in_any_order(order: list[int]) -> Non
                 last = paths[left[-1]].read_text(encoding="utf-8").splitlines()[-1]
                 assert json.loads(last)["removed"] == i
         assert not structlog.is_configured()
+
+
+def test_a_handle_puts_back_the_configuration_the_program_set_before_it() -> None:
+    """configure_logging, then the program's own structlog.configure, then a second
+    configure_logging: removing the second brings the program's configuration back."""
+    structlog.reset_defaults()
+    first = configure_logging(file=io.StringIO())
+    program = io.StringIO()
+    structlog.configure(
+        logger_factory=structlog.WriteLoggerFactory(file=program),
+        processors=[structlog.processors.KeyValueRenderer(sort_keys=True)],
+    )
+    configure_logging(file=io.StringIO()).remove()
+    structlog.get_logger().info("hello", n=1)
+    assert program.getvalue() == "event='hello' n=1\n"
+    first.remove()
+    assert not structlog.is_configured()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -247,6 +248,20 @@ def test_jitter_leaves_the_programs_global_random_untouched() -> None:
     aspect.delay(0)
     aspect.delay(1)
     assert [random.random() for _ in range(3)] == expected
+
+
+def test_processes_forked_from_one_parent_draw_different_jitter() -> None:
+    """Workers forked from one process must not retry in lockstep: their jitter differs."""
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        first, second = pool.map(_delays, [0, 1])
+    assert first != second
+
+
+FORKED = Retry(backoff=1.0, jitter=0.5)  # made in the parent, used in forked workers
+
+
+def _delays(_: int) -> list[float]:
+    return [FORKED.delay(i) for i in range(3)]
 
 
 def test_no_backoff_stays_zero_however_many_retries() -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import inspect
 import json
 import math
 import os
@@ -60,8 +61,8 @@ def plain_decorator(fn: Any) -> Any:
     """A decorator that is not async itself, as many tracing decorators are."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any) -> Any:
-        return fn(*args)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
 
     return wrapper
 
@@ -70,6 +71,14 @@ def plain_decorator(fn: Any) -> Any:
 async def sleepy_decorated(seconds: float) -> float:
     await asyncio.sleep(seconds)
     return seconds
+
+
+@plain_decorator
+def numbers_decorated(n: int, pause: float = 0.0) -> Generator[int, Any, str]:
+    for i in range(n):
+        time.sleep(pause)
+        yield i
+    return "done"
 
 
 async def handoff(
@@ -390,6 +399,28 @@ class Loader:
 
     def stream(self) -> Generator[int, Any, None]:
         return self.batches
+
+
+def test_a_timed_generator_starts_as_a_new_generator_does() -> None:
+    """Unstarted until its first next(): its state says so, and a non-None first send()
+    is refused without using it up, as with the generator itself."""
+    with ah.weave(echo, Timed()):
+        gen = echo()
+        assert inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
+        with pytest.raises(TypeError, match="just-started generator"):
+            gen.send("too early")
+        assert next(gen) is None
+        assert gen.send("hello") == "hello"
+        gen.close()
+
+
+def test_a_generator_function_behind_a_plain_decorator_is_timed_while_iterated() -> None:
+    """functools.wraps over a generator function: each call still makes its own generator,
+    so its iteration is timed, not just its creation."""
+    timed = Timed()
+    with ah.weave(numbers_decorated, timed):
+        assert list(numbers_decorated(2, pause=0.01)) == [0, 1]
+    assert row(timed, numbers_decorated).total_s >= 0.02
 
 
 def test_a_generator_handed_out_by_a_getter_is_not_closed_when_a_result_is_dropped() -> None:
