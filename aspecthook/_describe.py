@@ -193,7 +193,7 @@ def _weave_rows(records: list[Any], weaver: Weaver | None, selected: Any) -> lis
         for r in records
         if r.status != "active"
         and (weaver is None or r.weaver is weaver)
-        and (selected is None or selected.matches(_Named(r.target)))
+        and (selected is None or _selects(selected, r.target))
     ]
 
 
@@ -207,7 +207,7 @@ def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> lis
             literal = list(advice.pointcut.literal_names())
             if not literal or any(n.startswith("@") for n in literal):
                 continue
-            if selected is not None and not any(selected.matches(_Named(n)) for n in literal):
+            if selected is not None and not any(_selects(selected, n) for n in literal):
                 continue
             hints = [m for n in literal for m in _close(n, known)]
             note = f"no join point named {' or '.join(map(repr, literal))}"
@@ -253,6 +253,16 @@ class _Named:
     def __init__(self, name: str) -> None:
         self.name = name
         self.names = frozenset((name,))
+
+
+def _selects(selected: Any, name: str) -> bool:
+    """Whether ``selected`` picks the join point ``name`` would be. A pointcut that reads
+    more than names (a predicate on ``jp.is_async``) cannot judge a name alone: not picked.
+    """
+    try:
+        return bool(selected.matches(_Named(name)))
+    except Exception:  # a user's predicate may raise anything on a bare name
+        return False
 
 
 def _close(name: str, known: list[str]) -> list[str]:

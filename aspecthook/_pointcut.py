@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from fnmatch import fnmatchcase
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from .errors import InvalidPointcutError
 
@@ -73,18 +73,38 @@ class Pointcut:
         for key, value in fields.items():
             object.__setattr__(self, key, value)
 
-    # Immutable values: a copy is the value itself, and a pickle rebuilds it through
-    # ``__init__`` (each subclass takes its slots, in order), as ``__setattr__`` refuses
-    # the default way of restoring slots.
+    # Immutable values: a copy is the value itself, and a pickle rebuilds it past
+    # ``__setattr__``, which refuses the default way of restoring fields.
     def __copy__(self) -> Pointcut:
         return self
 
     def __deepcopy__(self, memo: dict[int, object]) -> Pointcut:
         return self
 
-    def __reduce__(self) -> tuple[type[Pointcut], tuple[object, ...]]:
-        slots: tuple[str, ...] = type(self).__slots__
-        return type(self), tuple(getattr(self, slot) for slot in slots)
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        cls = type(self)
+        if cls.__module__ == __name__:  # ours: each takes its slots, in order, in __init__
+            slots: tuple[str, ...] = cls.__slots__
+            return cls, tuple(getattr(self, slot) for slot in slots)
+        return _rebuild, (cls, _fields(self))  # a user's subclass: its fields as they are
+
+
+def _fields(pointcut: Pointcut) -> dict[str, object]:
+    """The fields of a pointcut: its ``__dict__`` and the slots set, of every class."""
+    fields = dict(getattr(pointcut, "__dict__", {}))
+    for cls in type(pointcut).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and hasattr(pointcut, slot):
+                fields[slot] = getattr(pointcut, slot)
+    return fields
+
+
+def _rebuild(cls: type[Pointcut], fields: dict[str, object]) -> Pointcut:
+    """A pickled pointcut of a user's subclass, its fields set as ``_init`` sets them."""
+    pointcut = cls.__new__(cls)
+    pointcut._init(**fields)
+    return pointcut
 
 
 class Name(Pointcut):

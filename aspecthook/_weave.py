@@ -317,8 +317,15 @@ def _revive(jp: JoinPoint, parent: Any, attr: str) -> None:
 
     Its last weave was removed while something else held the attribute (``mock.patch``,
     pytest's ``monkeypatch``), so it could not be unwrapped; the patch then put the proxy
-    back. Unregistered, it would take later weaves but never run their advice.
+    back. Unregistered, it would take later weaves but never run their advice. It is
+    named for where it sits now, as a fresh weave there would name it: another module
+    may have taken it (``from a import f`` while ``a.f`` was woven).
     """
+    name, former = _dotted(parent, attr), jp.name
+    if name != former:
+        jp.name = name
+        jp.add_names((name,))
+        jp.remove_names((former,))
     jp.site = (_weak(parent), attr)
     REGISTRY.add_joinpoint(jp)
 
@@ -640,18 +647,37 @@ def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:
 
 
 def _imported_from_elsewhere(module: types.ModuleType, value: Any) -> bool:
-    """A class or function that ``module`` imported from outside itself and its submodules.
+    """A class or function that ``module`` imported from another public module.
 
     A glob over a module leaves these alone, as ``weave(module)`` does: weaving a class's
     methods reaches every user of that class, not only the module (``threading.Thread``
-    imported by the user's own module). A package's re-exports of its own submodules'
-    classes stay in (``json.*`` reaches ``json.decoder.JSONDecoder``).
+    imported by the user's own module). What comes from the module's own C part stays in
+    (``heapq`` from ``_heapq``, ``os`` from ``posix``), as do a package's re-exports of its
+    submodules (``json.*`` reaches ``json.decoder.JSONDecoder``) and functions taken from
+    the module's own package (``torch.nn.functional.conv2d`` is ``torch.conv2d``).
     """
     if not (inspect.isclass(value) or inspect.isroutine(value)):
         return False
     owner = getattr(value, "__module__", None)
-    name = module.__name__
-    return isinstance(owner, str) and owner != name and not owner.startswith(f"{name}.")
+    if not isinstance(owner, str):
+        return False
+    home, name = _public_home(owner), module.__name__
+    mine = not home or home == name or home.startswith(f"{name}.")
+    if not mine and inspect.isroutine(value):
+        mine = name.startswith(f"{home}.")  # a function moves only at this attribute
+    if not mine:
+        get_logger().debug("weave.glob_left_out", module=name, value=repr(value), owner=owner)
+    return not mine
+
+
+def _public_home(owner: str) -> str:
+    """The public module an object's ``__module__`` belongs to: the dotted name up to its
+    first private part ('torch._C._nn' -> 'torch'); '' for a C module of no public one
+    ('_heapq', 'posix'). 'builtins' is its own: the interpreter's, never a module's."""
+    if owner in ("posix", "nt"):
+        return ""
+    parts = itertools.takewhile(lambda part: not part.startswith("_"), owner.split("."))
+    return ".".join(parts)
 
 
 def _is_callable(value: Any) -> bool:

@@ -197,6 +197,7 @@ class Weaver:
         def undo() -> None:
             outer.remove()
             first.remove()
+            self.forget(both)  # as _remove() does for one handle: let go of the advice
 
         both = Handle(undo, f"{len(items)} advice", items)
         with LOCK:

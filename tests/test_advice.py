@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import re
 import traceback
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -585,6 +587,22 @@ def test_clear_removes_stacked_decorators(weaver: ah.Weaver, point: str) -> None
     weaver.clear()
     assert weaver.registered == []
     assert not note.active
+
+
+def test_removed_stacked_decorators_are_let_go(weaver: ah.Weaver, point: str) -> None:
+    """Once stacked decorators are removed, the weaver keeps no handle of theirs, so it
+    keeps neither the advice nor its function alive (as for one decorator)."""
+
+    def note(ctx: Any) -> None:
+        pass
+
+    advice = weaver.after(f"{point}.a")(weaver.before(f"{point}.b")(note))
+    alive = weakref.ref(note)
+    advice.remove()
+    del note, advice
+    gc.collect()
+    assert weaver._handles == []
+    assert alive() is None
 
 
 def test_stacking_decorators_of_two_weavers_is_refused(weaver: ah.Weaver, point: str) -> None:

@@ -165,6 +165,17 @@ def test_describe_by_pointcut_leaves_out_weaves_of_other_targets(
     assert skipped.status == "skipped"
 
 
+def test_describe_by_a_predicate_with_a_weave_not_in_place(weaver: ah.Weaver, point: str) -> None:
+    """A predicate over join point attributes selects join points even while a weave is
+    skipped: the skipped weave, which has no join point to judge, is left out."""
+    _declare(weaver, point)
+    sync = ah.Predicate(lambda jp: not jp.is_async)
+    with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
+        rows = ah.describe(sync)
+    assert point in {r.joinpoint for r in rows}
+    assert "no_such_module_for_describe.fn" not in {r.joinpoint for r in rows}
+
+
 def test_names_in_the_table_are_text_not_markup(weaver: ah.Weaver, point: str) -> None:
     """A join point named with brackets ('eval[val]') shows as it is in the table."""
     name = "t_describe.eval[val]"

@@ -273,6 +273,42 @@ def test_pointcuts_copy_as_themselves_and_pickle(pointcut: Pointcut) -> None:
     ]
 
 
+class Prefix(Pointcut):
+    """A user's pointcut as the docs show one: no __slots__, fields set by ``_init``."""
+
+    prefix: str
+
+    def __init__(self, prefix: str) -> None:
+        self._init(prefix=prefix)
+
+    def matches(self, point: Any) -> bool:
+        return any(n.startswith(self.prefix) for n in point.names)
+
+
+class SlottedPrefix(Prefix):
+    """A user's pointcut whose slots are not its ``__init__`` arguments."""
+
+    __slots__ = ("length",)
+    length: int
+
+    def __init__(self, prefix: str) -> None:
+        self._init(prefix=prefix, length=len(prefix))
+
+
+@pytest.mark.parametrize("kind", [Prefix, SlottedPrefix])
+def test_a_users_pointcut_subclass_pickles(kind: type[Prefix]) -> None:
+    """A Pointcut subclass of the user's own pickles with its fields, alone or combined."""
+    clone = pickle.loads(pickle.dumps(kind("train_") | Name("val")))
+    assert type(clone.left) is kind
+    assert clone.left.prefix == "train_"
+    assert vars(clone.left) == {"prefix": "train_"}
+    assert getattr(clone.left, "length", 6) == 6
+    assert clone.matches(at("train_iter"))
+    assert not clone.matches(at("test_iter"))
+    with pytest.raises(AttributeError, match="immutable"):
+        clone.left.prefix = "x"
+
+
 def test_combining_leaves_the_operands_unchanged() -> None:
     """&, | and ~ build new pointcuts and never change their operands."""
     a, b = Name("a"), Glob("b*")

@@ -1648,6 +1648,32 @@ def test_a_weave_removed_while_patched_leaves_the_target_weavable() -> None:
     assert vars(Service)["fetch"] is original
 
 
+def test_a_stale_proxy_woven_where_it_now_sits_takes_that_name(
+    new_module: Callable[..., str],
+) -> None:
+    """A proxy another module took ('from a import f') while a.f was woven, woven again by
+    that module's path: its join point is named by that path, and advice for 'a.f' does
+    not run at its calls."""
+    first, second = _import(new_module("def f():\n    return 1\n")), types.ModuleType("b")
+    second.__name__ = f"{first.__name__}_b"
+    woven = ah.weave(f"{first.__name__}.f", before=lambda ctx: None)
+    second.f = first.f  # as 'from a import f' in b, while woven
+    woven.remove()
+    seen: list[str] = []
+    by_old_name = ah.before(f"{first.__name__}.f")(lambda ctx: seen.append("a.f advice"))
+    try:
+        with (
+            mock.patch.dict(sys.modules, {second.__name__: second}),
+            ah.weave(f"{second.__name__}.f", before=lambda ctx: seen.append(ctx.joinpoint.name)),
+        ):
+            assert second.f() == 1
+            [row] = ah.describe(f"{second.__name__}.f")
+    finally:
+        by_old_name.remove()
+    assert seen == [f"{second.__name__}.f"]
+    assert row.aliases == ()
+
+
 def test_a_module_glob_leaves_what_the_module_imported_alone(
     new_module: Callable[..., str],
 ) -> None:
@@ -1687,6 +1713,58 @@ def test_a_package_glob_reaches_what_the_package_defines_in_its_submodules() -> 
         woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
     assert {"json.dumps", "json.decoder.JSONDecoder.decode"} <= woven
     assert "codecs.lookup" not in woven
+
+
+@pytest.mark.parametrize(
+    ("glob", "expected"),
+    [
+        ("heapq.heap*", {"heapq.heappush", "heapq.heappop"}),  # from _heapq
+        ("os.*stat", {"os.stat", "os.lstat"}),  # from posix / nt
+        ("operator.ad*", {"operator.add"}),  # from _operator
+        ("pickle.dump*", {"pickle.dumps", "pickle.dump"}),  # from _pickle
+        ("torch.nn.functional.conv*", {"torch.nn.functional.conv2d"}),  # from torch's C part
+    ],
+)
+def test_a_module_glob_reaches_the_functions_of_its_accelerator(
+    glob: str, expected: set[str]
+) -> None:
+    """A module glob weaves the functions the module takes from its own C part (heapq's
+    from _heapq, os's from posix, torch.nn.functional's from torch): they are its own."""
+    if glob.startswith("torch"):
+        pytest.importorskip("torch.nn.functional")
+
+    def mark(ctx: ah.CallContext) -> None:
+        pass
+
+    with capture_logs(), ah.weave(glob, before=mark):
+        woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
+    assert expected <= woven
+
+
+def test_a_module_glob_leaves_classes_imported_from_a_public_module_alone(
+    new_module: Callable[..., str],
+) -> None:
+    """'mod.*' leaves alone classes that another public module defines, even through
+    that module's private part or a C module of the interpreter (weaving them would
+    reach every user of them)."""
+    name = new_module(
+        """
+        from threading import Thread
+        from collections import OrderedDict
+        from os import error
+
+        def own(x):
+            return x
+        """
+    )
+    _import(name)
+
+    def mark(ctx: ah.CallContext) -> None:
+        pass
+
+    with capture_logs(), ah.weave(f"{name}.*", before=mark):
+        woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
+    assert woven == {f"{name}.own"}
 
 
 def test_weave_refuses_a_misspelt_option_naming_the_valid_ones() -> None:
