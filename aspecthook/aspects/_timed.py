@@ -531,8 +531,8 @@ class Timed(Aspect):
         trace: list[dict[str, Any]] = []
         for call, (name, start, duration, tid, failed, concurrent) in enumerate(events):
             ts, dur = (start - _ORIGIN) / 1000, duration / 1000
-            if concurrent:
-                trace += _async_events(name, ts, dur, pid, tid, failed, call)
+            if concurrent:  # ids unique across Timed instances too, so traces merge
+                trace += _async_events(name, ts, dur, pid, tid, failed, f"{id(self):x}.{call}")
             else:
                 trace.append(_trace_event(name, ts, dur, pid, tid, failed))
         document = {
@@ -579,14 +579,14 @@ def _trace_event(
 
 
 def _async_events(
-    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool, call: int
+    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool, call: str
 ) -> list[dict[str, Any]]:
     """A coroutine's call as the begin and end of an async event, ``id`` its own."""
     begin: dict[str, Any] = {"name": name, "cat": "aspecthook", "ph": "b", "id": call}
     begin |= {"ts": ts, "pid": pid, "tid": tid}
     if failed:
         begin["args"] = {"error": True}
-    end = {"name": name, "cat": "aspecthook", "ph": "e", "id": call}
+    end: dict[str, Any] = {"name": name, "cat": "aspecthook", "ph": "e", "id": call}
     end |= {"ts": ts + dur, "pid": pid, "tid": tid}
     return [begin, end]
 

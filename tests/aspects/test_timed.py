@@ -771,6 +771,11 @@ def test_concurrent_coroutines_are_async_events_of_their_own(tmp_path: Path) -> 
     assert len({e["id"] for e in begins}) == 2
     first, second = begins
     assert first["ts"] <= second["ts"] <= ends[first["id"]] <= ends[second["id"]]
+    other = Timed(trace=True)  # another instance's ids differ, so merged files pair right
+    with ah.weave(handoff, other):
+        asyncio.run(both())
+    document, _ = load_events(other.export_chrome_trace(tmp_path / "other.json"))
+    assert not {e["id"] for e in document["traceEvents"]} & set(ends)
 
 
 def test_traces_of_two_timed_share_a_time_origin(tmp_path: Path) -> None:
