@@ -307,6 +307,25 @@ def test_bad_options_are_refused() -> None:
         LRSchedule(warmup_ratio=0)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"scheduler": "CosineAnnealingLR"},
+        {"scheduler": {"type": "StepLR", "step_size": 2}},
+        {"scheduler": 3},
+        {"warmup": "linear", "warmup_iters": "5"},
+        {"warmup_ratio": "0.1"},
+    ],
+    ids=["scheduler-name", "scheduler-mapping", "scheduler-number", "iters-text", "ratio-text"],
+)
+def test_options_of_the_wrong_kind_are_refused_at_construction(options: dict[str, Any]) -> None:
+    """What a config can give by mistake fails when the aspect is made, not mid-run."""
+    with pytest.raises(
+        InvalidOptionError, match=next(iter(options)) if len(options) == 1 else "warmup_iters"
+    ):
+        LRSchedule(**options)
+
+
 def test_missing_scheduler_is_reported_before_training() -> None:
     """LRSchedule without any scheduler stops the run before the first step."""
     model = _model()

@@ -13,7 +13,7 @@ for the same schedule.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -64,13 +64,25 @@ class LRSchedule(Aspect):
                 option="warmup",
                 value=warmup,
             )
-        if warmup is not None and (not isinstance(warmup_iters, int) or warmup_iters < 1):
+        if isinstance(scheduler, (str, Mapping)) or (
+            scheduler is not None and not callable(scheduler) and not hasattr(scheduler, "step")
+        ):
+            raise InvalidOptionError(
+                f"LRSchedule(scheduler={scheduler!r}) is not a scheduler: give a torch "
+                "scheduler, its class, or a function optimizer -> scheduler (in a config, "
+                "the runner's top-level scheduler: key builds one from a name)",
+                option="scheduler",
+                value=scheduler,
+            )
+        if warmup is not None and (
+            not isinstance(warmup_iters, int) or isinstance(warmup_iters, bool) or warmup_iters < 1
+        ):
             raise InvalidOptionError(
                 f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
                 option="warmup_iters",
                 value=warmup_iters,
             )
-        if not 0 < warmup_ratio <= 1:
+        if not isinstance(warmup_ratio, (int, float)) or not 0 < warmup_ratio <= 1:
             raise InvalidOptionError(
                 f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
                 option="warmup_ratio",
