@@ -540,8 +540,12 @@ class Logged(Aspect):
     def summarize_arguments(self, ctx: CallContext) -> dict[str, str]:
         """Parameter name -> capped summary of this call's arguments, redaction applied."""
         redact, summary = self.redact, self._summary.summary
+        # An argument no parameter names (``#2``: a call that does not fit the signature,
+        # or a callable without one) may be any of them: masked whenever redact= is set.
         return {
-            name: _REDACTED if name.lower() in redact else summary(value)
+            name: _REDACTED
+            if name.lower() in redact or (redact and name.startswith("#"))
+            else summary(value)
             for name, value in _named_arguments(ctx).items()
         }
 

@@ -412,8 +412,18 @@ def test_redaction_holds_for_a_call_that_does_not_fit_the_signature() -> None:
     aspect = Logged(redact=("password",))
     with ah.weave(login_fails, aspect), capture_logs() as logs, pytest.raises(TypeError):
         login_fails("ann", "hunter2", True)  # type: ignore[call-arg]
-    assert logs[0]["args"] == {"user": "'ann'", "password": "***", "#2": "True"}
+    assert logs[0]["args"] == {"user": "'ann'", "password": "***", "#2": "***"}
     assert "hunter2" not in repr(logs)
+
+
+def test_an_argument_no_parameter_names_is_masked_when_redacting() -> None:
+    """A secret passed by position to a keyword-only parameter (the call fails): the
+    argument cannot be named, so with redact= set it is masked all the same."""
+    aspect = Logged(redact=("token",))
+    with ah.weave(login, aspect), capture_logs() as logs, pytest.raises(TypeError):
+        login("ann", "hunter2", "t0k3n")  # type: ignore[misc]
+    assert logs[0]["args"]["#2"] == "***"
+    assert "t0k3n" not in repr(logs)
 
 
 # -- outcomes and levels ---------------------------------------------------------------------
