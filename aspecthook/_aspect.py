@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._advice import Advice, AdviceKind
+from ._advice import Advice, AdviceKind, _check_errors
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError
@@ -73,7 +73,7 @@ class Aspect:
         if name is not None:
             self.name = name
         if errors is not None:
-            self.errors = errors
+            self.errors = _check_errors(errors)  # refused here, not when it is registered
         if order_after is not None:
             self.order_after = order_after
         if order_before is not None:

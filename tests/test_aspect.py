@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import aspecthook as ah
-from aspecthook import Aspect, Priority, after, around, before, on_error
+from aspecthook import Aspect, CallContext, Priority, after, around, before, on_error
 from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, InvalidOptionError
 
 
@@ -593,3 +593,15 @@ def test_an_aspect_holding_a_pointcut_value_can_be_copied_and_pickled() -> None:
     aspect = Timed(pointcut=ah.Glob("train_*") | ah.Name("val_iter"))
     for clone in (copy.deepcopy(aspect), pickle.loads(pickle.dumps(aspect))):
         assert repr(clone.pointcut) == "(Glob('train_*') | Name('val_iter'))"
+
+
+def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:
+    """Aspect(errors='ignore') fails at construction, naming the policies there are,
+    not later when it is registered."""
+
+    class Quiet(Aspect):
+        def after_step(self, ctx: CallContext) -> None:
+            pass
+
+    with pytest.raises(InvalidOptionError, match="errors='raise' to propagate"):
+        Quiet(errors="ignore")
