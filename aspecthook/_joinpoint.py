@@ -274,6 +274,8 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
 def _wraps_a_generator(func: Any) -> bool:
     """Whether ``func`` is a ``functools.wraps`` decorator's wrapper of a generator
     function (each call makes a fresh generator, as the function's own would)."""
+    if not inspect.isfunction(func):  # lru_cache and other objects may hand out one shared
+        return False
     try:
         inner = inspect.unwrap(func)
     except ValueError:  # a __wrapped__ cycle

@@ -661,21 +661,19 @@ def _imported_from_elsewhere(module: types.ModuleType, value: Any) -> bool:
     owner = getattr(value, "__module__", None)
     if not isinstance(owner, str):
         return False
-    home, name = _public_home(owner), module.__name__
-    mine = not home or home == name or home.startswith(f"{name}.")
-    if not mine and inspect.isroutine(value):
-        mine = name.startswith(f"{home}.")  # a function moves only at this attribute
-    if not mine:
-        get_logger().debug("weave.glob_left_out", module=name, value=repr(value), owner=owner)
-    return not mine
+    name = module.__name__
+    if owner == name or owner.startswith(f"{name}."):
+        return False  # its own (a private module's too), or its submodules'
+    if owner.lstrip("_") == name.lstrip("_") or (name == "os" and owner in ("posix", "nt")):
+        return False  # its C part: heapq's _heapq, pickle's _pickle, os's posix
+    home = _public_home(owner)
+    # A function taken from the module's own package moves only at this attribute.
+    return not (home and inspect.isroutine(value) and name.startswith(f"{home}."))
 
 
 def _public_home(owner: str) -> str:
     """The public module an object's ``__module__`` belongs to: the dotted name up to its
-    first private part ('torch._C._nn' -> 'torch'); '' for a C module of no public one
-    ('_heapq', 'posix'). 'builtins' is its own: the interpreter's, never a module's."""
-    if owner in ("posix", "nt"):
-        return ""
+    first private part ('torch._C._nn' -> 'torch'; '' for '_heapq')."""
     parts = itertools.takewhile(lambda part: not part.startswith("_"), owner.split("."))
     return ".".join(parts)
 

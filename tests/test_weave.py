@@ -1683,6 +1683,9 @@ def test_a_module_glob_leaves_what_the_module_imported_alone(
         """
         from string import Template
         from textwrap import dedent
+        from os import getpid
+        from pickle import dumps
+        from functools import reduce
 
         def own(x):
             return x
@@ -1701,6 +1704,34 @@ def test_a_module_glob_leaves_what_the_module_imported_alone(
         woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
         assert woven == {f"{name}.own", f"{name}.Mine.work"}
         assert not isinstance(vars(__import__("string").Template)["substitute"], wrapt.ObjectProxy)
+
+
+def test_a_glob_over_a_private_module_weaves_what_it_defines(
+    new_module: Callable[..., str],
+) -> None:
+    """An implementation module with a private name ('pkg._impl.*'): its own classes and
+    functions are its own, and a glob over it weaves them."""
+    package = new_module(
+        """
+        def helper(x):
+            return x
+
+        class Model:
+            def forward(self, x):
+                return x
+        """,
+        package=True,
+        sub="_impl",
+    )
+    name = f"{package}._impl"
+    _import(name)
+
+    def mark(ctx: ah.CallContext) -> None:
+        pass
+
+    with ah.weave(f"{name}.*", before=mark):
+        woven = {r.joinpoint for r in ah.describe() if r.advice == "mark"}
+    assert woven == {f"{name}.helper", f"{name}.Model.forward"}
 
 
 def test_a_package_glob_reaches_what_the_package_defines_in_its_submodules() -> None:

@@ -654,9 +654,14 @@ def configure_logging(
                 else:
                     structlog.reset_defaults()
             else:
+                # What the next handle replaced that was this one's goes back to what this
+                # one replaced (all of it, or the parts the program left in between).
                 after = _CONFIGURED[index + 1]
-                if after.previous.get("processors") is config["processors"]:
+                shared = [k for k in _SPLICED if after.previous.get(k) is config[k]]
+                if len(shared) == len(_SPLICED):
                     after.was_configured, after.previous = mine.was_configured, mine.previous
+                elif shared:
+                    after.previous = {**after.previous, **{k: mine.previous[k] for k in shared}}
             del _CONFIGURED[index]
         if opened is not None:
             opened.close()
@@ -677,6 +682,8 @@ class _Configured:
 
 # The configure_logging handles not yet removed, oldest first.
 _CONFIGURED: list[_Configured] = []
+# The settings of a configure_logging configuration that are objects of its own.
+_SPLICED = ("processors", "wrapper_class", "logger_factory")
 _CONFIGURED_LOCK = threading.Lock()
 
 

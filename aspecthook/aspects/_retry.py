@@ -34,6 +34,12 @@ RETRY_GAVE_UP = "retry.gave_up"
 
 GiveUp = Callable[[CallContext, BaseException], Any]
 
+# Jitter's source: not the global ``random``, which a retry must not move (a seeded
+# training run's data order would then depend on a transient error); the OS's randomness,
+# so that processes forked from one parent do not draw alike. Module level: it has no
+# state, and a Retry holding it could not be copied.
+_JITTER = random.SystemRandom()
+
 
 class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
@@ -89,10 +95,6 @@ class Retry(Aspect):
         )
         self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
-        # Its own generator: a retry must not move the program's seeded global ``random``
-        # (a training run's data order would then depend on a transient error). The OS's
-        # randomness, so that processes forked from one parent do not draw alike.
-        self._random = random.SystemRandom()
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (0 for the first retry)."""
@@ -103,7 +105,7 @@ class Retry(Aspect):
         if self.max_backoff is not None:
             delay = min(delay, self.max_backoff)
         if self.jitter:
-            delay *= self._random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+            delay *= _JITTER.uniform(1.0 - self.jitter, 1.0 + self.jitter)
         return delay
 
     @around()

@@ -619,7 +619,8 @@ def _timed(
     collected (a ``weakref.finalize``); one that started records itself."""
     started = [False]
     wrapper = _timed_generator(timed, jp, gen, elapsed, started)
-    weakref.finalize(wrapper, _record_unstarted, timed, jp, elapsed, started)
+    finalizer = weakref.finalize(wrapper, _record_unstarted, timed, jp, elapsed, started)
+    finalizer.atexit = False  # not after a summary printed at exit
     return wrapper
 
 

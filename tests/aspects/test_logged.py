@@ -716,6 +716,23 @@ def test_a_handle_puts_back_the_configuration_the_program_set_before_it() -> Non
     assert not structlog.is_configured()
 
 
+def test_out_of_order_removal_never_brings_back_a_closed_file(tmp_path: Path) -> None:
+    """A file handle, the program's own processors, a second handle; the first removed,
+    then the second: what comes back is the state from before the first handle (with the
+    program's processors), never the first handle's closed file."""
+    structlog.reset_defaults()
+    first = configure_logging("json", file=tmp_path / "a.log")
+    structlog.configure(processors=[structlog.processors.JSONRenderer()])
+    second = configure_logging("json", file=io.StringIO())
+    first.remove()
+    second.remove()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        structlog.get_logger().info("hello")  # would raise: I/O operation on closed file
+    assert json.loads(out.getvalue()) == {"event": "hello"}
+    structlog.reset_defaults()
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import multiprocessing
 import random
@@ -262,6 +263,12 @@ FORKED = Retry(backoff=1.0, jitter=0.5)  # made in the parent, used in forked wo
 
 def _delays(_: int) -> list[float]:
     return [FORKED.delay(i) for i in range(3)]
+
+
+def test_a_retry_aspect_copies_like_any_object() -> None:
+    copied = copy.deepcopy(Retry(attempts=5, backoff=0.5))
+    assert (copied.attempts, copied.backoff) == (5, 0.5)
+    assert 0.25 <= copied.delay(0) <= 0.75
 
 
 def test_no_backoff_stays_zero_however_many_retries() -> None:

@@ -391,6 +391,24 @@ def test_generator_closed_or_dropped_before_its_first_value_is_recorded() -> Non
     assert (row(timed, numbers).count, row(timed, numbers).errors) == (2, 0)
 
 
+@functools.cache
+def cached_stream(n: int) -> Generator[int, Any, None]:
+    """A cached generator function: every call with n hands out the same generator."""
+    yield from range(n)
+
+
+def test_a_cached_generator_is_not_closed_when_a_result_is_dropped() -> None:
+    """lru_cache over a generator function hands out one shared generator: dropping one
+    call's result must leave it to the next call."""
+    cached_stream.cache_clear()
+    with ah.weave(f"{__name__}.cached_stream", Timed()):
+        first = cached_stream(5)
+        assert next(first) == 0
+        del first
+        gc.collect()
+        assert list(cached_stream(5)) == [1, 2, 3, 4]
+
+
 class Loader:
     """Hands out one stored generator on every call."""
 
