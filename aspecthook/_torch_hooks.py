@@ -181,6 +181,39 @@ def _stack(local: threading.local) -> list[CallContext]:
     return stack
 
 
+class _Hook:
+    """One of our torch hooks, as the module holds it.
+
+    A woven module pickles (``torch.save(model)``, a spawned worker): the hook pickles as
+    one that does nothing, since the weave belongs to this process, as a deep copy after
+    the weave's removal has none. A deep copy (``AveragedModel``) shares the hook, as a
+    plain function hook is shared, so the copy runs the advice too.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_inert, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Hook:
+        return self
+
+
+def _inert() -> Callable[..., None]:
+    """An unpickled hook of a weave: does nothing."""
+    return _no_op
+
+
+def _no_op(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
 def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
     """Pre-hook, forward hook and the ``always_call`` hook that pops the shared context."""
     local = threading.local()  # one per installation: a stale stack never outlives it
@@ -210,9 +243,9 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
             stack.pop()
 
     return [
-        module.register_forward_pre_hook(pre_hook, with_kwargs=True),
-        module.register_forward_hook(hook, with_kwargs=True),
-        module.register_forward_hook(pop, with_kwargs=True, always_call=True),
+        module.register_forward_pre_hook(_Hook(pre_hook), with_kwargs=True),
+        module.register_forward_hook(_Hook(hook), with_kwargs=True),
+        module.register_forward_hook(_Hook(pop), with_kwargs=True, always_call=True),
     ]
 
 
@@ -225,7 +258,7 @@ def _install_backward_pre(jp: ModuleJoinPoint, module: Any) -> list[Any]:
             raise _skip_error(jp)
         return None if ctx._args is grad_output else tuple(ctx._args)
 
-    return [module.register_full_backward_pre_hook(backward_pre_hook)]
+    return [module.register_full_backward_pre_hook(_Hook(backward_pre_hook))]
 
 
 def _install_backward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
@@ -238,7 +271,7 @@ def _install_backward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
             fn(ctx)
         return None if ctx.result is grad_input else tuple(ctx.result)
 
-    return [module.register_full_backward_hook(backward_hook)]
+    return [module.register_full_backward_hook(_Hook(backward_hook))]
 
 
 _INSTALL: dict[str, Callable[[ModuleJoinPoint, Any], list[Any]]] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import weakref
 from collections.abc import Iterator
@@ -397,3 +398,22 @@ def test_backward_advice_works_under_torch_compile() -> None:
     assert len(grads) == 1
     assert torch.equal(grads[0], torch.ones(3, 2))
     torch._dynamo.reset()
+
+
+def test_a_woven_module_saves_whole_and_loads_without_the_weave(tmp_path: Any) -> None:
+    """torch.save(model) of a woven model works (it used to fail on the hook closures);
+    the loaded copy has no advice, as the weave belongs to this process, and a deep copy
+    still runs the advice, as documented."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    seen: list[str] = []
+    x = torch.randn(3, 4)
+    with ah.weave(model[0], name="first", before=lambda ctx: seen.append("before")):
+        torch.save(model, tmp_path / "model.pt")
+        copied = copy.deepcopy(model)
+        copied(x)
+        assert seen == ["before"]
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    seen.clear()
+    assert torch.equal(loaded(x), model(x))
+    assert seen == []
