@@ -657,7 +657,7 @@ def _logged_logger(config: RunConfig) -> Any:
     (level ``debug`` unless given), without configuring structlog."""
     import structlog
 
-    from .aspects._logged import _level, _processors
+    from .aspects._logged import _level, logger_settings
 
     settings = dict(config.logging or {})
     file = settings.get("file")
@@ -667,8 +667,7 @@ def _logged_logger(config: RunConfig) -> Any:
         stream = open(file, "a", encoding="utf-8") if file else sys.stderr  # noqa: SIM115
     except (AspectHookError, OSError) as exc:
         raise config.error("logging", str(exc)) from None
+    format = settings.get("format", "console")
     return structlog.wrap_logger(
-        structlog.WriteLogger(stream),
-        processors=_processors(settings.get("format", "console"), stream),
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        structlog.WriteLogger(stream), **logger_settings(format, level, stream)
     ).bind()

@@ -631,8 +631,7 @@ def configure_logging(
     else:
         stream = file
     config: dict[str, Any] = {
-        "processors": _processors(format, stream),
-        "wrapper_class": structlog.make_filtering_bound_logger(level_name),
+        **logger_settings(format, level_name, stream),
         "logger_factory": structlog.WriteLoggerFactory(file=stream),
         "cache_logger_on_first_use": False,
     }
@@ -685,6 +684,15 @@ _CONFIGURED: list[_Configured] = []
 # The settings of a configure_logging configuration that are objects of its own.
 _SPLICED = ("processors", "wrapper_class", "logger_factory")
 _CONFIGURED_LOCK = threading.Lock()
+
+
+def logger_settings(format: str, level_name: str, stream: TextIO) -> dict[str, Any]:
+    """The processors and level filter of ``configure_logging``'s structlog set-up for
+    ``stream``; also for a logger of its own (``aspecthook run``'s ``Logged``)."""
+    return {
+        "processors": _processors(format, stream),
+        "wrapper_class": structlog.make_filtering_bound_logger(level_name),
+    }
 
 
 def _processors(format: str, stream: TextIO) -> list[Any]:
