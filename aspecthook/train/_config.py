@@ -28,6 +28,10 @@ is registered in code first (``MODELS.register(resnet18)``) and named; ``train_s
 ``val_step`` are given in code (``Runner.from_config(path, train_step=fn)``).
 Every problem is a ``ConfigError`` naming the key path of the bad value
 (``aspects[2].type``) and, when the config came from a file, the file.
+
+The registries are defined in ``_registries``, the wording of the errors in
+``_config_messages``, and what tells an object built in code from a config value in
+``_config_values``.
 """
 
 from __future__ import annotations
@@ -35,16 +39,14 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from .._aspect import Aspect
 from .._config import _SUFFIXES, _parse_toml, _parse_yaml
@@ -56,8 +58,11 @@ from ..errors import (
     UnknownAspectError,
 )
 from ..registry import ASPECTS, Parameters, Registry
-from ._datasets import RandomClassification, RandomRegression
-from ._runner import _check_work_dir, seed_everything
+from ._checks import _check_work_dir
+from ._config_messages import _a, _error, _how_to_write, _kind, _number_hint, _number_text, _user
+from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
+from ._registries import DATASETS, LOSSES, MODELS, OPTIMIZERS, SCHEDULERS
+from ._runner import seed_everything
 
 __all__ = [
     "DATASETS",
@@ -116,91 +121,6 @@ _LOADER_OBJECTS = {
     "generator": "give a torch.Generator in code, or leave it out: seed: seeds torch's "
     "default generator, which DataLoader shuffles with; or " + _BUILT_IN_CODE,
 }
-
-
-# -- registries ------------------------------------------------------------------------------
-
-
-def _classes(namespace: object, base: type, *exclude: type) -> dict[str, Callable[..., Any]]:
-    """The public subclasses of ``base`` in ``namespace`` by name, minus ``exclude``."""
-    return {
-        name: value
-        for name, value in vars(namespace).items()
-        if not name.startswith("_")
-        and inspect.isclass(value)
-        and issubclass(value, base)
-        and value not in exclude
-    }
-
-
-def _torch_models() -> dict[str, Callable[..., Any]]:
-    return _classes(torch.nn, torch.nn.Module, torch.nn.Module)
-
-
-def _torch_optimizers() -> dict[str, Callable[..., Any]]:
-    return _classes(torch.optim, torch.optim.Optimizer, torch.optim.Optimizer)
-
-
-def _torch_schedulers() -> dict[str, Callable[..., Any]]:
-    schedulers = torch.optim.lr_scheduler
-    found = _classes(schedulers, schedulers.LRScheduler, schedulers.LRScheduler)
-    found.update(_classes(schedulers, schedulers.ReduceLROnPlateau))
-    return found
-
-
-def _torch_losses() -> dict[str, Callable[..., Any]]:
-    functional = torch.nn.functional
-    found = _classes(torch.nn, torch.nn.modules.loss._Loss)
-    found.update(
-        (name, value)
-        for name, value in vars(functional).items()
-        if callable(value)
-        and not inspect.isclass(value)
-        and (name.endswith("_loss") or "entropy" in name or name == "kl_div")
-    )
-    return found
-
-
-def _subclass_of(*bases: type) -> Callable[[Any], bool]:
-    return lambda value: isinstance(value, type) and issubclass(value, bases)
-
-
-MODELS = Registry(
-    "model",
-    fallback=_torch_models,
-    accepts=(_subclass_of(torch.nn.Module), "a torch.nn.Module class"),
-)
-"""Model types by name; names of ``torch.nn`` modules resolve when not registered."""
-OPTIMIZERS = Registry(
-    "optimizer",
-    fallback=_torch_optimizers,
-    accepts=(_subclass_of(torch.optim.Optimizer), "a torch.optim.Optimizer class"),
-)
-"""Optimizer types by name; ``torch.optim`` optimizers resolve when not registered."""
-SCHEDULERS = Registry(
-    "scheduler",
-    fallback=_torch_schedulers,
-    accepts=(
-        _subclass_of(
-            torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau
-        ),
-        "a torch LR scheduler class",
-    ),
-)
-"""LR scheduler types by name; ``torch.optim.lr_scheduler`` ones resolve when not registered."""
-LOSSES = Registry(
-    "loss",
-    fallback=_torch_losses,
-    accepts=(_subclass_of(torch.nn.Module), "a torch.nn.Module loss class"),
-)
-"""Losses by name: ``torch.nn`` loss classes and ``torch.nn.functional`` loss functions."""
-DATASETS = Registry(
-    "dataset",
-    accepts=(_subclass_of(torch.utils.data.Dataset), "a torch.utils.data.Dataset class"),
-)
-"""Dataset types by name: ``RandomClassification``, ``RandomRegression`` and yours."""
-DATASETS.register(RandomClassification)
-DATASETS.register(RandomRegression)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -543,6 +463,19 @@ class _Builder:
         ``given`` are parameters the runner supplies (the optimizer's ``params``); a config
         that sets one too is an error.
         """
+        kind, params, type_key = self.split_type(registry, key, cfg)
+        factory, label = self.find_factory(registry, type_key, kind)
+        for name in given:
+            if name in params:
+                raise self.error(
+                    f"{key}.{name}",
+                    f"is filled in by from_config ({_GIVEN.get(name, name)}); remove it",
+                )
+        return factory, label, {**given, **params}
+
+    def split_type(self, registry: Registry, key: str, cfg: Any) -> tuple[Any, dict[str, Any], str]:
+        """``(type, parameters, key of the type)``: a name (or a class or function given
+        in code) has no parameters; a mapping's ``type`` is taken out of the rest."""
         if isinstance(cfg, str) or _is_factory(cfg):
             kind, params, type_key = cfg, {}, key
         elif isinstance(cfg, Mapping):
@@ -555,6 +488,13 @@ class _Builder:
                 "{type: Name, ...}, "
                 f"not {_kind(cfg)}",
             )
+        return kind, params, type_key
+
+    def find_factory(
+        self, registry: Registry, type_key: str, kind: Any
+    ) -> tuple[Callable[..., Any], str]:
+        """``(factory, its name)``: a class or function given in code as it is, a name
+        looked up in ``registry``; anything else is an error at ``type_key``."""
         if _is_factory(kind):
             factory: Callable[..., Any] = kind
             label = str(getattr(kind, "__name__", kind))
@@ -569,13 +509,7 @@ class _Builder:
                 type_key,
                 f"must name the {registry.kind} type, e.g. {{type: Name}}, not {_kind(kind)}",
             )
-        for name in given:
-            if name in params:
-                raise self.error(
-                    f"{key}.{name}",
-                    f"is filled in by from_config ({_GIVEN.get(name, name)}); remove it",
-                )
-        return factory, label, {**given, **params}
+        return factory, label
 
     def check(
         self, key: str, label: str, accepted: Parameters, params: dict[str, Any]
@@ -623,108 +557,3 @@ class _Builder:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 where = f"{key}.{name}" if key else str(name)
                 raise self.error(where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")
-
-
-# -- small helpers ----------------------------------------------------------------------------
-
-
-def _is_factory(value: Any) -> bool:
-    """A class or function given directly (dict configs), not any callable instance."""
-    return inspect.isclass(value) or inspect.isroutine(value)
-
-
-def _a(word: str) -> str:
-    return "an" if word[:1] in tuple("aeiou") else "a"
-
-
-def _user(cfg: Any) -> dict[str, Any]:
-    """The parameters a config wrote (for messages), without its ``type``."""
-    return {k: v for k, v in cfg.items() if k != "type"} if isinstance(cfg, Mapping) else {}
-
-
-def _number_hint(params: Mapping[str, Any]) -> str:
-    """A hint when a value is a number written so that YAML reads a string (``1e-3``)."""
-    for name, value in params.items():
-        if _number_text(value):
-            return f" ({name}={value!r} is a string: {_how_to_write(value)})"
-    return ""
-
-
-def _number_text(value: Any) -> bool:
-    """A string Python reads as a number (``'1e-6'``, ``'8'``)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
-
-
-#: What YAML 1.1 (PyYAML) reads as a decimal number: a float needs a '.', its exponent a sign.
-_YAML_NUMBER = re.compile(
-    r"[-+]?(0|[1-9][0-9_]*|[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?)|\.[0-9_]+([eE][-+][0-9]+)?"
-)
-
-_SCIENTIFIC = re.compile(r"([-+]?[0-9]+\.?[0-9]*)([eE])([-+]?[0-9]+)")
-
-
-def _how_to_write(text: str, *, integer: bool = False) -> str:
-    """How to write the number ``text`` so that YAML reads a number, not a string."""
-    text = text.strip()
-    if _YAML_NUMBER.fullmatch(text):
-        return f"write {text} without quotes"
-    number = float(text)
-    if not any(c.isdigit() for c in text):  # nan, inf, infinity
-        spelt = ".nan" if math.isnan(number) else ("-.inf" if number < 0 else ".inf")
-        return f"YAML spells it {spelt}"
-    if integer and number.is_integer():
-        spelt = str(int(number))
-    else:  # the user's spelling where it has one ('1e-3' -> '1.0e-3'), else Python's
-        written = _SCIENTIFIC.fullmatch(text)
-        mantissa, e, exponent = written.groups() if written else (repr(number), "e", "")
-        if "e" in mantissa:
-            mantissa, e, exponent = mantissa.partition("e")
-        mantissa = mantissa if "." in mantissa or not exponent else f"{mantissa}.0"
-        spelt = f"{mantissa}{e}{int(exponent):+d}" if exponent else mantissa
-    if "e" not in text.lower():
-        return f"write {spelt} without quotes"
-    return (
-        f"YAML reads {text} as text (a YAML float needs a '.' and a signed exponent, "
-        f"e.g. 1.0e-6), write {spelt}"
-    )
-
-
-def _kind(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
-def _error(file: str, key: str, message: str) -> ConfigError:
-    where = ": ".join(part for part in (file, key) if part)
-    return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
-
-
-def _callable_object(value: Any) -> bool:
-    """A callable built in code (a loss module, a partial): no config file holds one."""
-    return callable(value) and not _is_factory(value)
-
-
-def _dataset_object(value: Any) -> bool:
-    """A dataset built in code: a torch ``Dataset``, or another object DataLoader can
-    index or iterate that no config file can hold."""
-    if isinstance(value, Dataset):
-        return True
-    plain = (Mapping, str, bytes, list, tuple, int, float, bool, type(None))
-    if isinstance(value, plain) or _is_factory(value):
-        return False
-    return hasattr(type(value), "__getitem__") or hasattr(type(value), "__iter__")
-
-
-def _loader_object(value: Any) -> bool:
-    """A loader built in code: a ``DataLoader``, or another iterable object that no config
-    file can hold (not a mapping, string, list or tuple)."""
-    if isinstance(value, DataLoader):
-        return True
-    plain = (Mapping, str, bytes, list, tuple, int, float, bool, type(None))
-    return not isinstance(value, plain) and hasattr(type(value), "__iter__")

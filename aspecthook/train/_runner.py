@@ -8,15 +8,11 @@ module-level advice (``@before('train_iter')``) reaches every runner.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import os
 import random
-import tempfile
 import types
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -28,7 +24,15 @@ from .._handle import Handle
 from .._weaver import Weaver
 from ..errors import RunnerError
 from . import _loop
+from ._checks import (
+    _check_limits,
+    _check_optimizer,
+    _check_scheduler,
+    _check_work_dir,
+    _report_near_misses,
+)
 from ._data import epoch_batches, loader_length
+from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 
@@ -51,10 +55,6 @@ JOINPOINTS = (
 #: The runner attribute that counts the completed calls of a join point (its calls are
 #: numbered by it: see ``JoinPoint.counter``).
 COUNTERS = {"train_iter": "iter", "train_epoch": "epoch"}
-
-#: Batch types taken as ``(inputs, targets)`` by the default step; the tensor type.
-_PAIRS = (tuple, list)
-_Tensor = torch.Tensor
 
 #: The join points inside train_iter, inlined there while none has advice.
 INNER = ("forward", "backward", "optimizer_step")
@@ -120,6 +120,13 @@ class Runner:
         self.seed = seed
         if seed is not None:
             seed_everything(seed)
+        self._start_counters()
+        self.weaver = Weaver(f"runner@{id(self):x}", local=True)
+        self._declare_joinpoints()
+        self._register_aspects(aspects, default_aspects)
+
+    def _start_counters(self) -> None:
+        """The counters and state of a run that has not started; the process's rank."""
         self.epoch = 0
         self.iter = 0
         self.inner_iter = 0
@@ -128,7 +135,9 @@ class Runner:
         self.stop_reason: str | None = None
         self._interrupted = False  # the last run() raised (see _drop_interrupted_gradients)
         self.rank, self.world_size = _dist_info()
-        self.weaver = Weaver(f"runner@{id(self):x}", local=True)
+
+    def _declare_joinpoints(self) -> None:
+        """Declare the loop's functions (``_loop``) as this runner's join points."""
         self._run_joinpoint: Callable[[], dict[str, Any]]
         # Each join point is an instance attribute that its join point keeps current
         # (``JoinPoint.publish``): the loop function itself while it has no advice, a
@@ -149,6 +158,9 @@ class Runner:
             self._proxies[name] = proxy
             attribute = "_run_joinpoint" if name == "run" else name
             proxy._self_joinpoint.publish(_AttributeSink(self, attribute))
+
+    def _register_aspects(self, aspects: Iterable[Aspect | Any], default_aspects: bool) -> None:
+        """Adapt ``aspects`` (after the default ones) and register them on the weaver."""
         aspects = list(aspects)
         if default_aspects:
             aspects = [*self._default_aspects(aspects), *aspects]
@@ -497,80 +509,6 @@ class Runner:
         return f"<Runner epoch={self.epoch} iter={self.iter} {limit}>"
 
 
-# -- input checks (all before training starts) ---------------------------------------------
-
-
-def _check_limits(max_epochs: int | None, max_iters: int | None) -> None:
-    if (max_epochs is None) == (max_iters is None):
-        raise RunnerError(
-            "give exactly one of max_epochs= (epoch-based training) or max_iters= "
-            f"(iteration-based training); got max_epochs={max_epochs}, max_iters={max_iters}"
-        )
-    for name, value in (("max_epochs", max_epochs), ("max_iters", max_iters)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise RunnerError(f"{name}={value!r} must be a positive int")
-
-
-def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
-    """The optimizer must update at least one of the model's parameters (a subset is fine:
-    a frozen backbone), or training would silently change nothing."""
-    params = getattr(optimizer, "param_groups", None)
-    if params is None:
-        return
-    held = {id(p) for group in params for p in group["params"]}
-    if held and not any(id(p) in held for p in model.parameters()):
-        raise RunnerError(
-            f"the optimizer {type(optimizer).__name__} holds none of the model's parameters, "
-            "so training would not change it: build it on model.parameters() of the model "
-            "you pass as model="
-        )
-
-
-def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
-    if scheduler is None:
-        return
-    own = getattr(scheduler, "optimizer", None)
-    if own is not None and own is not optimizer:
-        raise RunnerError(
-            f"the scheduler {type(scheduler).__name__} drives a different optimizer than the "
-            "runner's: build it on the same optimizer object you pass as optimizer="
-        )
-
-
-def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
-    if work_dir is None:
-        return None
-    path = Path(work_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise RunnerError(
-            f"work_dir {str(path)!r} is not writable ({exc.strerror or exc}): give a directory "
-            "this process can create files in"
-        ) from None
-    return path
-
-
-def _report_near_misses(runner: Runner) -> None:
-    """Warn about advice (this runner's or module-level) for a name that is one typo away
-    from a join point of the run (``after_trian_epoch``): it would never be called."""
-    from .._describe import near_misses
-    from .._registry import REGISTRY
-    from .._weaver import default_weaver
-
-    own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
-    known = sorted({*JOINPOINTS, *(n for n in own if not n.startswith("@"))})
-    for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
-        warnings.warn(
-            f"{advice.name}: no join point is named {name!r}, so this {advice.kind} advice "
-            f"is never called; did you mean {hint!r}?",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
 def _dist_info() -> tuple[int, int]:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -628,52 +566,3 @@ def _unique(aspect: Aspect, others: list[Aspect]) -> Aspect:
 
 def _has_state(aspect: Aspect) -> bool:
     return callable(getattr(aspect, "state_dict", None))
-
-
-def _split_batch(batch: Any) -> tuple[Any, Any]:
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        return batch[0], batch[1]
-    if isinstance(batch, Mapping) and "inputs" in batch:
-        return batch["inputs"], batch.get("targets")
-    return batch, None
-
-
-def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
-    if isinstance(result, Mapping):
-        outputs = dict(result)
-        loss = outputs.get("loss")
-    else:
-        outputs = {"loss": result}
-        loss = result
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise RunnerError(
-            f"{where} returned {type(result).__name__}, not a loss: return a scalar loss "
-            "tensor or a dict with a 'loss' tensor, or give loss_fn= (called as "
-            "loss_fn(model(x), y)) or train_step=(runner, batch) -> loss"
-        )
-    return outputs
-
-
-def _is_scalar(value: Any) -> bool:
-    """A 0-d tensor or a real number (numpy's too): what a step returns as its loss."""
-    if isinstance(value, torch.Tensor):
-        return value.dim() == 0
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _snapshot(metrics: Any) -> dict[str, Any]:
-    """What ``run()`` / ``test()`` hand back: a copy of the metrics dict the join point
-    returned (advice may have replaced the result with anything else: kept as it is)."""
-    return dict(metrics) if type(metrics) is dict else metrics
-
-
-def _move(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return {k: _move(v, device) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(_move(v, device) for v in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_move(v, device) for v in batch)
-    return batch

@@ -1,0 +1,89 @@
+"""How a ``ConfigError`` words its message: the file and key path, the bad value shown
+with its type, and a hint when YAML read a number as a string (``lr: 1e-3``).
+
+Kept apart from ``_config``'s builder: these are plain text helpers, with no torch or
+registry in them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["_a", "_error", "_how_to_write", "_kind", "_number_hint", "_number_text", "_user"]
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in tuple("aeiou") else "a"
+
+
+def _number_hint(params: Mapping[str, Any]) -> str:
+    """A hint when a value is a number written so that YAML reads a string (``1e-3``)."""
+    for name, value in params.items():
+        if _number_text(value):
+            return f" ({name}={value!r} is a string: {_how_to_write(value)})"
+    return ""
+
+
+def _number_text(value: Any) -> bool:
+    """A string Python reads as a number (``'1e-6'``, ``'8'``)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+#: What YAML 1.1 (PyYAML) reads as a decimal number: a float needs a '.', its exponent a sign.
+_YAML_NUMBER = re.compile(
+    r"[-+]?(0|[1-9][0-9_]*|[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?)|\.[0-9_]+([eE][-+][0-9]+)?"
+)
+
+_SCIENTIFIC = re.compile(r"([-+]?[0-9]+\.?[0-9]*)([eE])([-+]?[0-9]+)")
+
+
+def _how_to_write(text: str, *, integer: bool = False) -> str:
+    """How to write the number ``text`` so that YAML reads a number, not a string."""
+    text = text.strip()
+    if _YAML_NUMBER.fullmatch(text):
+        return f"write {text} without quotes"
+    number = float(text)
+    if not any(c.isdigit() for c in text):  # nan, inf, infinity
+        spelt = ".nan" if math.isnan(number) else ("-.inf" if number < 0 else ".inf")
+        return f"YAML spells it {spelt}"
+    if integer and number.is_integer():
+        spelt = str(int(number))
+    else:  # the user's spelling where it has one ('1e-3' -> '1.0e-3'), else Python's
+        written = _SCIENTIFIC.fullmatch(text)
+        mantissa, e, exponent = written.groups() if written else (repr(number), "e", "")
+        if "e" in mantissa:
+            mantissa, e, exponent = mantissa.partition("e")
+        mantissa = mantissa if "." in mantissa or not exponent else f"{mantissa}.0"
+        spelt = f"{mantissa}{e}{int(exponent):+d}" if exponent else mantissa
+    if "e" not in text.lower():
+        return f"write {spelt} without quotes"
+    return (
+        f"YAML reads {text} as text (a YAML float needs a '.' and a signed exponent, "
+        f"e.g. 1.0e-6), write {spelt}"
+    )
+
+
+def _user(cfg: Any) -> dict[str, Any]:
+    """The parameters a config wrote (for messages), without its ``type``."""
+    return {k: v for k, v in cfg.items() if k != "type"} if isinstance(cfg, Mapping) else {}
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _error(file: str, key: str, message: str) -> ConfigError:
+    where = ": ".join(part for part in (file, key) if part)
+    return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
