@@ -111,26 +111,7 @@ class Registry:
                 return self.register(cls, name=name, replace=replace)
 
             return decorator
-        if isinstance(obj, str):
-            if ":" not in obj:
-                raise InvalidOptionError(
-                    f"register({obj!r}): a string must be a 'package.module:Name' path "
-                    f"to import lazily; to name a class, write @register(name={obj!r})",
-                    option="obj",
-                    value=obj,
-                )
-            key: str = name or obj.rpartition(":")[2].rpartition(".")[2]
-        elif callable(obj):
-            key = name or str(getattr(obj, "__name__", ""))
-        else:
-            raise InvalidOptionError(
-                f"register({obj!r}): give a class, a factory function or a "
-                "'package.module:Name' string",
-                option="obj",
-                value=obj,
-            )
-        if not key:
-            raise InvalidOptionError(f"register({obj!r}) needs name=", option="name", value=name)
+        key = _registered_name(obj, name)
         with self._lock:
             old = self._entries.get(key)
             if isinstance(old, importlib.metadata.EntryPoint):
@@ -399,6 +380,33 @@ def _collect_bases(cls: type, defaults: dict[str, Any]) -> bool:
         if not _collect(signature.replace(parameters=params), defaults, []):
             return False
     return True
+
+
+def _registered_name(obj: Any, name: str | None) -> str:
+    """The name ``register(obj, name=name)`` registers ``obj`` under: ``name``, else a
+    class's ``__name__`` or the last part of a ``'package.module:Name'`` path;
+    ``InvalidOptionError`` for anything else, or when no name results."""
+    if isinstance(obj, str):
+        if ":" not in obj:
+            raise InvalidOptionError(
+                f"register({obj!r}): a string must be a 'package.module:Name' path "
+                f"to import lazily; to name a class, write @register(name={obj!r})",
+                option="obj",
+                value=obj,
+            )
+        key: str = name or obj.rpartition(":")[2].rpartition(".")[2]
+    elif callable(obj):
+        key = name or str(getattr(obj, "__name__", ""))
+    else:
+        raise InvalidOptionError(
+            f"register({obj!r}): give a class, a factory function or a "
+            "'package.module:Name' string",
+            option="obj",
+            value=obj,
+        )
+    if not key:
+        raise InvalidOptionError(f"register({obj!r}) needs name=", option="name", value=name)
+    return key
 
 
 def _import(path: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from aspecthook import _cli, _log
+from aspecthook import _cli_logging, _log
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +51,9 @@ def test_set_logger_replaces_the_logger_and_returns_the_previous_one() -> None:
 
 def test_cli_quiets_then_redirects_core_logs_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     """aspecthook run silences the package logger while weaving, then sends it to stderr."""
-    _cli._quiet_core_logs()
+    _cli_logging._quiet_core_logs()
     _log.get_logger().warning("weave.skipped", target="quiet")
-    _cli._core_logs_to_stderr()
+    _cli_logging._core_logs_to_stderr()
     _log.get_logger().warning("weave.failed", target="loud")
     captured = capsys.readouterr()
     assert "quiet" not in captured.err

@@ -8,15 +8,10 @@ such objects by itself (``as_aspect``). Nothing here imports torch.
 
 from __future__ import annotations
 
-from ._hooks import (
-    KERAS_METHODS,
-    MM_METHODS,
-    KerasCallback,
-    MMHook,
-    as_aspect,
-    from_keras_callback,
-    from_mmengine_hook,
-)
+from ._hooks import as_aspect
+from ._keras import KerasCallback, from_keras_callback
+from ._methods import KERAS_METHODS, MM_METHODS
+from ._mmengine import MMHook, from_mmengine_hook
 
 __all__ = [
     "KERAS_METHODS",

@@ -1,0 +1,72 @@
+"""What ``aspecthook run`` itself reports on stderr: warnings, the ``Timed`` summary
+table and the trace file.
+
+Every line starts with the command's name (``PROG``). Separate from the session that
+decides what to report, so that the output's form sits in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["PROG", "_is_timer", "_print_summary", "_warn", "_write_trace"]
+
+PROG = "aspecthook"
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def _is_timer(aspect: Any) -> bool:
+    return callable(getattr(aspect, "summary", None)) and callable(
+        getattr(aspect, "export_chrome_trace", None)
+    )
+
+
+def _print_summary(timers: list[Any]) -> None:
+    """One table over every Timed instance (rows of all, slowest total first)."""
+    summaries = [t.summary() for t in timers]
+    sys.stdout.flush()
+    if not any(len(summary) for summary in summaries):  # no woven call ran: no empty table
+        print(f"{PROG}: Timed recorded no calls", file=sys.stderr)
+        return
+    table = summaries[0]
+    if len(summaries) > 1:
+        rows = sorted((r for s in summaries for r in s), key=lambda r: -r.total_s)
+        table = type(summaries[0])(rows)
+    print(table, file=sys.stderr)
+
+
+def _write_trace(timers: list[Any], path: str) -> None:
+    """Write the trace of every Timed instance into one Trace Event JSON file."""
+    if not timers:
+        _warn(f"no Timed aspect in the config, so no trace is written to {path}")
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        timers[0].export_chrome_trace(path)
+        if len(timers) > 1:
+            _merge_traces(timers[1:], path)
+    except OSError as exc:
+        _warn(f"cannot write the trace to {path}: {exc}")
+        return
+    print(f"{PROG}: trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+
+
+def _merge_traces(timers: list[Any], path: str) -> None:
+    import json
+    import tempfile
+
+    with open(path, encoding="utf-8") as f:
+        document = json.load(f)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, timer in enumerate(timers):
+            part = os.path.join(tmp, f"{i}.json")
+            timer.export_chrome_trace(part)
+            with open(part, encoding="utf-8") as f:
+                document["traceEvents"].extend(json.load(f)["traceEvents"])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f)

@@ -1,0 +1,188 @@
+"""The session of ``aspecthook run``: the config read, its aspects woven, and the exit
+report of the weaves that never took effect, the summary and the trace.
+
+Separate from the command line, which only parses, and from the running of the program,
+which imitates python: this is where the config meets ``weave``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
+from ._cli_report import PROG, _is_timer, _print_summary, _warn, _write_trace
+from ._config import RunConfig, WeaveSpec, load_config
+from .errors import AspectHookError, WeaveTargetError
+
+if TYPE_CHECKING:
+    from ._cli import RunOptions
+
+__all__ = ["Session"]
+
+_MAIN_PROBLEM = (
+    "the program's own __main__ module cannot be woven from outside, it does not exist "
+    "before the program runs; move that code into a module the program imports and weave "
+    "it there"
+)
+
+
+@dataclass
+class Session:
+    """What ``aspecthook run`` set up: the config, its aspects and weaves, the outputs."""
+
+    config: RunConfig
+    strict: bool
+    trace: str | None
+    summary: bool
+    program: tuple[str, ...] = ()  # the module names of the program itself (run as __main__)
+    aspects: list[Any] = field(default_factory=list)
+    records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
+    handles: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, options: RunOptions) -> Session:
+        """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not."""
+        config = load_config(options.aspects) if options.aspects else RunConfig(file="")
+        trace = options.trace or config.trace
+        session = cls(
+            config,
+            strict=options.strict or config.strict,
+            trace=os.path.abspath(trace) if trace else None,
+            summary=options.summary and config.summary,
+            program=_program_modules(options),
+        )
+        from .registry import ASPECTS
+
+        built = config.build_aspects(ASPECTS, trace=session.trace is not None)
+        for aspect in (a for aspects in built for a in aspects):
+            if all(aspect is not seen for seen in session.aspects):
+                session.aspects.append(aspect)
+        _configure_logging(config, session.aspects)
+        _quiet_core_logs()  # skipped targets are reported below, once, with their key
+        try:
+            for weave_spec, aspects in zip(config.weaves, built, strict=True):
+                for target in weave_spec.targets:
+                    session.weave(weave_spec, target, aspects)
+        finally:
+            _core_logs_to_stderr()
+        return session
+
+    def weave(self, spec: WeaveSpec, target: str, aspects: list[Any]) -> None:
+        """Weave one target; a missing one is a warning, or an error with ``strict``.
+
+        Always woven with ``weave(strict=False)``: a strict weave raises a failure found
+        later inside the program's own ``import``, which the program may catch. A target
+        found missing now is an error here; later failures are reported by ``finish``.
+        """
+        from ._registry import LOCK
+        from ._weave import WEAVES, weave
+
+        key = spec.key if len(spec.targets) == 1 else f"{spec.key}.target"
+        if target.partition(":")[0].split(".")[0] == "__main__":
+            self._refuse(key, target, _MAIN_PROBLEM)
+            return
+        # A requires= guard that does not hold is the config's own "only if installed":
+        # a skip, never an error, even with --strict.
+        guard_fails = self._guard_fails(spec)
+        strict = self.strict and not guard_fails
+        with LOCK:
+            before = list(WEAVES)
+        try:
+            handle = weave(target, *aspects, name=spec.name, requires=spec.requires)
+        except WeaveTargetError as exc:
+            raise WeaveTargetError(f"{self.config.file}: {key}: {exc}", target=exc.target) from None
+        except AspectHookError as exc:
+            raise self.config.error(key, f"cannot weave {target}: {exc}") from None
+        self.handles.append(handle)
+        with LOCK:
+            new = [r for r in WEAVES if all(r is not b for b in before)]
+        for record in new:
+            self.records.append((key, record))
+            if record.status == "skipped" and strict:
+                raise WeaveTargetError(
+                    f"{self.config.file}: {key}: cannot weave {target}: {record.reason} "
+                    "(strict mode; drop --strict to skip it)",
+                    target=target,
+                )
+            if record.status == "skipped":
+                _warn(f"{self.config.file}: {key}: {target} skipped: {record.reason}")
+
+    def _guard_fails(self, spec: WeaveSpec) -> bool:
+        """Whether ``spec.requires`` is given and not met; ``ConfigError`` if malformed."""
+        from ._weave import _version_problem
+
+        if spec.requires is None:
+            return False
+        try:
+            return _version_problem(spec.requires) is not None
+        except AspectHookError as exc:
+            raise self.config.error(f"{spec.key}.requires", str(exc)) from None
+
+    def _refuse(self, key: str, target: str, problem: str) -> None:
+        if self.strict:
+            raise WeaveTargetError(f"{self.config.file}: {key}: {target}: {problem}", target=target)
+        _warn(f"{self.config.file}: {key}: {target} skipped: {problem}")
+
+    def finish(self) -> bool:
+        """Unweave, report the weaves that never took effect, print the summary, write the
+        trace. Returns whether the run must exit 2: a weave failed under ``strict``.
+
+        Unweaving first keeps our own exit work (the trace is written with ``json``) out
+        of the timings and logs of a config that instruments ``json.*``.
+        """
+        for handle in self.handles:
+            handle.remove()
+        problems = [(key, p) for key, r in self.records if (p := self._problem(r)) is not None]
+        for key, problem in problems:
+            where = f"{self.config.file}: {key}: {problem}"
+            if self.strict:
+                print(f"{PROG}: error: {where} (strict mode)", file=sys.stderr)
+            else:
+                _warn(where)
+        timers = [a for a in self.aspects if _is_timer(a)]
+        if self.summary and timers:
+            _print_summary(timers)
+        if self.trace is not None:
+            _write_trace(timers, self.trace)
+        return self.strict and bool(problems)
+
+    def _problem(self, record: Any) -> str | None:
+        """Why ``record``'s weave never took effect (failed, or still waiting), or None."""
+        if record.status == "failed":
+            return f"{record.target} failed: {record.reason}"
+        if record.status != "pending import":
+            return None
+        if record.reason:  # a glob that matched nothing so far
+            return f"{record.target} {record.reason}"
+        module = _first_unimported(record.target)
+        if module in self.program:
+            return (
+                f"{record.target} was never woven: {module} is the program itself, which "
+                f"runs as __main__ and is never imported as {module}; move that code into a "
+                "module the program imports and weave it there"
+            )
+        return f"{record.target} was never woven: the program never imported {module}"
+
+
+def _program_modules(options: RunOptions) -> tuple[str, ...]:
+    """The module names the program's own code would have if it were imported: the ``-m``
+    module (its package's ``__main__`` for a package), or a ``.py`` script's file name."""
+    if options.module is not None:
+        return (options.module, f"{options.module}.__main__")
+    if options.script is not None and options.script.endswith(".py"):
+        return (os.path.basename(options.script)[:-3],)
+    return ()
+
+
+def _first_unimported(target: str) -> str:
+    """The first module of ``target``'s dotted path that is not imported: what a weave
+    still waiting for an import waits for."""
+    module = target.partition(":")[0]
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        if ".".join(parts[:i]) not in sys.modules:
+            return ".".join(parts[:i])
+    return module

@@ -1,0 +1,280 @@
+"""``KerasCallback``: a Keras-style callback (``on_epoch_end(epoch, logs)`` ...) as an aspect.
+
+Its methods run at the runner join points Keras's ``fit`` and ``evaluate`` would call
+them at, with 0-based indices and Keras-shaped ``logs``. Nothing here imports torch or
+keras.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sized
+from typing import Any
+
+from .._context import CallContext
+from ..errors import AspectDefinitionError
+from ._base import (
+    _EPOCH,
+    _INDEX,
+    AdviceFn,
+    Plan,
+    _check_call,
+    _HookAdapter,
+    _metrics_prefix,
+    _nothing_to_call,
+    _refuse,
+)
+from ._methods import KERAS_METHODS
+
+__all__ = ["KerasCallback", "from_keras_callback"]
+
+
+class KerasCallback(_HookAdapter):
+    """A Keras-style callback (``on_epoch_end(epoch, logs)`` ...) as an aspect.
+
+    ``on_train_begin`` / ``on_train_end`` run at ``run``, ``on_epoch_*`` at
+    ``train_epoch``, ``on_train_batch_*`` (or Keras 2's ``on_batch_*``) at ``train_iter``,
+    and ``on_test_*`` at ``val_epoch`` / ``val_iter`` (validation during training, as
+    Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
+    are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
+    outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
+    the epoch validated, ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` ->
+    ``'val_loss'``, so a callback monitoring ``'val_loss'`` finds it); at test end the
+    metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
+    the runner's ``Evaluate`` uses); at train end the last epoch's logs.
+
+    When the run starts, the callback gets the runner's model as ``callback.model``
+    (through ``set_model`` when it has one, or when it has a ``model`` attribute) and
+    ``params`` through ``set_params``; a callback with ``on_test_*`` methods gets them also
+    before a test or validation pass outside a run (``runner.test()``), with one epoch of
+    that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
+    ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
+    through ``runner.stop()`` after the current iteration.
+    """
+
+    _base_name = "Callback"
+
+    def __init__(self, callback: Any, *, name: str | None = None, **options: Any) -> None:
+        super().__init__(callback, name=name, **options)
+        if not any(callable(getattr(callback, m, None)) for m in KERAS_METHODS):
+            raise AspectDefinitionError(
+                f"KerasCallback({callback!r}): the object has none of the Keras callback "
+                f"methods ({', '.join(KERAS_METHODS[:4])} ...); give a callback object, or "
+                "use MMHook for an OpenMMLab-style hook"
+            )
+        self._model: Any = None
+        self._loss_sum: Any = None
+        self._loss_count = 0
+        self._epoch_logs: dict[str, float] = {}
+        self._val_this_epoch = False
+        self._in_run = False  # between the run's start and its end (see _start_alone)
+        self._calls = self._bind_methods()
+        if not self._calls:
+            raise _nothing_to_call(self, KERAS_METHODS)
+
+    def _bind_methods(self) -> dict[str, Callable[..., Any]]:
+        calls: dict[str, Callable[..., Any]] = {}
+        for name in KERAS_METHODS:
+            method = self._method(name)
+            if method is None:
+                continue
+            index = "epoch" if "epoch" in name else "batch" if "batch" in name else None
+            args: tuple[Any, ...] = (0, {}) if index else ({},)
+            if not _check_call(method, *args):
+                _refuse(self.target, name, method, f"({index}, logs)" if index else "(logs)")
+            calls[name] = method
+        for name in ("on_batch_begin", "on_batch_end"):  # Keras 2 names, when not overridden
+            if f"on_train_{name[3:]}" in calls:
+                calls.pop(name, None)
+        return calls
+
+    def _plan(self) -> Plan:
+        plan: Plan = [("set_model", "before", "run", self._start_run)]
+        c = self._calls
+        if "on_train_begin" in c:
+            plan.append(("on_train_begin", "before", "run", self._call("on_train_begin")))
+        # The epoch's logs feed on_epoch_end, and on_train_end gets the last epoch's.
+        epoch_logs = "on_epoch_end" in c or "on_train_end" in c
+        if "on_epoch_begin" in c or epoch_logs:
+            plan.append(("epoch_index", "before", "train_epoch", self._begin_epoch))
+        if any(k in c for k in KERAS_METHODS[4:8]):  # on_train_batch_* / on_batch_*
+            plan.extend(self._counting("train"))
+        plan.extend(self._train_batches())
+        if epoch_logs:
+            plan.append(("loss_mean", "after", "train_iter", self._add_loss))
+            plan.append(("validated", "after", "val_epoch", self._validated))
+            plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
+        tests = [advice for mode in ("val", "test") for advice in self._test_plan(mode)]
+        if tests:  # a test pass outside a run gives the model first: run() ending says so
+            plan.extend(tests)
+            plan.append(("run_end", "after", "run", self._end_run))
+            plan.append(("run_failed", "on_error", "run", self._end_run))
+        if "on_train_end" in c:
+            plan.append(("on_train_end", "after", "run", self._train_end))
+        return plan
+
+    def _train_batches(self) -> Plan:
+        plan: Plan = []
+        for name in ("on_train_batch_begin", "on_batch_begin"):
+            if name in self._calls:
+                plan.append((name, "before", "train_iter", self._batch_call(name, False)))
+        for name in ("on_train_batch_end", "on_batch_end"):
+            if name in self._calls:
+                plan.append((name, "after", "train_iter", self._batch_call(name, True)))
+        return plan
+
+    def _test_plan(self, mode: str) -> Plan:
+        c = self._calls
+        if not any(name in c for name in KERAS_METHODS[8:]):  # on_test_*
+            return []
+        # As Keras's evaluate(): the callback gets the model before a test pass run
+        # by itself (runner.test()), not in the middle of a run.
+        plan: Plan = [(f"set_model_{mode}", "before", f"{mode}_epoch", self._start_alone(mode))]
+        if "on_test_batch_begin" in c or "on_test_batch_end" in c:
+            plan.extend(self._counting(mode))
+        if "on_test_begin" in c:
+            plan.append(("on_test_begin", "before", f"{mode}_epoch", self._call("on_test_begin")))
+        if "on_test_batch_begin" in c:
+            fn = self._batch_call("on_test_batch_begin", False)
+            plan.append(("on_test_batch_begin", "before", f"{mode}_iter", fn))
+        if "on_test_batch_end" in c:
+            fn = self._batch_call("on_test_batch_end", True)
+            plan.append(("on_test_batch_end", "after", f"{mode}_iter", fn))
+        if "on_test_end" in c:
+            plan.append(("on_test_end", "after", f"{mode}_epoch", self._test_end(mode)))
+        return plan
+
+    # -- the advice -----------------------------------------------------------------------
+
+    def _start_run(self, ctx: CallContext) -> None:
+        self._in_run = True
+        self._start(ctx.runner, _params(ctx.runner))
+
+    def _end_run(self, ctx: CallContext) -> None:
+        self._in_run = False
+
+    def _start_alone(self, mode: str) -> AdviceFn:
+        """Start a ``mode`` pass run by itself (no run in progress), as Keras's evaluate()."""
+
+        def start(ctx: CallContext) -> None:
+            if not self._in_run:
+                self._start(ctx.runner, _eval_params(ctx.runner, f"{mode}_loader"))
+
+        return start
+
+    def _start(self, runner: Any, params: dict[str, Any]) -> None:
+        """Give the callback the model and params, and clear a stale stop request."""
+        callback = self.target
+        model = getattr(runner, "model", None)
+        if callable(getattr(callback, "set_model", None)):
+            callback.set_model(model)
+        elif hasattr(callback, "model"):
+            callback.model = model
+        else:
+            model = None
+        self._model = model
+        if model is not None and getattr(model, "stop_training", False):
+            model.stop_training = False
+        if callable(getattr(callback, "set_params", None)):
+            callback.set_params(params)
+
+    def _call(self, name: str) -> AdviceFn:
+        method = self._calls[name]
+
+        def call(ctx: CallContext) -> None:
+            method({})
+            self._check_stop(ctx.runner)
+
+        return call
+
+    def _batch_call(self, name: str, end: bool) -> AdviceFn:
+        method = self._calls[name]
+
+        def call(ctx: CallContext) -> None:
+            method(ctx.data[_INDEX], _scalars(ctx.result) if end else {})
+            self._check_stop(ctx.runner)
+
+        return call
+
+    def _begin_epoch(self, ctx: CallContext) -> None:
+        ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
+        self._loss_sum, self._loss_count = None, 0
+        self._val_this_epoch = False
+        method = self._calls.get("on_epoch_begin")
+        if method is not None:
+            method(ctx.data[_EPOCH], {})
+            self._check_stop(ctx.runner)
+
+    def _add_loss(self, ctx: CallContext) -> None:
+        loss = ctx.result.get("loss") if isinstance(ctx.result, Mapping) else None
+        if loss is None:
+            return
+        loss = loss.detach() if hasattr(loss, "detach") else loss  # no sync per iteration
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._loss_count += 1
+
+    def _validated(self, ctx: CallContext) -> None:
+        self._val_this_epoch = True
+
+    def _end_epoch(self, ctx: CallContext) -> None:
+        logs: dict[str, float] = {}
+        if self._loss_count:
+            logs["loss"] = float(self._loss_sum) / self._loss_count
+        if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
+            metrics = getattr(ctx.runner, "metrics", None) or {}
+            logs.update({k.replace("/", "_"): v for k, v in _scalars(metrics).items()})
+        self._epoch_logs = logs
+        method = self._calls.get("on_epoch_end")
+        if method is not None:
+            method(ctx.data.get(_EPOCH, 0), dict(logs))
+            self._check_stop(ctx.runner)
+
+    def _test_end(self, mode: str) -> AdviceFn:
+        method = self._calls["on_test_end"]
+
+        def call(ctx: CallContext) -> None:
+            metrics = _scalars(getattr(ctx.runner, "metrics", None) or {})
+            prefix = _metrics_prefix(ctx.runner, mode)
+            method({k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)})
+            self._check_stop(ctx.runner)
+
+        return call
+
+    def _train_end(self, ctx: CallContext) -> None:
+        self._calls["on_train_end"](dict(self._epoch_logs))
+
+    def _check_stop(self, runner: Any) -> None:
+        model = self._model
+        if model is not None and getattr(model, "stop_training", False) and runner is not None:
+            runner.stop(f"{self.name}: {type(self.target).__name__} set model.stop_training")
+
+
+def _params(runner: Any) -> dict[str, Any]:
+    steps = _steps(getattr(runner, "train_loader", None))
+    return {"epochs": getattr(runner, "max_epochs", None), "steps": steps, "verbose": 0}
+
+
+def _eval_params(runner: Any, loader: str) -> dict[str, Any]:
+    """A test pass's params, as Keras's ``evaluate()`` gives them: one epoch."""
+    return {"epochs": 1, "steps": _steps(getattr(runner, loader, None)), "verbose": 0}
+
+
+def _steps(loader: Any) -> int | None:
+    return len(loader) if isinstance(loader, Sized) else None
+
+
+def _scalars(values: Any) -> dict[str, float]:
+    """The entries of a mapping that are numbers or one-element tensors, as floats."""
+    if not isinstance(values, Mapping):
+        return {}
+    found: dict[str, float] = {}
+    for key, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found[str(key)] = float(value)
+        elif callable(getattr(value, "numel", None)) and value.numel() == 1:
+            found[str(key)] = float(value.item())
+    return found
+
+
+def from_keras_callback(callback: Any, **options: Any) -> KerasCallback:
+    """``KerasCallback(callback, **options)``: a Keras-style callback as an aspect."""
+    return KerasCallback(callback, **options)

@@ -1,0 +1,171 @@
+"""``MMHook``: an OpenMMLab-style hook object (mmengine ``Hook`` or alike) as an aspect.
+
+Its methods run at the runner join points of the same names, with the keyword arguments
+OpenMMLab passes, or with ``runner`` only for a hook written for mmcv 1.x. Nothing here
+imports torch or mmengine.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from .._advice import AdviceKind
+from .._context import CallContext
+from .._priority import Priority, PriorityLike, resolve_priority
+from ..errors import AspectDefinitionError
+from ._base import (
+    _INDEX,
+    AdviceFn,
+    Plan,
+    _check_call,
+    _HookAdapter,
+    _metrics_prefix,
+    _nothing_to_call,
+    _refuse,
+)
+from ._methods import _MM, MM_METHODS
+
+__all__ = ["MMHook", "from_mmengine_hook"]
+
+#: Keyword arguments (as OpenMMLab passes them) each argument style adds to ``runner``.
+_MM_KWARGS: dict[str, dict[str, Any]] = {
+    "runner": {},
+    "iter": {"batch_idx": 0, "data_batch": None},
+    "outputs": {"batch_idx": 0, "data_batch": None, "outputs": None},
+    "metrics": {"metrics": None},
+}
+
+
+class MMHook(_HookAdapter):
+    """An OpenMMLab-style hook object (mmengine ``Hook`` or alike) as an aspect.
+
+    ``before_run(runner)`` ... ``after_run(runner)`` run at the runner join points of the
+    same names (``*_val`` / ``*_val_epoch`` at ``val_epoch``, ``*_train`` at ``run``, as
+    OpenMMLab orders them), with OpenMMLab's keyword arguments: ``batch_idx`` (the batch's
+    index in its epoch), ``data_batch`` (the batch), ``outputs`` (what the step returned)
+    and ``metrics`` (``runner.metrics``). Hooks written for mmcv 1.x, whose methods take
+    only ``runner``, are called that way. The hook's ``priority`` (a name such as
+    ``'NORMAL'``, an int or an enum member) orders it among the other aspects unless
+    ``priority=`` is given; ``name`` defaults to the hook class's name in snake case.
+
+    ``before_train`` runs after a checkpoint's resume and after the ``before_run`` advice
+    of priority up to VERY_LOW (every shipped aspect's), and ``after_train`` before the
+    ``after_run`` advice of priority VERY_HIGH and lower, as OpenMMLab runs those stages
+    for all hooks in turn; so do ``before_val`` / ``before_test`` (before the other
+    advice of priority VERY_HIGH and lower at their join point, every hook's
+    ``before_*_epoch`` included) and ``after_val`` / ``after_test`` (after the advice of
+    priority up to VERY_LOW). Among hooks they keep the hooks' priority order in ten bands
+    (priority // 10; ties in the order given). ``metrics`` are those under the runner's
+    ``Evaluate`` prefix (``'val/'`` by default; ``'test/'`` in a test pass).
+
+    ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
+    and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
+    higher than OpenMMLab's (which increments after those hooks); validation runs inside
+    ``after_train_epoch`` (the ``Evaluate`` aspect, ahead of NORMAL priority) rather than
+    after it. Checkpoint hooks (``before_save_checkpoint`` ...) have no join point here.
+    """
+
+    _base_name = "Hook"
+
+    def __init__(
+        self,
+        hook: Any,
+        *,
+        priority: PriorityLike | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(hook, name=name, priority=_hook_priority(hook, priority), **options)
+        if not any(callable(getattr(hook, m, None)) for m in MM_METHODS):
+            raise AspectDefinitionError(
+                f"MMHook({hook!r}): the object has none of the OpenMMLab hook methods "
+                f"({', '.join(MM_METHODS[:4])} ...); give a hook object, or use "
+                "KerasCallback for a Keras-style callback"
+            )
+        self._calls = self._bind_methods()
+        if not self._calls:
+            raise _nothing_to_call(self, MM_METHODS)
+
+    def _bind_methods(self) -> list[tuple[str, AdviceKind, str, AdviceFn]]:
+        calls = []
+        for method_name, kind, point, style in _MM:
+            method = self._method(method_name)
+            if method is not None:
+                fn = _mm_call(self.target, method_name, method, style)
+                calls.append((method_name, kind, point, fn))
+        return calls
+
+    def _stage_priorities(self) -> dict[str, int]:
+        # OpenMMLab runs before_run for every hook, then loads or resumes the checkpoint,
+        # then before_train for every hook (and after_train for every hook before any
+        # after_run); its loops call before_val for every hook before any before_val_epoch
+        # (after_val after every after_val_epoch, the same for test). Here the stage that
+        # must come last takes a priority above VERY_LOW (where Checkpoint resumes), the
+        # one that must come first one below VERY_HIGH, each keeping the hooks' own order.
+        rank = min(resolve_priority(self.priority) // 10, 9)  # 0..9, in the hooks' order
+        first, last = int(Priority.HIGHEST) + rank, int(Priority.VERY_LOW) + 1 + rank
+        return {
+            "before_train": last,
+            "after_train": first,
+            **{f"before_{mode}": first for mode in ("val", "test")},
+            **{f"after_{mode}": last for mode in ("val", "test")},
+        }
+
+    def _plan(self) -> Plan:
+        plan: Plan = []
+        for mode in ("train", "val", "test"):
+            if any(label.endswith(f"_{mode}_iter") for label, *_ in self._calls):
+                plan.extend(self._counting(mode))
+        return plan + list(self._calls)
+
+
+def _hook_priority(hook: Any, given: PriorityLike | None) -> PriorityLike:
+    if given is not None:
+        return given
+    value = getattr(hook, "priority", Priority.NORMAL)
+    if isinstance(value, enum.Enum) and not isinstance(value, Priority):
+        value = value.value  # e.g. mmengine's own Priority enum
+    return value  # type: ignore[no-any-return]
+
+
+def _batch(ctx: CallContext) -> Any:
+    args = ctx.args
+    return args[0] if args else ctx.kwargs.get("batch")
+
+
+def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> AdviceFn:
+    """The advice that calls ``method`` as OpenMMLab would, or with ``runner`` only."""
+    kwargs = _MM_KWARGS[style]
+    if not _check_call(method, None, **kwargs):
+        if not kwargs or not _check_call(method, None):
+            expected = ", ".join(["runner", *(f"{k}=None" for k in kwargs)])
+            _refuse(hook, name, method, f"({expected})")
+        style = "runner"  # an mmcv 1.x hook: runner only
+
+    if style == "runner":
+        return lambda ctx: method(ctx.runner)
+    if style == "iter":
+        return lambda ctx: method(ctx.runner, batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx))
+    if style == "outputs":
+        return lambda ctx: method(
+            ctx.runner, batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx), outputs=ctx.result
+        )
+    # A fresh dict of this loop's metrics (as OpenMMLab passes its evaluator's results),
+    # not runner.metrics itself: a hook that keeps it keeps this epoch's values.
+    mode = "test" if "test" in name else "val"
+
+    def with_metrics(ctx: CallContext) -> Any:
+        metrics = getattr(ctx.runner, "metrics", None) or {}
+        prefix = _metrics_prefix(ctx.runner, mode)
+        return method(
+            ctx.runner, metrics={k: v for k, v in metrics.items() if k.startswith(prefix)}
+        )
+
+    return with_metrics
+
+
+def from_mmengine_hook(hook: Any, **options: Any) -> MMHook:
+    """``MMHook(hook, **options)``: an OpenMMLab-style hook object as an aspect."""
+    return MMHook(hook, **options)
