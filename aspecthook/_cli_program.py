@@ -151,7 +151,8 @@ def _report(exc: BaseException) -> None:
     """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's.
 
     Like python, first store it as ``sys.last_exc`` (3.12+) and ``sys.last_type`` /
-    ``last_value`` / ``last_traceback``, where ``process.exit`` and debuggers look for it.
+    ``last_value`` / ``last_traceback``, where debuggers look for it; ``process.exit``
+    gets it from the hook (aspecthook's, installed with its subscription).
     """
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):

@@ -20,11 +20,13 @@ sees what is emitted on it, so process events do not reach advice registered the
     child's own pid and fork time.
 ``process.exit``
     One ``atexit`` handler. Payload ``pid``, ``time``, ``uptime`` (seconds since the
-    ``process.start`` time), ``exc`` (the uncaught exception ending the program, from
-    ``sys.last_exc`` / ``sys.last_value``, else ``None``) and ``exit_code``. Python does not
-    tell atexit handlers the exit status, so ``exit_code`` is ``1`` after an uncaught
-    ``Exception``, the value given to ``note_exit_code()`` (``aspecthook run`` knows the
-    script's status and passes it), and otherwise ``None``: a normal end and
+    ``process.start`` time), ``exc`` (the uncaught exception ending the program: the last
+    one that reached ``sys.excepthook`` in the main thread, whose wrapper below is installed
+    with the subscription, or the one given to ``note_uncaught()``; else ``None``; what a
+    tool left in ``sys.last_value`` for a debugger is not taken for it) and ``exit_code``.
+    Python does not tell atexit handlers the exit status, so ``exit_code`` is ``1`` after
+    an uncaught ``Exception``, the value given to ``note_exit_code()`` (``aspecthook run``
+    knows the script's status and passes it), and otherwise ``None``: a normal end and
     ``SystemExit`` cannot be told apart. Not delivered on ``os._exit`` or a fatal signal.
     A subscriber that raises is reported by Python ("Exception ignored in atexit
     callback"); the exit status does not change.
@@ -34,7 +36,10 @@ sees what is emitted on it, so process events do not reach advice registered the
     ``source`` is ``'sys.excepthook'`` or ``'threading.excepthook'``. After the event the
     wrapper always calls the hook that was installed before it (kept as ``.previous``),
     so the traceback is still printed and the exit status is unchanged; a hook installed
-    later that does not chain to ours stops the event.
+    later that does not chain to ours stops the event. A thread ended by ``SystemExit``
+    ended normally (Python's own hook ignores it): no event. A subscriber that raises is
+    reported (``process.subscriber_failed``, through the log) instead of being taken for a
+    second uncaught exception.
 ``audit.<event>``
     One ``sys.addaudithook`` dispatcher (``audit.open``, ``audit.socket.connect``,
     ``audit.subprocess.Popen``...); payload ``args``, the audit event's argument tuple.
@@ -66,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._chain import order_stage
 from ._context import Event
-from ._log import get_logger
+from ._log import get_logger, log_safely
 from ._pointcut import Glob, Name, NormalizedName, Pointcut, _And, _Or
 from ._registry import LOCK, REGISTRY
 
@@ -84,6 +89,7 @@ __all__ = [
     "audit_interest",
     "ensure_sources",
     "note_exit_code",
+    "note_uncaught",
     "start_payload",
 ]
 
@@ -103,6 +109,7 @@ audit_hooks_added = 0
 
 _started_at = time.time()
 _exit_code: int | None = None
+_uncaught: BaseException | None = None  # what reached sys.excepthook in the main thread
 
 # The audit dispatcher's view of the subscriptions (see the module docstring). Replaced
 # whole, never mutated, so the hook reads a consistent value without a lock.
@@ -138,6 +145,8 @@ def ensure_sources(*advices: Advice) -> None:
         return
     if _any_match(subscribers, PROCESS_EXIT):
         _install_once(PROCESS_EXIT, _install_exit)
+        # process.exit's ``exc`` is what the main thread's sys.excepthook was given.
+        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
     if _any_match(subscribers, EXCEPTION_UNCAUGHT):
         _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
     if any(_wants_audit(a) for a in subscribers):
@@ -209,9 +218,10 @@ def _replay_start(advices: list[Advice]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _started_at, _exit_code
+    global _started_at, _exit_code, _uncaught
     _started_at = time.time()
     _exit_code = None
+    _uncaught = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -227,17 +237,24 @@ def note_exit_code(code: int | None) -> None:
     _exit_code = code
 
 
+def note_uncaught(exc: BaseException | None) -> None:
+    """Tell ``process.exit`` the exception ending the program, for code that catches and
+    reports it itself instead of letting it reach ``sys.excepthook`` (``aspecthook run``)."""
+    global _uncaught
+    _uncaught = exc
+
+
 def _install_exit() -> None:
     atexit.register(_at_exit)
 
 
 def _uncaught_at_exit() -> BaseException | None:
-    """The exception the interpreter reported as uncaught, unless this is an interactive
-    session (where ``sys.last_value`` is just the last error shown at the prompt)."""
-    if hasattr(sys, "ps1"):
-        return None
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    return exc if isinstance(exc, BaseException) else None
+    """The exception that ended the program, unless this is an interactive session (where
+    one that reached ``sys.excepthook`` was only shown at the prompt).
+
+    Not ``sys.last_value``: tools set it for post-mortem debugging (pytest, for a failed
+    or expected-to-fail test) in programs that then end normally."""
+    return None if hasattr(sys, "ps1") else _uncaught
 
 
 def _at_exit() -> None:
@@ -270,6 +287,16 @@ def _emit_uncaught(
     _uncaught_state.busy = True
     try:
         _emit(EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread)
+    except Exception as failure:
+        # Raised on, it would be printed as a second uncaught exception (and from a thread
+        # come back to the subscribers through sys.excepthook): report it once instead.
+        log_safely(
+            "error",
+            "process.subscriber_failed",
+            source_event=EXCEPTION_UNCAUGHT,
+            error=f"{type(failure).__name__}: {failure}",
+            exc_info=failure,
+        )
     finally:
         _uncaught_state.busy = False
 
@@ -283,6 +310,9 @@ class ChainedExcepthook:
     def __call__(
         self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> None:
+        global _uncaught
+        if threading.current_thread() is threading.main_thread():
+            _uncaught = exc  # what process.exit reports, should the program now end
         try:
             _emit_uncaught("sys.excepthook", exc_type, exc, tb, threading.current_thread())
         finally:
@@ -299,6 +329,9 @@ class ChainedThreadExcepthook:
         self.previous = previous
 
     def __call__(self, args: Any) -> None:
+        if args.exc_type is SystemExit:  # the thread ended normally (sys.exit)
+            self.previous(args)
+            return
         try:
             _emit_uncaught(
                 "threading.excepthook",

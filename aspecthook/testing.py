@@ -4,9 +4,12 @@
 registered for, for assertions::
 
     rec = Recorder()
-    with weave(parse, rec):
-        parse("1")
+    with weave("mymod.parse", rec):
+        mymod.parse("1")
     rec.assert_called_with("mymod.parse", "1")
+
+(Through the module: a name bound by ``from mymod import parse`` before the weave still
+points at the function without the proxy; see ``docs/known-issues.md``.)
 
 The pytest plugin (loaded through the ``pytest11`` entry point, so installing aspecthook
 is enough) provides fixtures that keep tests from leaking advice into each other:
@@ -28,6 +31,7 @@ import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any
 
 from ._aspect import Aspect
@@ -81,10 +85,14 @@ class Recorder(Aspect):
     ``weave(target, Recorder())`` records a callable. It is around advice with
     ``LOWEST`` priority by default, so it sits innermost and records what reaches the
     target itself: the arguments after other advice rewrote them, every attempt a
-    ``Retry`` makes, nothing for a call that before advice skipped. Give
-    ``priority=Priority.HIGHEST`` to record what callers see instead. An ``async def``
-    join point is recorded when its coroutine completes; a generator function's result
-    is the generator it returns.
+    ``Retry`` makes, nothing for a call that before advice skipped. ``priority=
+    Priority.HIGHEST`` puts it outside the other around advice instead (a call that
+    ``Retry`` repeats is then one call, with its final outcome); before and after advice
+    still run outside every around advice, so it still sees the arguments they rewrote
+    and the result before after advice changes it. An ``async def`` join point, or a
+    synchronous callable that returns a coroutine (an async function behind a plain
+    decorator), is recorded when its coroutine completes; a generator function's result
+    is the generator it returns. ``errors=`` is ``Aspect``'s.
     """
 
     priority: PriorityLike = Priority.LOWEST
@@ -95,6 +103,7 @@ class Recorder(Aspect):
         *,
         priority: PriorityLike | None = None,
         name: str | None = None,
+        errors: str | None = None,
         order_after: tuple[str, ...] | None = None,
         order_before: tuple[str, ...] | None = None,
     ) -> None:
@@ -102,6 +111,7 @@ class Recorder(Aspect):
             pointcut=pointcut,
             priority=priority,
             name=name,
+            errors=errors,
             order_after=order_after,
             order_before=order_before,
         )
@@ -122,11 +132,13 @@ class Recorder(Aspect):
         except BaseException as exc:
             self._finish(start, None, exc)
             raise
+        if type(result) is CoroutineType:  # an async function behind a plain decorator
+            return self._record_async(start, lambda: result)
         self._finish(start, result, None)
         return result
 
     async def _record_async(
-        self, start: dict[str, Any], proceed: Callable[..., Awaitable[Any]]
+        self, start: dict[str, Any], proceed: Callable[[], Awaitable[Any]]
     ) -> Any:
         try:
             result = await proceed()

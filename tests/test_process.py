@@ -167,6 +167,16 @@ def test_process_exit_reports_the_uncaught_exception(tmp_path: Path) -> None:
     assert "ValueError: bad input" in result.stderr
 
 
+def test_process_exit_ignores_what_a_tool_left_for_a_debugger(tmp_path: Path) -> None:
+    """sys.last_value set by a test runner or a debugger (the program then ends normally)
+    is not reported as the exception that ended the program."""
+    left = "import sys\nsys.last_type, sys.last_value = ValueError, ValueError()\n"
+    code = EXIT_SUBSCRIBER + left
+    result = run_script(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("exit None None ")
+
+
 def test_process_exit_uses_a_noted_exit_code(tmp_path: Path) -> None:
     """note_exit_code() (used by aspecthook run) sets the payload's exit_code."""
     code = EXIT_SUBSCRIBER + "from aspecthook import _process\n_process.note_exit_code(7)\n"
@@ -299,7 +309,9 @@ def test_excepthooks_are_wrapped_once(weaver: ah.Weaver, fresh_excepthooks: list
 def test_failing_subscriber_never_swallows_the_exception(
     weaver: ah.Weaver, fresh_excepthooks: list[Any]
 ) -> None:
-    """A subscriber that raises still lets the previous hook see the original exception."""
+    """A subscriber that raises still lets the previous hook see the original exception,
+    and its own error is reported once as a log event, not raised from the hook (where
+    it would be printed as a second uncaught exception)."""
 
     def broken(event: ah.Event) -> None:
         raise RuntimeError("subscriber failed")
@@ -307,12 +319,48 @@ def test_failing_subscriber_never_swallows_the_exception(
     weaver.on("exception.uncaught")(broken)
     original = ValueError("original")
     args = SimpleNamespace(exc_type=ValueError, exc_value=original, exc_traceback=None, thread=None)
-    with pytest.raises(RuntimeError, match="subscriber failed"):
+    with capture_logs() as logs:
         threading.excepthook(args)  # type: ignore[arg-type]
-    assert fresh_excepthooks == [args]
-    with pytest.raises(RuntimeError, match="subscriber failed"):
         sys.excepthook(ValueError, original, None)
-    assert fresh_excepthooks[1] == (ValueError, original, None)
+    assert fresh_excepthooks == [args, (ValueError, original, None)]
+    failed = [e for e in logs if e["event"] == "process.subscriber_failed"]
+    assert [e["error"] for e in failed] == ["RuntimeError: subscriber failed"] * 2
+
+
+def test_a_thread_ended_by_sys_exit_is_no_uncaught_exception(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """sys.exit() in a thread ends it normally (Python's hook ignores it): no event, and
+    the previous hook is still called."""
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    thread = threading.Thread(target=sys.exit, args=(0,))
+    thread.start()
+    thread.join()
+    assert got == []
+    assert [args.exc_type for args in fresh_excepthooks] == [SystemExit]
+
+
+def test_a_subscriber_failure_in_the_main_thread_prints_the_traceback_once(
+    tmp_path: Path,
+) -> None:
+    """The program's traceback is printed once, the subscriber's failure is reported, and
+    the status is still 1."""
+    code = """
+    import aspecthook as ah
+
+    @ah.on("exception.uncaught")
+    def broken(event):
+        raise RuntimeError("subscriber failed")
+
+    raise KeyError("boom")
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert output.count("KeyError: 'boom'") == 1
+    assert "process.subscriber_failed" in output
+    assert "Error in sys.excepthook" not in output
 
 
 # -- audit.<event> ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 import threading
@@ -102,6 +103,50 @@ def test_records_async_exceptions(weaver: ah.Weaver) -> None:
         asyncio.run(slow_echo("x", "not a number"))  # type: ignore[arg-type]
     [call] = rec.calls
     assert isinstance(call.exception, TypeError)
+
+
+def _wrapped_async(fn: Any) -> Any:
+    """A plain decorator (functools.wraps) around an async function: a sync callable."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+@_wrapped_async
+async def fetch(value: int) -> int:
+    await asyncio.sleep(0)
+    if value < 0:
+        raise ValueError("backend down")
+    return value * 2
+
+
+@pytest.mark.parametrize(("value", "ok"), [(2, True), (-1, False)])
+def test_records_a_coroutine_of_a_sync_callable_when_it_completes(
+    weaver: ah.Weaver, value: int, ok: bool
+) -> None:
+    """An async function behind a plain decorator is recorded with the coroutine's
+    outcome, not with the coroutine object as a successful result."""
+    rec = Recorder()
+    weaver.weave(fetch, rec)
+    if ok:
+        assert asyncio.run(fetch(value)) == 4
+    else:
+        with pytest.raises(ValueError, match="backend down"):
+            asyncio.run(fetch(value))
+    [call] = rec.calls
+    assert call.ok is ok
+    assert call.result == (4 if ok else None)
+    assert isinstance(call.exception, ValueError) is not ok
+
+
+def test_recorder_takes_the_errors_option_of_every_aspect() -> None:
+    """Recorder(errors=...) is accepted like any shipped aspect's, and checked."""
+    assert Recorder(errors="log").errors == "log"
+    with pytest.raises(ah.errors.InvalidOptionError, match="errors"):
+        Recorder(errors="ignore")
 
 
 def test_pointcut_in_the_constructor(weaver: ah.Weaver) -> None:
