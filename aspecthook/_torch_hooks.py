@@ -76,6 +76,7 @@ from ._pointcut import Name, NormalizedName
 from ._registry import LOCK, REGISTRY
 
 if TYPE_CHECKING:
+    from ._weave import WeaveRecord
     from ._weaver import Weaver
 
 __all__ = ["ModuleJoinPoint", "is_module", "weave_module"]
@@ -299,32 +300,13 @@ def weave_module(
     ``kinds`` holds ``weave()``'s ``before`` / ``after`` / ``on_error`` / ``around``
     arguments; the rest are ``weave()``'s own.
     """
-    from ._weave import (
-        WEAVES,
-        WeaveRecord,
-        _advice_for,
-        _attach,
-        _skip,
-        _tokens,
-        _undo,
-        _version_problem,
-    )
+    from ._weave import WEAVES, WeaveRecord, _attach, _skip, _tokens, _undo, _version_problem
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)
     forward_names = (token, name, f"{name}.forward") if name else (token,)
     backward_names = (f"{token}.backward", f"{name}.backward") if name else (f"{token}.backward",)
-    found = _advice_for(
-        Name(token),
-        aspects,
-        kinds["before"],
-        kinds["after"],
-        kinds["on_error"],
-        kinds["around"],
-        opts,
-    )
-    advices = [_retarget(a, token) for a in found]
-    _refuse_unsupported(advices, token, module, label)
+    advices = _module_advice(module, label, token, aspects, kinds, opts)
     record = WeaveRecord(label, "active", weaver=weaver, names=forward_names + backward_names)
     reason = _version_problem(requires) if requires is not None else None
     if reason is not None:
@@ -340,6 +322,40 @@ def weave_module(
     except BaseException:
         _undo(record, handle, weaver)
         raise
+    return _weave_handle(record, handle, advices, weaver, label)
+
+
+def _module_advice(
+    module: Any,
+    label: str,
+    token: str,
+    aspects: tuple[Any, ...],
+    kinds: dict[str, Any],
+    opts: dict[str, Any],
+) -> list[Advice]:
+    """The weave's advice, aspects' ``*_forward`` / ``*_backward`` aimed at this module;
+    raises ``UnsupportedAdviceError`` for around / on_error advice aimed at it."""
+    from ._weave import _advice_for
+
+    found = _advice_for(
+        Name(token),
+        aspects,
+        kinds["before"],
+        kinds["after"],
+        kinds["on_error"],
+        kinds["around"],
+        opts,
+    )
+    advices = [_retarget(a, token) for a in found]
+    _refuse_unsupported(advices, token, module, label)
+    return advices
+
+
+def _weave_handle(
+    record: WeaveRecord, handle: Handle | None, advices: list[Advice], weaver: Weaver, label: str
+) -> Handle:
+    """The weave's handle, owner of its advice; ``remove()`` undoes the weave."""
+    from ._weave import _undo
 
     def undo() -> None:
         weaver.forget(result)

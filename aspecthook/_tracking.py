@@ -109,60 +109,72 @@ def _set(enabled: bool, *, fresh: bool = True) -> None:
 def track(stats: CallStats, fn: Callable[..., Any], *, around: bool, is_async: bool) -> Any:
     """``fn`` (compiled advice) counted and timed into ``stats``. Around advice is timed
     without the time spent in the ``proceed`` it is given (the target and inner advice)."""
-    if around and is_async:
-
-        async def tracked_around_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
-            inner = 0
-
-            async def timed(*args: Any, **kwargs: Any) -> Any:
-                nonlocal inner
-                start = _clock()
-                try:
-                    return await proceed(*args, **kwargs)
-                finally:
-                    inner += _clock() - start
-
-            start = _clock()
-            try:
-                return await fn(ctx, timed)
-            finally:
-                stats.calls += 1
-                stats.ns += _clock() - start - inner
-
-        return tracked_around_async
     if around:
+        return _tracked_around_async(stats, fn) if is_async else _tracked_around(stats, fn)
+    return _tracked_async(stats, fn) if is_async else _tracked(stats, fn)
 
-        def tracked_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
-            inner = 0
 
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                nonlocal inner
-                start = _clock()
-                try:
-                    return proceed(*args, **kwargs)
-                finally:
-                    inner += _clock() - start
+# One maker per kind of advice: each returned wrapper runs on every call of its advice, so
+# it holds ``stats`` and ``fn`` as closure cells and decides nothing at call time.
 
+
+def _tracked_around_async(stats: CallStats, fn: Callable[..., Any]) -> Any:
+    async def tracked_around_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        inner = 0
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            nonlocal inner
             start = _clock()
             try:
-                return fn(ctx, timed)
+                return await proceed(*args, **kwargs)
             finally:
-                stats.calls += 1
-                stats.ns += _clock() - start - inner
+                inner += _clock() - start
 
-        return tracked_around
-    if is_async:
+        start = _clock()
+        try:
+            return await fn(ctx, timed)
+        finally:
+            stats.calls += 1
+            stats.ns += _clock() - start - inner
 
-        async def tracked_async(ctx: Any) -> Any:
+    return tracked_around_async
+
+
+def _tracked_around(stats: CallStats, fn: Callable[..., Any]) -> Any:
+    def tracked_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        inner = 0
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            nonlocal inner
             start = _clock()
             try:
-                return await fn(ctx)
+                return proceed(*args, **kwargs)
             finally:
-                stats.calls += 1
-                stats.ns += _clock() - start
+                inner += _clock() - start
 
-        return tracked_async
+        start = _clock()
+        try:
+            return fn(ctx, timed)
+        finally:
+            stats.calls += 1
+            stats.ns += _clock() - start - inner
 
+    return tracked_around
+
+
+def _tracked_async(stats: CallStats, fn: Callable[..., Any]) -> Any:
+    async def tracked_async(ctx: Any) -> Any:
+        start = _clock()
+        try:
+            return await fn(ctx)
+        finally:
+            stats.calls += 1
+            stats.ns += _clock() - start
+
+    return tracked_async
+
+
+def _tracked(stats: CallStats, fn: Callable[..., Any]) -> Any:
     def tracked(ctx: Any) -> Any:
         start = _clock()
         try:

@@ -23,34 +23,34 @@ Re-entrancy: while ``Logged`` emits its own event (summarising the arguments, re
 writing), a call to a ``Logged`` join point is passed straight through, un-logged. Without
 that, logging ``json.*`` with JSON log lines would log the renderer's own ``json`` calls,
 whose events are rendered with ``json`` again, without end.
+
+``configure_logging`` and ``LEVELS`` live in ``_logging_config``, ``summarize`` in
+``_summary``; this module re-exports them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import os
-import reprlib
-import sys
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
-from typing import Any, TextIO
+from typing import Any
 
 import structlog
 import structlog._config
-import structlog.tracebacks
 
 from .. import around
 from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect
 from .._context import CallContext, Proceed
-from .._handle import Handle
 from .._joinpoint import JoinPoint, new_context
 from ..errors import InvalidOptionError
+from ._logging_config import LEVELS, configure_logging
+from ._logging_config import _level as _level  # also aspecthook run's (_cli)
+from ._logging_config import logger_settings as logger_settings  # also aspecthook run's
+from ._summary import _Summary, summarize
 
 __all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
 
@@ -58,9 +58,6 @@ log = structlog.get_logger()
 
 CALL = "call"
 """The default event name of ``Logged``."""
-
-LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
-"""Level names ``Logged`` and ``configure_logging`` take, with structlog's numbers."""
 
 _REDACTED = "***"
 # What a call does: nothing (levels off), log failures only, log everything, or ask the
@@ -98,114 +95,7 @@ class _Emitting(threading.local):
 _EMITTING = _Emitting()
 
 
-# -- summaries ---------------------------------------------------------------------------
-
-
-_SCALARS = frozenset((bool, float, complex, type(None)))
-_BIG_INT = 10**18
-
-
-class _Summary(reprlib.Repr):
-    """``reprlib`` with our caps: long text and big containers become type and length,
-    array-likes (``shape`` and ``dtype``) type, shape and dtype, and a failing ``repr``
-    ``'<unrepresentable T>'``. Nothing is ever converted whole."""
-
-    _SIZED = (list, tuple, dict, set, frozenset, deque)
-
-    def __init__(self, max_length: int, max_items: int) -> None:
-        super().__init__()
-        self.maxlevel = 3
-        self.maxstring = self.maxother = self.maxlong = max_length
-        self.maxtuple = self.maxlist = self.maxset = self.maxfrozenset = max_items
-        self.maxdeque = self.maxdict = self.maxarray = max_items
-        self.limit = 4 * max_length
-
-    def repr1(self, x: Any, level: int) -> str:
-        kind = type(x)  # the common small values first, without reprlib's dispatch
-        if kind in _SCALARS or (kind is int and -_BIG_INT < x < _BIG_INT):
-            return repr(x)
-        if kind is str and len(x) <= self.maxstring:
-            return repr(x)
-        try:
-            array = _array_summary(x)
-            if array is not None:
-                return array
-            # reprlib sorts sets and dict keys before slicing: never on big ones.
-            if isinstance(x, self._SIZED) and len(x) > self.maxlist:
-                return f"<{type(x).__qualname__} len={len(x)}>"
-            return str(super().repr1(x, level))
-        except Exception:
-            return _unrepresentable(x)
-
-    def repr_str(self, x: str, level: int) -> str:
-        if len(x) <= self.maxstring:
-            return repr(x)
-        return f"<str len={len(x)} {super().repr_str(x, level)}>"
-
-    def repr_bytes(self, x: bytes | bytearray, level: int) -> str:
-        if len(x) <= self.maxstring:
-            return repr(x)
-        head = repr(bytes(x[: self.maxstring - 3]))[:-1]  # a slice: never the whole buffer
-        return f"<{type(x).__qualname__} len={len(x)} {head}...'>"
-
-    repr_bytearray = repr_bytes
-
-    def repr_memoryview(self, x: memoryview, level: int) -> str:
-        # Its bytes, however many dimensions and whatever item format: nbytes and a cast
-        # view slice only what is shown.
-        flat = x.cast("B") if x.c_contiguous else None
-        if flat is None:
-            return f"<memoryview nbytes={x.nbytes} format={x.format!r} shape={x.shape}>"
-        if x.nbytes <= self.maxstring:
-            return repr(flat.tobytes())
-        head = repr(flat[: self.maxstring - 3].tobytes())[:-1]
-        return f"<memoryview nbytes={x.nbytes} {head}...'>"
-
-    def repr_instance(self, x: Any, level: int) -> str:
-        try:
-            text = repr(x)
-        except Exception:
-            return _unrepresentable(x)
-        if len(text) > self.maxother:
-            return text[: self.maxother - 3] + "..."
-        return text
-
-    def summary(self, x: Any) -> str:
-        text = self.repr1(x, self.maxlevel)
-        return text if len(text) <= self.limit else text[: self.limit - 3] + "..."
-
-
-def _unrepresentable(x: Any) -> str:
-    return f"<unrepresentable {type(x).__qualname__}>"
-
-
-def _array_summary(x: Any) -> str | None:
-    """``'<Tensor shape=(2, 3) dtype=torch.float32>'`` for tensors and arrays, else None."""
-    if isinstance(x, type) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        return None
-    shape = x.shape
-    try:
-        shape = tuple(shape)
-    except TypeError:
-        pass
-    if shape == ():  # a scalar (numpy.float32(1.5)): its value says more
-        return None
-    return f"<{type(x).__qualname__} shape={shape} dtype={x.dtype}>"
-
-
-_DEFAULT_SUMMARY = _Summary(max_length=80, max_items=8)
-
-
-def summarize(value: Any, *, max_length: int = 80, max_items: int = 8) -> str:
-    """The capped text ``Logged`` shows for ``value``; never raises, never dumps big data.
-
-    Strings over ``max_length`` and containers over ``max_items`` items are summarised
-    with their type and length, objects with ``shape`` and ``dtype`` (tensors, arrays) by
-    type, shape and dtype, and a ``repr`` that raises as ``'<unrepresentable T>'``.
-    """
-    if max_length == 80 and max_items == 8:
-        return _DEFAULT_SUMMARY.summary(value)
-    return _Summary(max_length, max_items).summary(value)
+# -- arguments by name -------------------------------------------------------------------
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -273,7 +163,7 @@ def _named_arguments(ctx: CallContext) -> dict[str, Any]:
     return named
 
 
-# -- levels ------------------------------------------------------------------------------
+# -- levels and options ------------------------------------------------------------------
 
 
 def _has_fixed_level(bound: Any) -> bool:
@@ -287,18 +177,6 @@ def _has_fixed_level(bound: Any) -> bool:
         return type(bound) is structlog.make_filtering_bound_logger(level)
     except Exception:
         return False
-
-
-def _level(option: str, value: object) -> tuple[str, int]:
-    name = value.lower() if isinstance(value, str) else value
-    for level_name, number in LEVELS.items():
-        if name in (level_name, number):
-            return level_name, number
-    raise InvalidOptionError(
-        f"{option}={value!r} is not a log level: use one of {', '.join(map(repr, LEVELS))}",
-        option=option,
-        value=value,
-    )
 
 
 def _names(option: str, value: object) -> frozenset[str]:
@@ -431,6 +309,8 @@ class Logged(Aspect):
         config, emitting, clock = _CONFIG, _EMITTING, time.perf_counter
         errors_only, full, ask = _ERRORS_ONLY, _FULL, _ASK  # closure cells: no global lookups
 
+        # Long on purpose: ``logged`` runs on every call of the join point, so its steps
+        # stay inline (a helper per step would cost a call each, on every call).
         def logged(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             if checked and jp._chain is not chain:
                 return general(wrapped, instance, args, kwargs)  # type: ignore[misc]
@@ -590,142 +470,3 @@ class Logged(Aspect):
 
     def __repr__(self) -> str:
         return f"<Logged {self.name!r} level={self.level!r} error_level={self.error_level!r}>"
-
-
-# -- configuration -------------------------------------------------------------------------
-
-
-def configure_logging(
-    format: str = "console",
-    level: str | int = "info",
-    file: str | os.PathLike[str] | TextIO | None = None,
-) -> Handle:
-    """Configure structlog for humans (``'console'``) or machines (``'json'`` lines).
-
-    Both use structlog's conventions: ``merge_contextvars`` (so ``Logged``'s context
-    shows), ``add_log_level``, ``StackInfoRenderer``, a ``TimeStamper`` and
-    ``make_filtering_bound_logger(level)``. ``'console'`` is what structlog does when
-    unconfigured (local time, ``ConsoleRenderer``, colours on a terminal) plus the level;
-    ``'json'`` writes one JSON object per line with an ISO UTC timestamp and the traceback
-    as data (``dict_tracebacks``). Tracebacks leave out local variables, which would show
-    the raw arguments ``redact=`` hides (and uncapped ones). Output goes to ``file`` (a
-    path, opened for appending, or an open text stream) or to stderr.
-
-    Returns a handle whose ``remove()`` restores the previous configuration and closes a
-    file opened here. Handles may be removed in any order: the newest configuration still
-    in place stays in force (the one from before them all once every one is removed).
-    """
-    level_name, _ = _level("level", level)
-    if format not in ("console", "json"):
-        raise InvalidOptionError(
-            f"format={format!r} is not a log format: use 'console' for humans or 'json' for "
-            "JSON lines",
-            option="format",
-            value=format,
-        )
-    opened: TextIO | None = None
-    if file is None:
-        stream: TextIO = sys.stderr
-    elif isinstance(file, (str, os.PathLike)):
-        stream = opened = open(file, "a", encoding="utf-8")  # noqa: SIM115 - the handle closes it
-    else:
-        stream = file
-    config: dict[str, Any] = {
-        **logger_settings(format, level_name, stream),
-        "logger_factory": structlog.WriteLoggerFactory(file=stream),
-        "cache_logger_on_first_use": False,
-    }
-    mine = _Configured(config, structlog.is_configured(), structlog.get_config())
-    with _CONFIGURED_LOCK:
-        _CONFIGURED.append(mine)
-        structlog.configure(**config)
-
-    def undo() -> None:
-        # Each handle puts back what it replaced. Removed out of order, its place in the
-        # chain is taken by what it replaced: the handle made after it, if it replaced
-        # this one's configuration, restores that instead, so no configuration whose file
-        # is closed ever comes back (and one the program set in between does).
-        with _CONFIGURED_LOCK:
-            index = _CONFIGURED.index(mine)
-            if index == len(_CONFIGURED) - 1:
-                if mine.was_configured:
-                    structlog.configure(**mine.previous)
-                else:
-                    structlog.reset_defaults()
-            else:
-                # What the next handle replaced that was this one's goes back to what this
-                # one replaced (all of it, or the parts the program left in between).
-                after = _CONFIGURED[index + 1]
-                shared = [k for k in _SPLICED if after.previous.get(k) is config[k]]
-                if len(shared) == len(_SPLICED):
-                    after.was_configured, after.previous = mine.was_configured, mine.previous
-                elif shared:
-                    after.previous = {**after.previous, **{k: mine.previous[k] for k in shared}}
-            del _CONFIGURED[index]
-        if opened is not None:
-            opened.close()
-
-    return Handle(undo, f"configure_logging({format!r}, {level_name!r})")
-
-
-class _Configured:
-    """One configure_logging handle's configuration and the one it replaced."""
-
-    __slots__ = ("config", "previous", "was_configured")
-
-    def __init__(self, config: dict[str, Any], was_configured: bool, previous: dict[str, Any]):
-        self.config = config
-        self.was_configured = was_configured
-        self.previous = previous
-
-
-# The configure_logging handles not yet removed, oldest first.
-_CONFIGURED: list[_Configured] = []
-# The settings of a configure_logging configuration that are objects of its own.
-_SPLICED = ("processors", "wrapper_class", "logger_factory")
-_CONFIGURED_LOCK = threading.Lock()
-
-
-def logger_settings(format: str, level_name: str, stream: TextIO) -> dict[str, Any]:
-    """The processors and level filter of ``configure_logging``'s structlog set-up for
-    ``stream``; also for a logger of its own (``aspecthook run``'s ``Logged``)."""
-    return {
-        "processors": _processors(format, stream),
-        "wrapper_class": structlog.make_filtering_bound_logger(level_name),
-    }
-
-
-def _processors(format: str, stream: TextIO) -> list[Any]:
-    processors: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.StackInfoRenderer(),
-    ]
-    if format == "json":
-        no_locals = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
-        return [
-            *processors,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.ExceptionRenderer(no_locals),  # dict_tracebacks, no locals
-            structlog.processors.JSONRenderer(),
-        ]
-    return [
-        *processors,
-        structlog.dev.set_exc_info,
-        structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
-        _console_renderer(stream),
-    ]
-
-
-def _console_renderer(stream: TextIO) -> structlog.dev.ConsoleRenderer:
-    """structlog's ConsoleRenderer, coloured by its own rule but judged on our stream, and
-    with Rich tracebacks (when Rich is installed) that leave out local variables."""
-    isatty = getattr(stream, "isatty", None)
-    tty = bool(isatty and isatty())
-    colors = not os.environ.get("NO_COLOR") and bool(tty or os.environ.get("FORCE_COLOR"))
-    options: dict[str, Any] = {} if colors else {"colors": False}
-    if importlib.util.find_spec("rich") is not None:
-        options["exception_formatter"] = structlog.dev.RichTracebackFormatter(
-            show_locals=False, color_system="truecolor" if colors else None
-        )
-    return structlog.dev.ConsoleRenderer(**options)

@@ -5,20 +5,19 @@ quantiles are within 1% relative error and memory is one counter per occupied bu
 whatever the number of calls. With ``trace=True`` every call is also kept (up to
 ``max_events``) as a complete event for ``export_chrome_trace``, which Perfetto and
 chrome://tracing open.
+
+The sketch lives in ``_sketch`` (re-exported here), the trace file's format in ``_trace``.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import threading
 import time
 import weakref
-from bisect import bisect_right
-from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import CoroutineType, GeneratorType
@@ -32,11 +31,10 @@ from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
 from .._units import format_seconds
 from ..errors import InvalidOptionError
+from ._sketch import RELATIVE_ACCURACY, QuantileSketch, _Stats
+from ._trace import chrome_trace, write_atomically
 
 __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
-
-#: Relative error of every quantile ``QuantileSketch`` reports (DDSketch's alpha).
-RELATIVE_ACCURACY = 0.01
 
 # Module-level aliases: one global lookup on the hot path instead of a module attribute.
 # Integer nanoseconds. perf_counter() (float seconds) reads faster here, but a double of the
@@ -44,190 +42,11 @@ RELATIVE_ACCURACY = 0.01
 # 1,000: too coarse for calls of a few hundred ns. perf_counter_ns keeps 1 ns.
 _clock = time.perf_counter_ns
 _native_id = threading.get_native_id
-_log = math.log
-_ceil = math.ceil
 
 #: Calls buffered per join point before they are folded into its sketch: folding sorts
 #: the batch and then works per occupied bucket, so a larger batch costs less per call
 #: (durations of one join point fill few buckets); 1,024 durations are ~40 KB.
 _BATCH = 1024
-
-#: Time zero of every trace (``perf_counter_ns`` at import): shared by all ``Timed``
-#: instances, so their traces line up when merged into one file.
-_ORIGIN = _clock()
-
-
-class QuantileSketch:
-    """Streaming quantiles of non-negative values with 1% relative error, bounded memory.
-
-    DDSketch (Masson, Rim and Lee, VLDB 2019): a value ``x > 0`` counts in bucket
-    ``ceil(log(x) / log(gamma))`` with ``gamma = (1 + a) / (1 - a)`` and ``a = 0.01``.
-    Bucket ``i`` holds ``(gamma**(i-1), gamma**i]`` and answers with
-    ``2 * gamma**i / (gamma + 1)``, within ``a`` of every value in it, so a quantile is
-    within 1% of the exact one (the value of rank ``floor(q * (n - 1))``); ``q`` 0 and 1
-    give the exact min and max. Memory is one dict entry per occupied bucket: values
-    spanning a ratio ``r`` need about ``log(r) / 0.02`` buckets (1 ns .. 1 hour: ~1,450).
-    ``max_buckets`` caps any input by merging the lowest buckets, which only blurs the
-    lowest quantiles.
-
-    Bucket membership is decided by comparison with ``gamma**i`` itself (``_key``), so
-    ``add`` and ``add_many`` agree exactly even for values on a bucket boundary.
-    """
-
-    __slots__ = ("_buckets", "_zeros", "count", "max", "max_buckets", "min", "total")
-
-    _gamma = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-    _inv_log_gamma = 1 / math.log(_gamma)
-
-    def __init__(self, max_buckets: int = 2048) -> None:
-        if not isinstance(max_buckets, int) or isinstance(max_buckets, bool) or max_buckets < 1:
-            raise ValueError(f"max_buckets={max_buckets!r}: give an int >= 1")
-        self._buckets: Counter[int] = Counter()
-        self._zeros = 0
-        self.max_buckets = max_buckets
-        self.count = 0
-        self.total: float = 0
-        self.min = math.inf
-        self.max = -math.inf
-
-    def add(self, value: float) -> None:
-        """Count one value (a duration in any unit); negative values are refused."""
-        if value > 0:
-            key = self._key(value)
-            buckets = self._buckets
-            buckets[key] = buckets.get(key, 0) + 1
-            if len(buckets) > self.max_buckets:
-                self._collapse_lowest()
-        elif value == 0:
-            self._zeros += 1
-        else:
-            raise ValueError(f"QuantileSketch.add({value!r}): values must be >= 0")
-        self.count += 1
-        self.total += value
-        if value < self.min:
-            self.min = value
-        if value > self.max:
-            self.max = value
-
-    def add_many(self, values: Sequence[float]) -> None:
-        """Count a batch of values, as ``add`` does each, with less work per value.
-
-        The batch is sorted (in C) and then counted a bucket at a time: one key for the
-        bucket's first value and one ``bisect`` for where the bucket ends. The durations
-        of one join point fill few buckets, so a batch costs a handful of logarithms
-        instead of one per value (a logarithm costs more than the rest of a timed call's
-        bookkeeping on the machines we measured; counting equal values first with a
-        ``Counter`` measured slower than the sort).
-        """
-        if not values:
-            return
-        ordered = sorted(values)
-        low = ordered[0]
-        if not low >= 0:
-            raise ValueError(f"QuantileSketch.add({low!r}): values must be >= 0")
-        buckets = self._buckets
-        gamma, inv_log_gamma = self._gamma, self._inv_log_gamma
-        n = len(ordered)
-        i = bisect_right(ordered, 0) if not low else 0
-        self._zeros += i
-        while i < n:
-            value = ordered[i]
-            # _key inlined, keeping gamma**key for the bisect (this loop is Timed's fold).
-            key = _ceil(_log(value) * inv_log_gamma)
-            try:
-                bound = gamma**key
-                if value > bound:
-                    key += 1
-                    bound = gamma**key
-                elif value <= gamma ** (key - 1):
-                    key -= 1
-                    bound = gamma**key
-            except OverflowError:  # beyond float range: one value at a time, as add does
-                end = i + 1
-            else:
-                end = bisect_right(ordered, bound, i + 1)
-            buckets[key] = buckets.get(key, 0) + end - i
-            i = end
-        while len(buckets) > self.max_buckets:
-            self._collapse_lowest()
-        self.count += n
-        self.total += sum(ordered)
-        self.min = min(self.min, low)
-        self.max = max(self.max, ordered[-1])
-
-    @classmethod
-    def _key(cls, value: float) -> int:
-        """The bucket of ``value > 0``: the ``i`` with ``gamma**(i-1) < value <= gamma**i``.
-
-        ``ceil(log(value) / log(gamma))`` is that ``i`` up to rounding; the two comparisons
-        settle values on a boundary, so ``add_many`` can find a bucket's end by bisecting
-        on ``gamma**i`` and agree with ``add`` exactly.
-        """
-        key = _ceil(_log(value) * cls._inv_log_gamma)
-        try:
-            if value > cls._gamma**key:
-                key += 1
-            elif value <= cls._gamma ** (key - 1):
-                key -= 1
-        except OverflowError:  # beyond float range at the top: the top key stands
-            pass
-        return key
-
-    def _collapse_lowest(self) -> None:
-        buckets = self._buckets
-        lowest = buckets.pop(min(buckets))
-        buckets[min(buckets)] += lowest
-
-    @property
-    def bucket_count(self) -> int:
-        """How many buckets are in use: the sketch's memory, in counters."""
-        return len(self._buckets) + (1 if self._zeros else 0)
-
-    def quantile(self, q: float) -> float:
-        """The ``q``-quantile (``0 <= q <= 1``) within 1%; ``nan`` when empty."""
-        return self.quantiles((q,))[0]
-
-    def quantiles(self, qs: Iterable[float]) -> list[float]:
-        """Several quantiles in one pass over the buckets."""
-        wanted = sorted((float(q), i) for i, q in enumerate(qs))
-        if any(not 0 <= q <= 1 for q, _ in wanted):
-            raise ValueError(f"quantiles must be within 0..1, got {[q for q, _ in wanted]}")
-        result = [math.nan] * len(wanted)
-        if not self.count:
-            return result
-        items = iter(sorted(self._buckets.items()))
-        seen, value = self._zeros, 0.0
-        for q, i in wanted:
-            rank = q * (self.count - 1)
-            if rank <= 0 or rank >= self.count - 1:
-                result[i] = self.min if rank <= 0 else self.max
-                continue
-            while seen <= rank:
-                key, n = next(items, (None, 0))
-                if key is None:
-                    value = self.max
-                    break
-                seen += n
-                value = self._bucket_value(key)
-            result[i] = min(max(value, self.min), self.max)
-        return result
-
-    def _bucket_value(self, key: int) -> float:
-        """The value bucket ``key`` answers with (past float range: clamped by the caller)."""
-        try:
-            return 2 * self._gamma**key / (self._gamma + 1)
-        except OverflowError:
-            return math.inf
-
-
-class _Stats(QuantileSketch):
-    """A join point's sketch of durations (ns) plus how many of those calls raised."""
-
-    __slots__ = ("errors",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.errors = 0
 
 
 @dataclass(frozen=True)
@@ -527,21 +346,8 @@ class Timed(Aspect):
         with self._lock:
             events = sorted(self._events, key=lambda e: (e[1], -e[2]))
             dropped = self.dropped_events
-        pid = os.getpid()
-        trace: list[dict[str, Any]] = []
-        for call, (name, start, duration, tid, failed, concurrent) in enumerate(events):
-            ts, dur = (start - _ORIGIN) / 1000, duration / 1000
-            if concurrent:  # ids unique across Timed instances too, so traces merge
-                trace += _async_events(name, ts, dur, pid, tid, failed, f"{id(self):x}.{call}")
-            else:
-                trace.append(_trace_event(name, ts, dur, pid, tid, failed))
-        document = {
-            "traceEvents": trace,
-            "displayTimeUnit": "ms",
-            "otherData": {"producer": "aspecthook.Timed", "dropped_events": dropped},
-        }
         target = Path(path)
-        _write_atomically(target, json.dumps(document))
+        write_atomically(target, json.dumps(chrome_trace(events, dropped, id(self))))
         return target
 
 
@@ -559,56 +365,6 @@ def _row(name: str, stats: _Stats) -> TimingRow:
         p99_s=p99 / 1e9,
         max_s=stats.max / 1e9,
     )
-
-
-def _trace_event(
-    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool
-) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "name": name,
-        "cat": "aspecthook",
-        "ph": "X",
-        "ts": ts,
-        "dur": dur,
-        "pid": pid,
-        "tid": tid,
-    }
-    if failed:
-        event["args"] = {"error": True}
-    return event
-
-
-def _async_events(
-    name: str, ts: float, dur: float, pid: int, tid: int, failed: bool, call: str
-) -> list[dict[str, Any]]:
-    """A coroutine's call as the begin and end of an async event, ``id`` its own."""
-    begin: dict[str, Any] = {"name": name, "cat": "aspecthook", "ph": "b", "id": call}
-    begin |= {"ts": ts, "pid": pid, "tid": tid}
-    if failed:
-        begin["args"] = {"error": True}
-    end: dict[str, Any] = {"name": name, "cat": "aspecthook", "ph": "e", "id": call}
-    end |= {"ts": ts + dur, "pid": pid, "tid": tid}
-    return [begin, end]
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    """Write ``text`` to a temp file next to ``target``, then ``os.replace`` it in.
-
-    A reader never sees a half-written trace, and a crash leaves the old file intact.
-    """
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _timed(
@@ -643,6 +399,8 @@ def _timed_generator(
     ``gen`` is exhausted, raises or is closed (also by garbage collection); with tracing,
     each resume is one event.
     """
+    # Long on purpose: one generator function is the only way to stand in for
+    # ``yield from``, and each resume runs through this loop, so nothing is a helper.
     started[0] = True
     name = jp.name
     failed = False

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook.aspects import Logged, configure_logging
-from aspecthook.aspects._logged import summarize
+from aspecthook.aspects._summary import summarize
 from aspecthook.errors import InvalidOptionError
 
 MODULE = __name__

@@ -25,7 +25,8 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook.aspects import Timed
-from aspecthook.aspects._timed import QuantileSketch, Summary, TimingRow
+from aspecthook.aspects._sketch import QuantileSketch
+from aspecthook.aspects._timed import Summary, TimingRow
 from aspecthook.errors import AspectDefinitionError, InvalidOptionError
 
 
