@@ -1,42 +1,49 @@
 """Advice: one hook function of one kind, its options, and how it is compiled for dispatch.
 
 An ``Advice`` is also its own handle: ``.remove()`` unregisters it, and it is a context
-manager. Options are checked here, at registration, so mistakes surface where they are
-made; ``compile`` turns the function plus its filters into one plain callable so that the
-dispatch loop only ever calls ``fn(ctx)``.
+manager. Options are checked at registration (``_advice_checks``), so mistakes surface
+where they are made; ``compile`` turns the function plus its filters into one plain
+callable (``_advice_wrappers``) so that the dispatch loop only ever calls ``fn(ctx)``.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
-import os
-import sys
-import types
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _tracking
+from ._advice_checks import (
+    _check_callable,
+    _check_errors,
+    _check_every,
+    _check_rank,
+    _check_window,
+    _names,
+    check_signature,
+)
+from ._advice_wrappers import (
+    _Counters,
+    _filter,
+    _guard,
+    _guard_around,
+    current_rank,
+    log_own_failure,
+)
 from ._pointcut import Pointcut
 from ._priority import resolve_priority
-from .errors import AdviceSignatureError, InvalidOptionError
+from .errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from ._handle import Handle
 
-__all__ = ["KINDS", "Advice", "AdviceKind", "current_rank"]
+# ``current_rank`` and ``log_own_failure`` live with the compiled wrappers that use them;
+# the aspects import them from here.
+__all__ = ["KINDS", "Advice", "AdviceKind", "current_rank", "log_own_failure"]
 
 AdviceKind = Literal["before", "after", "on_error", "around", "on"]
 KINDS: tuple[AdviceKind, ...] = ("before", "after", "on_error", "around", "on")
-_EXPECTED = {
-    "before": "(ctx)",
-    "after": "(ctx)",
-    "on_error": "(ctx)",
-    "around": "(ctx, proceed)",
-    "on": "(event)",
-}
-_ERRORS = ("raise", "log")
 
 
 #: Set on an advice function that applies its own ``errors=`` policy to its own work (and
@@ -51,7 +58,7 @@ def handles_own_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: Set on around advice whose aspect can also run it as a *dispatch layer*: the value is
-#: the name of the aspect's method ``(jp, inner, guard) -> layer`` (see ``_joinpoint``).
+#: the name of the aspect's method ``(jp, inner, guard) -> layer`` (see ``_specialised``).
 LAYER = "__aspecthook_layer__"
 
 
@@ -60,7 +67,7 @@ def runs_as_layer(factory: str) -> Callable[[Callable[..., Any]], Callable[..., 
 
     A layer is the same advice written as a plain wrapper ``(wrapped, instance, args,
     kwargs) -> result``: when a join point's chain is nothing but such advice, dispatch
-    runs the layers without building a ``CallContext`` (see ``_joinpoint._layered``). The
+    runs the layers without building a ``CallContext`` (see ``_specialised._layered``). The
     advice must also handle its own errors (``handles_own_errors``): no guard can be
     put around a layer.
     """
@@ -72,15 +79,14 @@ def runs_as_layer(factory: str) -> Callable[[Callable[..., Any]], Callable[..., 
     return mark
 
 
-def current_rank() -> int:
-    """This process's distributed rank: torch.distributed's when initialised, else ``$RANK``.
-
-    torch is only consulted when the program already imported ``torch.distributed``.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    return int(os.environ.get("RANK", "0"))
+def _check_kind(kind: AdviceKind) -> AdviceKind:
+    if kind not in KINDS:
+        raise InvalidOptionError(
+            f"unknown advice kind {kind!r}: use one of {', '.join(KINDS)}",
+            option="kind",
+            value=kind,
+        )
+    return kind
 
 
 class Advice:
@@ -109,13 +115,7 @@ class Advice:
         aspect: object | None = None,
         aspect_name: str | None = None,
     ) -> None:
-        if kind not in KINDS:
-            raise InvalidOptionError(
-                f"unknown advice kind {kind!r}: use one of {', '.join(KINDS)}",
-                option="kind",
-                value=kind,
-            )
-        self.kind: AdviceKind = kind
+        self.kind: AdviceKind = _check_kind(kind)
         self.fn = fn
         self.pointcut = pointcut
         self.priority = resolve_priority(priority)
@@ -131,6 +131,11 @@ class Advice:
         self.aspect = aspect
         self.aspect_name: str | None = aspect_name
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._init_state()
+        check_signature(fn, kind, self.describe_target())
+
+    def _init_state(self) -> None:
+        """What the advice keeps as it is registered, compiled and run: empty at first."""
         self.seq = -1
         self.failures = 0
         self._handle: Handle | None = None
@@ -148,7 +153,6 @@ class Advice:
         self._stats: weakref.WeakKeyDictionary[Any, _tracking.CallStats] = (
             weakref.WeakKeyDictionary()
         )
-        check_signature(fn, kind, self.describe_target())
 
     # -- being its own handle ---------------------------------------------------------
 
@@ -297,340 +301,9 @@ class Advice:
         return fn
 
 
-# -- option checks ---------------------------------------------------------------------
-
-
-def _check_every(every: object) -> int | None:
-    if every is None:
-        return None
-    if isinstance(every, int) and not isinstance(every, bool) and every >= 1:
-        return every
-    raise InvalidOptionError(
-        f"every={every!r} is not a positive int: give every=n to run on every n-th call",
-        option="every",
-        value=every,
-    )
-
-
-def _check_window(window: object, every: int | None) -> int:
-    if window is None:
-        return 1
-    if every is None:
-        raise InvalidOptionError(
-            f"window={window!r} needs every=n: it runs the advice on the `window` calls "
-            "that end at every n-th call",
-            option="window",
-            value=window,
-        )
-    if isinstance(window, int) and not isinstance(window, bool) and 1 <= window <= every:
-        return window
-    raise InvalidOptionError(
-        f"window={window!r} is not an int from 1 to every={every}: give the number of calls, "
-        "ending at each n-th call, on which the advice runs",
-        option="window",
-        value=window,
-    )
-
-
-def _check_rank(rank: object) -> int | None:
-    if rank is None:
-        return None
-    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
-        return rank
-    raise InvalidOptionError(
-        f"rank={rank!r} is not a process rank: give an int >= 0 (rank=0 for the main process)",
-        option="rank",
-        value=rank,
-    )
-
-
-def _check_errors(errors: object) -> str:
-    if errors in _ERRORS:
-        return str(errors)
-    raise InvalidOptionError(
-        f"errors={errors!r} is not a policy: use errors='raise' to propagate failures of the "
-        "advice, or errors='log' to log them and let the call continue",
-        option="errors",
-        value=errors,
-    )
-
-
-def _check_callable(option: str, value: object) -> Any:
-    if value is None or callable(value):
-        return value
-    raise InvalidOptionError(
-        f"{option}={value!r} is not callable: give a function taking ctx and returning a bool",
-        option=option,
-        value=value,
-    )
-
-
-def _names(option: str, names: object) -> tuple[str, ...]:
-    if isinstance(names, str):
-        return (names,)
-    result: tuple[object, ...] | None = None
-    if isinstance(names, (tuple, list, set, frozenset)):
-        result = tuple(names)
-    if result is None or not all(isinstance(n, str) for n in result):
-        raise InvalidOptionError(
-            f"{option}={names!r} must be a name or a tuple of aspect/advice names",
-            option=option,
-            value=names,
-        )
-    return tuple(str(n) for n in result)
-
-
-def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> None:
-    """Refuse, at registration, a function that cannot be called as its kind calls it."""
-    if not callable(fn):
-        raise AdviceSignatureError(
-            f"{kind} advice for {target} must be callable, got {fn!r}",
-            advice=repr(fn),
-            signature="",
-            expected=_EXPECTED[kind],
-        )
-    arity = 2 if kind == "around" else 1
-    if _takes_positional(fn, arity):
-        return
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins have no signature; let them through
-        return
-    try:
-        signature.bind(*range(arity))
-    except TypeError:
-        name = getattr(fn, "__qualname__", repr(fn))
-        expected = _EXPECTED[kind]
-        raise AdviceSignatureError(
-            f"{kind} advice {name}{signature} for {target} cannot be called as "
-            f"{name}{expected}: define it as def {getattr(fn, '__name__', 'fn')}{expected}",
-            advice=name,
-            signature=str(signature),
-            expected=expected,
-        ) from None
-
-
-def _takes_positional(fn: Any, arity: int) -> bool:
-    """Whether a plain function or method surely accepts ``arity`` positional arguments.
-
-    Read from the code object, because ``inspect.signature`` costs ~0.1 ms and a runner
-    checks some forty advice methods when it is built. False means "not sure": the caller
-    then asks ``inspect`` (which also words the error).
-    """
-    func = getattr(fn, "__func__", fn)
-    code = getattr(func, "__code__", None)
-    if type(func) is not types.FunctionType or code is None:
-        return False
-    if inspect.ismethod(fn):
-        arity += 1  # self (or cls) comes first
-    if func.__kwdefaults__ is None and code.co_kwonlyargcount:
-        return False  # a keyword-only argument without a default
-    if func.__kwdefaults__ is not None and len(func.__kwdefaults__) < code.co_kwonlyargcount:
-        return False
-    required = code.co_argcount - len(func.__defaults__ or ())
-    fits = arity <= code.co_argcount or bool(code.co_flags & inspect.CO_VARARGS)
-    return required <= arity and fits
-
-
 def location_of(fn: object) -> str:
     fn = inspect.unwrap(getattr(fn, "__func__", fn))  # type: ignore[arg-type]
     code = getattr(fn, "__code__", None)
     if code is None:
         return "?"
     return f"{code.co_filename}:{code.co_firstlineno}"
-
-
-# -- compiled wrappers: filters and the errors='log' policy ------------------------------
-
-
-class _Counters:
-    """The state of one advice's filters at one join point (kept across recompiles)."""
-
-    __slots__ = ("calls", "fired")
-
-    def __init__(self) -> None:
-        self.calls = itertools.count()  # next() on itertools.count is atomic under the GIL
-        self.fired = itertools.count()  # once=: the calls that passed every other filter
-
-
-def _filter(
-    advice: Advice, fn: Callable[..., Any], counters: _Counters, *, numbered: bool
-) -> Callable[..., Any]:
-    """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
-    reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
-    every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
-    lead = advice.window - 1  # the window's calls end at each every-th one
-    counter, fired = counters.calls, counters.fired
-    around = advice.kind == "around"
-    logs = advice.errors == "log"
-
-    def holds(ctx: Any) -> bool:
-        # ``when`` is part of the advice: with errors='log' its failure is logged and the
-        # advice does not run, as a failure of the advice itself would not break the call.
-        assert when is not None
-        if not logs:
-            return bool(when(ctx))
-        try:
-            return bool(when(ctx))
-        except Exception:
-            _log_failure(advice, ctx)
-            return False
-
-    def passes(ctx: Any) -> bool:
-        if rank is not None and current_rank() != rank:
-            return False
-        if when is not None and not holds(ctx):
-            return False
-        n = next(counter)
-        if every and ((ctx._number if numbered else n + 1) + lead) % every > lead:
-            return False
-        return not once or not next(fired)
-
-    if around:
-
-        def filtered_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
-            return fn(ctx, proceed) if passes(ctx) else proceed()
-
-        return filtered_around
-
-    def filtered(ctx: Any) -> Any:
-        return fn(ctx) if passes(ctx) else None
-
-    return filtered
-
-
-def _reraise(exc: BaseException) -> NoReturn:
-    """Raise ``exc`` again with the ``__context__`` it had."""
-    context = exc.__context__
-    try:
-        raise exc
-    finally:
-        exc.__context__ = context
-
-
-def _log_failure(advice: Advice, point: object) -> None:
-    advice.failures += 1
-    from ._log import log_safely
-
-    name = getattr(getattr(point, "joinpoint", point), "name", point)
-    log_safely(
-        "error",
-        "advice.failed",
-        advice=advice.name,
-        aspect=advice.aspect_name,
-        kind=advice.kind,
-        joinpoint=name,
-        failures=advice.failures,
-        exc_info=True,
-    )
-
-
-def log_own_failure(aspect: Any, point: Any) -> None:
-    """Report a failure of ``aspect``'s own work (called in an ``except`` block) as the
-    ``errors='log'`` guard does: counted on its advice at ``point``'s join point and logged.
-
-    For aspects that apply ``errors=`` themselves (``handles_own_errors``); ``point`` is a
-    ``CallContext`` or a ``JoinPoint``.
-    """
-    jp = getattr(point, "joinpoint", point)
-    for advice in jp.advice:
-        if advice.aspect is aspect:
-            _log_failure(advice, point)
-            return
-    from ._log import log_safely
-
-    log_safely(
-        "error",
-        "advice.failed",
-        aspect=getattr(aspect, "name", None),
-        joinpoint=jp.name,
-        exc_info=True,
-    )
-
-
-def _guard(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
-    if advice.is_async:
-
-        async def guarded_async(ctx: Any) -> Any:
-            try:
-                return await fn(ctx)
-            except Exception:
-                _log_failure(advice, ctx)
-                return None
-
-        return guarded_async
-
-    def guarded(ctx: Any) -> Any:
-        try:
-            return fn(ctx)
-        except Exception:
-            _log_failure(advice, ctx)
-            return None
-
-    return guarded
-
-
-def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """errors='log' for around advice: the target still runs exactly once.
-
-    If the advice fails before calling ``proceed`` we proceed for it; if it fails after,
-    the result ``proceed`` produced stands; an exception of the target itself propagates.
-    """
-
-    def guarded(ctx: Any, proceed: Callable[..., Any]) -> Any:
-        outcome: list[Any] = []
-
-        def tracked(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = proceed(*args, **kwargs)
-            except BaseException as exc:
-                outcome.append((False, exc))
-                raise
-            outcome.append((True, result))
-            return result
-
-        try:
-            return fn(ctx, tracked)
-        except Exception as exc:
-            if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
-                raise
-            _log_failure(advice, ctx)
-            if not outcome:
-                return proceed()
-            ok, value = outcome[-1]
-            if ok:
-                return value
-        # The target's exception, raised outside the handler: its own __cause__ stays as
-        # the target left it, and so does its __context__ (restored: a raise inside a
-        # caller's except block would set it to the caller's exception).
-        _reraise(value)
-
-    if advice.is_async:
-
-        async def guarded_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
-            outcome: list[Any] = []
-
-            async def tracked(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    result = await proceed(*args, **kwargs)
-                except BaseException as exc:
-                    outcome.append((False, exc))
-                    raise
-                outcome.append((True, result))
-                return result
-
-            try:
-                return await fn(ctx, tracked)
-            except Exception as exc:
-                if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
-                    raise
-                _log_failure(advice, ctx)
-                if not outcome:
-                    return await proceed()
-                ok, value = outcome[-1]
-                if ok:
-                    return value
-            _reraise(value)  # outside the handler, as above
-
-        return guarded_async
-    return guarded

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._advice import Advice, AdviceKind, _check_errors
+from ._advice import Advice, AdviceKind
+from ._advice_checks import _check_errors
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError

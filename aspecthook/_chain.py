@@ -61,19 +61,7 @@ def order_stage(advices: Sequence[Advice]) -> list[Advice]:
     ordered = sorted(advices, key=_key)
     if not any(a.order_after or a.order_before for a in ordered):
         return ordered
-    successors: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
-    waits_for: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
-    moves_before: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
-    indegree = [0] * len(ordered)
-    for i, a in enumerate(ordered):
-        for j, b in enumerate(ordered):
-            if i != j and (b.labels & set(a.order_after) or a.labels & set(b.order_before)):
-                successors[j].append(i)  # b before a
-                indegree[i] += 1
-                if b.labels & set(a.order_after):
-                    waits_for[i].append(j)
-                if a.labels & set(b.order_before):
-                    moves_before[j].append(i)
+    successors, waits_for, moves_before, indegree = _constraints(ordered)
     keys = _sort_keys(ordered, waits_for, moves_before)
     ready = [(keys[i], i) for i in range(len(ordered)) if indegree[i] == 0]
     heapq.heapify(ready)
@@ -87,14 +75,44 @@ def order_stage(advices: Sequence[Advice]) -> list[Advice]:
                 heapq.heappush(ready, (keys[k], k))
     if len(result) < len(ordered):
         cycle = _find_cycle(successors, [i for i in range(len(ordered)) if indegree[i] > 0])
-        names = tuple(_label(ordered[i]) for i in cycle)
-        raise OrderingCycleError(
-            "order_after/order_before constraints form a cycle: "
-            + " -> ".join(names)
-            + "; remove one of these constraints or use priorities instead",
-            cycle=names,
-        )
+        raise _cycle_error([ordered[i] for i in cycle])
     return result
+
+
+def _constraints(
+    ordered: list[Advice],
+) -> tuple[dict[int, list[int]], dict[int, list[int]], dict[int, list[int]], list[int]]:
+    """The order constraints among ``ordered`` as edges between positions.
+
+    ``successors[j]`` runs after ``j``; ``waits_for[i]`` are the targets of ``i``'s
+    ``order_after``; ``moves_before[j]`` the advice whose ``order_before`` names ``j``;
+    ``indegree[i]`` counts the advice ``i`` must follow.
+    """
+    successors: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    waits_for: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    moves_before: dict[int, list[int]] = {i: [] for i in range(len(ordered))}
+    indegree = [0] * len(ordered)
+    for i, a in enumerate(ordered):
+        for j, b in enumerate(ordered):
+            if i != j and (b.labels & set(a.order_after) or a.labels & set(b.order_before)):
+                successors[j].append(i)  # b before a
+                indegree[i] += 1
+                if b.labels & set(a.order_after):
+                    waits_for[i].append(j)
+                if a.labels & set(b.order_before):
+                    moves_before[j].append(i)
+    return successors, waits_for, moves_before, indegree
+
+
+def _cycle_error(cycle: list[Advice]) -> OrderingCycleError:
+    """The error for constraints that form ``cycle`` (its first advice repeated last)."""
+    names = tuple(_label(advice) for advice in cycle)
+    return OrderingCycleError(
+        "order_after/order_before constraints form a cycle: "
+        + " -> ".join(names)
+        + "; remove one of these constraints or use priorities instead",
+        cycle=names,
+    )
 
 
 def _sort_keys(

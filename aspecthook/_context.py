@@ -23,7 +23,7 @@ class CallContext:
     """What advice sees of one call of a join point.
 
     Built once per call, so it is kept cheap. The dispatcher fills the seven slots every
-    call needs without running ``__init__`` (see ``new_context`` in ``_joinpoint``);
+    call needs without running ``__init__`` (see ``_FastContext`` in ``_dispatch``);
     ``exception``, ``data`` and the recovered flag are slots left unset until used, read
     through properties with a default. Positional arguments stay the caller's tuple until
     advice reads ``args`` (then they become a list that advice may edit in place).

@@ -69,8 +69,9 @@ from typing import TYPE_CHECKING, Any
 from ._advice import Advice
 from ._chain import Chain
 from ._context import CallContext
+from ._dispatch import _FastContext
 from ._handle import Handle
-from ._joinpoint import JoinPoint, _FastContext
+from ._joinpoint import JoinPoint
 from ._log import get_logger
 from ._pointcut import Name, NormalizedName
 from ._registry import LOCK, REGISTRY
@@ -164,7 +165,7 @@ def _runnable(jp: ModuleJoinPoint, chain: Chain) -> Chain:
 
 
 def _context(jp: JoinPoint, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    ctx = _FastContext()  # see _joinpoint: C-level construction, then the seven slots
+    ctx = _FastContext()  # see _dispatch: C-level construction, then the seven slots
     ctx.joinpoint = jp
     ctx.target = module
     ctx.instance = module

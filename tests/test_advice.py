@@ -990,7 +990,7 @@ def test_the_quick_signature_check_never_accepts_what_inspect_refuses(
 ) -> None:
     """The code-object check used at registration agrees with ``inspect`` whenever it says
     yes (when unsure it defers to ``inspect``), for functions and bound methods."""
-    from aspecthook._advice import _takes_positional
+    from aspecthook._advice_checks import _takes_positional
 
     defaults = min(defaults, positional)
     kwonly_defaults = min(kwonly_defaults, kwonly)

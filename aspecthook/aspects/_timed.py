@@ -182,7 +182,7 @@ class Timed(Aspect):
         """``time_call`` as a dispatch layer: the same timing with no ``CallContext``.
 
         Used when every advice at ``jp`` is a layer (``runs_as_layer``); ``inner`` and
-        ``guard`` are explained in ``aspecthook._joinpoint._layered``.
+        ``guard`` are explained in ``aspecthook._specialised._layered``.
         """
         checked = guard is not None
         chain, general = guard if guard is not None else (None, None)

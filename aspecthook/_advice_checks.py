@@ -1,0 +1,169 @@
+"""The checks an advice's options and function pass when the advice is made.
+
+Separate from ``_advice`` because none of this runs per call: each check runs once, at
+registration, so that a mistake surfaces where it is made, with a message that names the
+option (or prints the function's signature) and says what to give instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import AdviceSignatureError, InvalidOptionError
+
+if TYPE_CHECKING:
+    from ._advice import AdviceKind
+
+__all__ = [
+    "_check_callable",
+    "_check_errors",
+    "_check_every",
+    "_check_rank",
+    "_check_window",
+    "_names",
+    "check_signature",
+]
+
+_EXPECTED = {
+    "before": "(ctx)",
+    "after": "(ctx)",
+    "on_error": "(ctx)",
+    "around": "(ctx, proceed)",
+    "on": "(event)",
+}
+_ERRORS = ("raise", "log")
+
+
+def _check_every(every: object) -> int | None:
+    if every is None:
+        return None
+    if isinstance(every, int) and not isinstance(every, bool) and every >= 1:
+        return every
+    raise InvalidOptionError(
+        f"every={every!r} is not a positive int: give every=n to run on every n-th call",
+        option="every",
+        value=every,
+    )
+
+
+def _check_window(window: object, every: int | None) -> int:
+    if window is None:
+        return 1
+    if every is None:
+        raise InvalidOptionError(
+            f"window={window!r} needs every=n: it runs the advice on the `window` calls "
+            "that end at every n-th call",
+            option="window",
+            value=window,
+        )
+    if isinstance(window, int) and not isinstance(window, bool) and 1 <= window <= every:
+        return window
+    raise InvalidOptionError(
+        f"window={window!r} is not an int from 1 to every={every}: give the number of calls, "
+        "ending at each n-th call, on which the advice runs",
+        option="window",
+        value=window,
+    )
+
+
+def _check_rank(rank: object) -> int | None:
+    if rank is None:
+        return None
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+        return rank
+    raise InvalidOptionError(
+        f"rank={rank!r} is not a process rank: give an int >= 0 (rank=0 for the main process)",
+        option="rank",
+        value=rank,
+    )
+
+
+def _check_errors(errors: object) -> str:
+    if errors in _ERRORS:
+        return str(errors)
+    raise InvalidOptionError(
+        f"errors={errors!r} is not a policy: use errors='raise' to propagate failures of the "
+        "advice, or errors='log' to log them and let the call continue",
+        option="errors",
+        value=errors,
+    )
+
+
+def _check_callable(option: str, value: object) -> Any:
+    if value is None or callable(value):
+        return value
+    raise InvalidOptionError(
+        f"{option}={value!r} is not callable: give a function taking ctx and returning a bool",
+        option=option,
+        value=value,
+    )
+
+
+def _names(option: str, names: object) -> tuple[str, ...]:
+    if isinstance(names, str):
+        return (names,)
+    result: tuple[object, ...] | None = None
+    if isinstance(names, (tuple, list, set, frozenset)):
+        result = tuple(names)
+    if result is None or not all(isinstance(n, str) for n in result):
+        raise InvalidOptionError(
+            f"{option}={names!r} must be a name or a tuple of aspect/advice names",
+            option=option,
+            value=names,
+        )
+    return tuple(str(n) for n in result)
+
+
+def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> None:
+    """Refuse, at registration, a function that cannot be called as its kind calls it."""
+    if not callable(fn):
+        raise AdviceSignatureError(
+            f"{kind} advice for {target} must be callable, got {fn!r}",
+            advice=repr(fn),
+            signature="",
+            expected=_EXPECTED[kind],
+        )
+    arity = 2 if kind == "around" else 1
+    if _takes_positional(fn, arity):
+        return
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no signature; let them through
+        return
+    try:
+        signature.bind(*range(arity))
+    except TypeError:
+        name = getattr(fn, "__qualname__", repr(fn))
+        expected = _EXPECTED[kind]
+        raise AdviceSignatureError(
+            f"{kind} advice {name}{signature} for {target} cannot be called as "
+            f"{name}{expected}: define it as def {getattr(fn, '__name__', 'fn')}{expected}",
+            advice=name,
+            signature=str(signature),
+            expected=expected,
+        ) from None
+
+
+def _takes_positional(fn: Any, arity: int) -> bool:
+    """Whether a plain function or method surely accepts ``arity`` positional arguments.
+
+    Read from the code object, because ``inspect.signature`` costs ~0.1 ms and a runner
+    checks some forty advice methods when it is built. False means "not sure": the caller
+    then asks ``inspect`` (which also words the error).
+    """
+    func = getattr(fn, "__func__", fn)
+    code = getattr(func, "__code__", None)
+    if type(func) is not types.FunctionType or code is None:
+        return False
+    if inspect.ismethod(fn):
+        arity += 1  # self (or cls) comes first
+    if func.__kwdefaults__ is None and code.co_kwonlyargcount:
+        return False  # a keyword-only argument without a default
+    if func.__kwdefaults__ is not None and len(func.__kwdefaults__) < code.co_kwonlyargcount:
+        return False
+    required = code.co_argcount - len(func.__defaults__ or ())
+    fits = arity <= code.co_argcount or bool(code.co_flags & inspect.CO_VARARGS)
+    return required <= arity and fits

@@ -1,0 +1,241 @@
+"""The wrappers ``Advice.compiled`` puts around an advice function: its filters
+(``every=``, ``window=``, ``once=``, ``when=``, ``rank=``) and the ``errors='log'`` policy.
+
+The closures built here run on every call of a woven function; they are kept apart from
+``_advice``, whose code runs when advice is registered. Their bodies are as short as the
+filters allow: the values they test are read into closure variables when they are built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ._advice import Advice
+
+__all__ = ["_Counters", "_filter", "_guard", "_guard_around", "current_rank", "log_own_failure"]
+
+
+def current_rank() -> int:
+    """This process's distributed rank: torch.distributed's when initialised, else ``$RANK``.
+
+    torch is only consulted when the program already imported ``torch.distributed``.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return int(os.environ.get("RANK", "0"))
+
+
+class _Counters:
+    """The state of one advice's filters at one join point (kept across recompiles)."""
+
+    __slots__ = ("calls", "fired")
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()  # next() on itertools.count is atomic under the GIL
+        self.fired = itertools.count()  # once=: the calls that passed every other filter
+
+
+def _filter(
+    advice: Advice, fn: Callable[..., Any], counters: _Counters, *, numbered: bool
+) -> Callable[..., Any]:
+    """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
+    reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
+    passes = _passes(advice, counters, numbered=numbered)
+
+    if advice.kind == "around":
+
+        def filtered_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            return fn(ctx, proceed) if passes(ctx) else proceed()
+
+        return filtered_around
+
+    def filtered(ctx: Any) -> Any:
+        return fn(ctx) if passes(ctx) else None
+
+    return filtered
+
+
+def _passes(advice: Advice, counters: _Counters, *, numbered: bool) -> Callable[[Any], bool]:
+    """The test of ``_filter``: whether a call passes every filter of ``advice``; each call
+    that passes ``rank=`` and ``when=`` is counted in ``counters``."""
+    every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
+    lead = advice.window - 1  # the window's calls end at each every-th one
+    counter, fired = counters.calls, counters.fired
+    logs = advice.errors == "log"
+
+    def holds(ctx: Any) -> bool:
+        # ``when`` is part of the advice: with errors='log' its failure is logged and the
+        # advice does not run, as a failure of the advice itself would not break the call.
+        assert when is not None
+        if not logs:
+            return bool(when(ctx))
+        try:
+            return bool(when(ctx))
+        except Exception:
+            _log_failure(advice, ctx)
+            return False
+
+    def passes(ctx: Any) -> bool:
+        if rank is not None and current_rank() != rank:
+            return False
+        if when is not None and not holds(ctx):
+            return False
+        n = next(counter)
+        if every and ((ctx._number if numbered else n + 1) + lead) % every > lead:
+            return False
+        return not once or not next(fired)
+
+    return passes
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` again with the ``__context__`` it had."""
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
+
+
+def _log_failure(advice: Advice, point: object) -> None:
+    advice.failures += 1
+    from ._log import log_safely
+
+    name = getattr(getattr(point, "joinpoint", point), "name", point)
+    log_safely(
+        "error",
+        "advice.failed",
+        advice=advice.name,
+        aspect=advice.aspect_name,
+        kind=advice.kind,
+        joinpoint=name,
+        failures=advice.failures,
+        exc_info=True,
+    )
+
+
+def log_own_failure(aspect: Any, point: Any) -> None:
+    """Report a failure of ``aspect``'s own work (called in an ``except`` block) as the
+    ``errors='log'`` guard does: counted on its advice at ``point``'s join point and logged.
+
+    For aspects that apply ``errors=`` themselves (``handles_own_errors``); ``point`` is a
+    ``CallContext`` or a ``JoinPoint``.
+    """
+    jp = getattr(point, "joinpoint", point)
+    for advice in jp.advice:
+        if advice.aspect is aspect:
+            _log_failure(advice, point)
+            return
+    from ._log import log_safely
+
+    log_safely(
+        "error",
+        "advice.failed",
+        aspect=getattr(aspect, "name", None),
+        joinpoint=jp.name,
+        exc_info=True,
+    )
+
+
+def _guard(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if advice.is_async:
+
+        async def guarded_async(ctx: Any) -> Any:
+            try:
+                return await fn(ctx)
+            except Exception:
+                _log_failure(advice, ctx)
+                return None
+
+        return guarded_async
+
+    def guarded(ctx: Any) -> Any:
+        try:
+            return fn(ctx)
+        except Exception:
+            _log_failure(advice, ctx)
+            return None
+
+    return guarded
+
+
+def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """errors='log' for around advice: the target still runs exactly once.
+
+    If the advice fails before calling ``proceed`` we proceed for it; if it fails after,
+    the result ``proceed`` produced stands; an exception of the target itself propagates.
+    """
+    if advice.is_async:
+        return _guard_around_async(advice, fn)
+    return _guard_around_sync(advice, fn)
+
+
+def _guard_around_sync(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``_guard_around`` for a plain function."""
+
+    def guarded(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        outcome: list[Any] = []
+
+        def tracked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = proceed(*args, **kwargs)
+            except BaseException as exc:
+                outcome.append((False, exc))
+                raise
+            outcome.append((True, result))
+            return result
+
+        try:
+            return fn(ctx, tracked)
+        except Exception as exc:
+            if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
+                raise
+            _log_failure(advice, ctx)
+            if not outcome:
+                return proceed()
+            ok, value = outcome[-1]
+            if ok:
+                return value
+        # The target's exception, raised outside the handler: its own __cause__ stays as
+        # the target left it, and so does its __context__ (restored: a raise inside a
+        # caller's except block would set it to the caller's exception).
+        _reraise(value)
+
+    return guarded
+
+
+def _guard_around_async(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``_guard_around`` for a coroutine function."""
+
+    async def guarded_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        outcome: list[Any] = []
+
+        async def tracked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await proceed(*args, **kwargs)
+            except BaseException as exc:
+                outcome.append((False, exc))
+                raise
+            outcome.append((True, result))
+            return result
+
+        try:
+            return await fn(ctx, tracked)
+        except Exception as exc:
+            if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
+                raise
+            _log_failure(advice, ctx)
+            if not outcome:
+                return await proceed()
+            ok, value = outcome[-1]
+            if ok:
+                return value
+        _reraise(value)  # outside the handler, as in _guard_around_sync
+
+    return guarded_async

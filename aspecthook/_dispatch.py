@@ -1,0 +1,214 @@
+"""The general dispatchers: what runs a join point's chain around one call, whatever its shape.
+
+``JoinPoint.general`` is one of these (``_make_dispatch``, or ``_make_async_dispatch`` for an
+``async def`` target); the dispatchers generated per chain shape (``_specialised``) fall
+back to it, and share its context classes and the ``_UNBOUND`` sentinel. Kept apart from
+the join point itself because this is the code that runs per call.
+
+Construction notes (measured in bench/calls.py):
+
+* ``_UNBOUND`` is the instance the proxy gives wrapt for a plain function, so that wrapt's
+  C ``__call__`` skips its per-call ``__self__`` probe (see ``_proxy``); every dispatcher
+  maps it back to ``None``.
+* The dispatcher reads the join point's ``Chain`` once per call. Registrations replace
+  the chain object whole, so concurrent weaving never exposes a half-built chain.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._context import CallContext, RunnerOnRead
+
+if TYPE_CHECKING:
+    from ._joinpoint import JoinPoint
+
+__all__ = [
+    "_UNBOUND",
+    "_FastContext",
+    "_FastRunnerContext",
+    "_make_async_dispatch",
+    "_make_dispatch",
+    "new_context",
+]
+
+
+class _Unbound:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unbound>"
+
+
+_UNBOUND = _Unbound()
+
+
+class _FastContext(RunnerOnRead):
+    """``CallContext`` built without a Python ``__init__``.
+
+    With ``object.__init__`` as its initialiser, calling the class runs only C code; the
+    dispatcher then fills the seven slots a call needs. Measured: faster than both
+    ``CallContext(...)`` and ``object.__new__(CallContext)``. ``runner`` is worked out
+    on first read (``RunnerOnRead``).
+    """
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
+class _FastRunnerContext(CallContext):
+    """``_FastContext`` for a runner's own join points, whose dispatchers fill ``runner``:
+    no ``__getattr__``, so the interpreter specialises every read of it (see
+    ``RunnerOnRead``), in the dispatcher and in the advice alike."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
+def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
+    """The wrapt wrapper function of ``jp``: runs the chain around one call.
+
+    This is the hot loop; it is written out flat on purpose, and so longer than our usual
+    function (no helper calls on the common path, one chain read, locals for everything
+    used twice).
+    """
+
+    context = _FastContext
+    unbound = _UNBOUND
+    counter = jp.counter
+
+    def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        chain = jp._chain  # one read: a concurrent rebuild swaps the whole object
+        # CallContext.__init__ inlined: a Python-level __init__ call is the largest single
+        # cost of building the context, and these seven stores are all a call needs.
+        ctx = context()
+        ctx.joinpoint = jp
+        ctx.target = wrapped
+        ctx.instance = None if instance is unbound else instance
+        ctx._args = args
+        ctx.kwargs = kwargs
+        ctx.result = None
+        ctx._skipped = False
+        if counter is not None:
+            ctx._number = getattr(instance, counter) + 1
+        for fn in chain.before:
+            fn(ctx)
+        if not ctx._skipped:
+            try:
+                if chain.around:
+                    ctx._arounds = chain.around
+                    ctx._level = 0
+                    ctx.result = ctx.proceed()
+                elif ctx.kwargs:
+                    ctx.result = wrapped(*ctx._args, **ctx.kwargs)
+                else:
+                    ctx.result = wrapped(*ctx._args)
+            except Exception as exc:
+                if not chain.on_error or not _handle_error(chain.on_error, ctx, exc):
+                    raise  # the original exception, unchanged
+        for fn in chain.after:
+            fn(ctx)
+        return ctx.result
+
+    return dispatch
+
+
+def new_context(
+    jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> CallContext:
+    """A ``CallContext`` for a call a layer is handling (when it needs one)."""
+    return RunnerOnRead(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
+
+
+def _handle_error(
+    handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
+) -> bool:
+    """Run error advice; True when one recovered. A raising handler replaces ``exc``."""
+    ctx.exception = exc
+    for fn in handlers:
+        try:
+            fn(ctx)
+        except Exception as new:
+            if new is not exc and new.__cause__ is None:
+                new.__cause__ = exc
+            raise
+        if ctx.recovered:
+            return True
+    return False
+
+
+def _make_async_dispatch(jp: JoinPoint) -> Callable[..., Any]:
+    """Dispatch for ``async def`` targets: returns a coroutine that awaits async advice."""
+
+    def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return _dispatch_async(
+            jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs
+        )
+
+    return dispatch
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def _dispatch_async(
+    jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    chain = jp._chain
+    ctx = RunnerOnRead(jp, wrapped, instance, args, kwargs)
+    for fn in chain.before:
+        await _maybe_await(fn(ctx))
+    if not ctx._skipped:
+        try:
+            if chain.around:
+                ctx.result = await _run_around_async(chain.around, 0, ctx, wrapped)
+            else:
+                ctx.result = await wrapped(*ctx._args, **ctx.kwargs)
+        except Exception as exc:
+            if not chain.on_error or not await _handle_error_async(chain.on_error, ctx, exc):
+                raise
+    for fn in chain.after:
+        await _maybe_await(fn(ctx))
+    return ctx.result
+
+
+async def _run_around_async(
+    arounds: tuple[Callable[..., Any], ...], index: int, ctx: CallContext, wrapped: Any
+) -> Any:
+    nxt = index + 1
+
+    async def proceed(*args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # for this nested call only, as CallContext.proceed
+            saved = ctx._args, ctx.kwargs
+            ctx._args = list(args)
+            ctx.kwargs = kwargs
+            try:
+                return await proceed()
+            finally:
+                ctx._args, ctx.kwargs = saved
+        if nxt < len(arounds):
+            return await _run_around_async(arounds, nxt, ctx, wrapped)
+        return await wrapped(*ctx._args, **ctx.kwargs)
+
+    return await _maybe_await(arounds[index](ctx, proceed))
+
+
+async def _handle_error_async(
+    handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
+) -> bool:
+    ctx.exception = exc
+    for fn in handlers:
+        try:
+            await _maybe_await(fn(ctx))
+        except Exception as new:
+            if new is not exc and new.__cause__ is None:
+                new.__cause__ = exc
+            raise
+        if ctx.recovered:
+            return True
+    return False
