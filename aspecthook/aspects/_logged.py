@@ -300,7 +300,7 @@ class Logged(Aspect):
         """``log_call`` as a dispatch layer: a ``CallContext`` is built only to log.
 
         Used when every advice at ``jp`` is a layer (``runs_as_layer``); ``inner`` and
-        ``guard`` are explained in ``aspecthook._joinpoint._layered``. With the level
+        ``guard`` are explained in ``aspecthook._specialised._layered``. With the level
         disabled a call costs the cached level check and, when failures are logged, one
         clock reading.
         """
