@@ -299,11 +299,11 @@ def weave_module(
     ``kinds`` holds ``weave()``'s ``before`` / ``after`` / ``on_error`` / ``around``
     arguments; the rest are ``weave()``'s own.
     """
+    from ._install import _attach
     from ._weave import (
         WEAVES,
         WeaveRecord,
         _advice_for,
-        _attach,
         _skip,
         _tokens,
         _undo,
