@@ -301,7 +301,8 @@ def weave_module(
     ``kinds`` holds ``weave()``'s ``before`` / ``after`` / ``on_error`` / ``around``
     arguments; the rest are ``weave()``'s own.
     """
-    from ._weave import WEAVES, WeaveRecord, _attach, _skip, _tokens, _undo, _version_problem
+    from ._install import _attach
+    from ._weave import WEAVES, WeaveRecord, _skip, _tokens, _undo, _version_problem
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)

@@ -17,7 +17,7 @@ from ._aspect import MARK, Aspect
 from ._context import Event
 from ._handle import Handle
 from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
-from ._pointcut import PointcutLike, as_pointcut
+from ._pointcut import Pointcut, PointcutLike, as_pointcut
 from ._process import ensure_sources
 from ._registry import LOCK, REGISTRY
 from .errors import AspectDefinitionError, InvalidOptionError
@@ -103,34 +103,14 @@ class Weaver:
     def _decorator(
         self, kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]
     ) -> Callable[[F], Any]:
-        unknown = set(opts) - OPTIONS
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown option(s) {sorted(unknown)} for @{kind}: valid options are "
-                f"{sorted(OPTIONS)}",
-                option=sorted(unknown)[0],
-                value=opts[sorted(unknown)[0]],
-            )
-        if _looks_like_advice(pointcut):
-            name = getattr(pointcut, "__name__", "?")
-            raise AspectDefinitionError(
-                f"@{kind} got the function {name!r} as its pointcut, so it would never be "
-                f"called: write @{kind}('train_iter') (the pointcut in parentheses); a "
-                "predicate pointcut takes the join point, e.g. lambda jp: ..., or wrap a "
-                f"function in aspecthook.Predicate({name})"
-            )
+        _check_decorator(kind, pointcut, opts)
         pc = as_pointcut(pointcut) if pointcut is not None else None
 
         def decorate(fn: F) -> Any:
             func = fn.fn if isinstance(fn, Advice) else fn
             if _in_class_body(func) and not isinstance(fn, Advice):
                 # In an Aspect body: only mark; advice is made when an instance registers.
-                Advice(kind, lambda *a: None, pc, **opts)  # validate options now
-                # Above @staticmethod / @classmethod: mark the function, where the aspect
-                # looks for marks (and the other order of the decorators puts them).
-                marks = getattr(func, "__func__", func).__dict__.setdefault(MARK, [])
-                marks.insert(0, (kind, pc, dict(opts)))
-                return fn
+                return _mark(fn, func, kind, pc, opts)
             if pc is None:
                 raise AspectDefinitionError(
                     f"@{kind}() without a pointcut is only for methods of an Aspect subclass: "
@@ -361,6 +341,35 @@ def _log_pointcut_failure(advice: Advice, event: str, exc: Exception) -> None:
         "on the payload with when=",
         exc_info=exc,
     )
+
+
+def _check_decorator(kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]) -> None:
+    """Refuse a decorator's unknown options, and an advice function given as its pointcut."""
+    unknown = set(opts) - OPTIONS
+    if unknown:
+        raise InvalidOptionError(
+            f"unknown option(s) {sorted(unknown)} for @{kind}: valid options are {sorted(OPTIONS)}",
+            option=sorted(unknown)[0],
+            value=opts[sorted(unknown)[0]],
+        )
+    if _looks_like_advice(pointcut):
+        name = getattr(pointcut, "__name__", "?")
+        raise AspectDefinitionError(
+            f"@{kind} got the function {name!r} as its pointcut, so it would never be "
+            f"called: write @{kind}('train_iter') (the pointcut in parentheses); a "
+            "predicate pointcut takes the join point, e.g. lambda jp: ..., or wrap a "
+            f"function in aspecthook.Predicate({name})"
+        )
+
+
+def _mark(fn: F, func: Any, kind: AdviceKind, pc: Pointcut | None, opts: dict[str, Any]) -> F:
+    """Mark a method of an Aspect body as ``kind`` advice for ``pc``; returns ``fn``."""
+    Advice(kind, lambda *a: None, pc, **opts)  # validate options now
+    # Above @staticmethod / @classmethod: mark the function, where the aspect
+    # looks for marks (and the other order of the decorators puts them).
+    marks = getattr(func, "__func__", func).__dict__.setdefault(MARK, [])
+    marks.insert(0, (kind, pc, dict(opts)))
+    return fn
 
 
 def _items(value: Any) -> list[Aspect | Advice]:

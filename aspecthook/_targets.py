@@ -1,0 +1,325 @@
+"""Resolving what ``weave()`` was given to the places its callables live.
+
+A target (a function, method, class, module, instance, join point proxy, or a dotted
+path with globs after the module) becomes a list of sites: ``(holder, attribute)`` pairs
+where a proxy is installed, or join points woven already. Path helpers also say whether a
+path's module is imported, importable, or a package whose matching submodules are not
+imported yet (``_weave`` and ``_pending`` defer those). Kept apart from installing proxies:
+nothing here changes the objects it looks at.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import pkgutil
+import sys
+import types
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from ._joinpoint import JoinPointProxy, find_proxy
+from .errors import WeaveTargetError
+
+if TYPE_CHECKING:
+    from ._joinpoint import JoinPoint
+
+__all__: list[str] = []  # helpers of weave() only: nothing here is API
+
+_GLOB = frozenset("*?[")
+
+
+def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
+    if type(target) is JoinPointProxy:
+        return [target._self_joinpoint]
+    if isinstance(target, types.ModuleType):
+        return [
+            (target, n)
+            for n, v in vars(target).items()
+            if not n.startswith("_")
+            and (inspect.isfunction(v) or find_proxy(v) is not None)
+            and getattr(v, "__module__", None) == target.__name__
+        ]
+    if inspect.isclass(target):
+        return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
+    if inspect.ismethod(target):
+        owner = target.__self__
+        return [(owner, target.__func__.__name__)]
+    if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
+        return [_locate(getattr(target, "__func__", target))]
+    if hasattr(target, "__dict__") and _is_instance(target):
+        cls = type(target)
+        return [
+            (target, n)
+            for n in dir(cls)
+            if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n))
+        ]
+    if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
+        kind = type(target).__qualname__
+        raise WeaveTargetError(
+            f"cannot weave this {kind} instance: it has no __dict__ (its class uses "
+            f"__slots__) to hold per-instance proxies; weave the class {kind} instead",
+            target=repr(target),
+        )
+    raise WeaveTargetError(
+        f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
+        "module, instance or a dotted path such as 'pkg.module.Class.method'",
+        target=repr(target),
+    )
+
+
+def _is_instance(target: Any) -> bool:
+    """An instance of a user's class, callable ones included (their class defines
+    ``__call__`` in Python); other callables (partials, builtins) are not instances here."""
+    if not callable(target):
+        return True
+    return inspect.isfunction(inspect.getattr_static(type(target), "__call__", None))
+
+
+def _is_method(name: str, value: Any) -> bool:
+    if name.startswith("__") and name != "__call__":
+        return False
+    return (
+        inspect.isfunction(value)
+        or isinstance(value, (classmethod, staticmethod))
+        or type(value) is JoinPointProxy
+    )
+
+
+def _locate(func: Any) -> tuple[Any, str]:
+    """Where a function lives, from its ``__module__`` and ``__qualname__``."""
+    qualname = getattr(func, "__qualname__", "")
+    module = sys.modules.get(getattr(func, "__module__", "") or "")
+    if module is not None and "<locals>" not in qualname:
+        try:
+            parent, attr, found = wrapt.resolve_path(module, qualname)
+        except (AttributeError, wrapt.PathResolutionError):
+            found = None
+        original = wrapt.unwrapped(func)  # the function under functools.wraps or a proxy
+        if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is original:
+            return parent, attr
+        if found is not None and find_proxy(found) is not None:
+            return parent, attr
+    raise WeaveTargetError(
+        f"cannot find where {qualname or func!r} is defined, so it cannot be replaced there "
+        "(a local function or one removed from its module): weave the object that holds it "
+        "and its name, e.g. weave('pkg.module.function') or weave(holder_class)",
+        target=qualname,
+    )
+
+
+def _split(path: str) -> tuple[list[str], list[str]]:
+    """Split a dotted path into module parts and attribute parts, if it can tell now."""
+    if ":" in path:
+        module, _, rest = path.partition(":")
+        return module.split("."), rest.split(".") if rest else []
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in sys.modules:
+            return parts[:i], parts[i:]
+    return [], parts
+
+
+def _imported(path: str) -> bool:
+    """Whether the module part of ``path`` is imported already."""
+    module, _ = _split(path)
+    return bool(module) and ".".join(module) in sys.modules
+
+
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _missing_module(path: str) -> str | None:
+    """Why ``path`` can never be woven (its top package does not exist), or None."""
+    top = path.partition(":")[0].split(".")[0]
+    return None if _findable(top) else f"no module named {top!r}"
+
+
+def _submodule_pending(path: str) -> bool:
+    """'pkg.sub.func' with pkg imported and pkg.sub importable but not imported yet."""
+    module, attrs = _split(path)
+    for i in range(1, len(attrs)):
+        name = ".".join(module + attrs[:i])
+        if _GLOB.intersection(name):
+            return False
+        if name not in sys.modules and _findable(name):
+            return True
+    return False
+
+
+def _unimported_matches(path: str) -> list[str]:
+    """Paths for the not yet imported submodules that a glob in ``path`` matches.
+
+    ``'pkg.*.func'`` with ``pkg`` imported: a glob only sees the attributes a module has
+    now, and a submodule is an attribute only once imported, so each importable submodule
+    of ``pkg`` that matches and is not imported gives a concrete ``'pkg.sub.func'`` to
+    weave when it is imported. Submodules are listed from the package's ``__path__``
+    (``pkgutil.iter_modules``), without importing anything. Only the first glob that
+    falls on module names is expanded here; a deeper one is when its package is imported.
+    """
+    if ":" in path:  # the module part is explicit and has no globs
+        return []
+    module_parts, attrs = _split(path)
+    if not module_parts:
+        return []
+    name = ".".join(module_parts)
+    for i, part in enumerate(attrs):
+        search = getattr(sys.modules.get(name), "__path__", None)
+        if search is None:
+            return []  # not a package (or not imported): its attributes are what there is
+        if _GLOB.intersection(part):
+            subs = [info.name for info in pkgutil.iter_modules(search)]
+            rest = attrs[i + 1 :]
+            return [
+                ".".join([name, sub, *rest])
+                for sub in subs
+                if fnmatchcase(sub, part) and f"{name}.{sub}" not in sys.modules and rest
+            ]
+        name = f"{name}.{part}"
+    return []
+
+
+def _module_of(path: str) -> str:
+    """The submodule an expansion of ``_unimported_matches`` waits for."""
+    module, attrs = _split(path)
+    return ".".join([*module, attrs[0]]) if attrs else ".".join(module)
+
+
+def _resolve_path(path: str) -> list[tuple[Any, str]]:
+    module_parts, attrs = _split(path)
+    module = sys.modules[".".join(module_parts)]
+    if not attrs:
+        return _resolve_object(module)  # type: ignore[return-value]
+    sites: list[tuple[Any, str]] = []
+    for parent, attr in _expand(module, attrs):
+        value = _raw(parent, attr)
+        if inspect.isclass(value) or isinstance(value, types.ModuleType):
+            sites.extend(_resolve_object(value))  # type: ignore[arg-type]
+        else:
+            sites.append((parent, attr))
+    glob = bool(_GLOB.intersection(path))
+    patchable = [(parent, attr) for parent, attr in sites if not _immutable(parent)]
+    if sites and not patchable and not glob:
+        parent, attr = sites[0]
+        raise WeaveTargetError(
+            f"{path}: {parent.__qualname__} is a built-in type, whose attributes cannot be "
+            f"replaced; weave the Python code that calls {attr} instead",
+            target=path,
+        )
+    if not sites and not glob:
+        found = _lookup(module, attrs)
+        if found is not None:
+            raise WeaveTargetError(
+                f"{path} is a {type(found).__name__}, not a function or method: only "
+                "callables can be woven (for a property, weave the function its getter calls)",
+                target=path,
+            )
+        raise WeaveTargetError(
+            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}; "
+            "check the spelling, or import the module that defines it first",
+            target=path,
+        )
+    return patchable
+
+
+def _immutable(parent: Any) -> bool:
+    """A built-in or extension type: setting its attributes raises TypeError."""
+    return isinstance(parent, type) and bool(parent.__flags__ & _IMMUTABLE_TYPE)
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (3.10+)
+
+
+def _lookup(obj: Any, attrs: list[str]) -> Any:
+    """The object at ``attrs`` below ``obj`` (class attributes as stored), or None."""
+    for attr in attrs:
+        if not _has(obj, attr):
+            return None
+        obj = _raw(obj, attr)
+    return obj
+
+
+def _expand(obj: Any, parts: list[str]) -> list[tuple[Any, str]]:
+    head, rest = parts[0], parts[1:]
+    if _GLOB.intersection(head):
+        names = [n for n in _attribute_names(obj) if fnmatchcase(n, head)]
+        if isinstance(obj, types.ModuleType):
+            names = [n for n in names if not _imported_from_elsewhere(obj, getattr(obj, n))]
+    else:
+        names = [head] if _has(obj, head) else []
+    if not rest:
+        return [(obj, n) for n in names if _is_callable(_raw(obj, n))]
+    found: list[tuple[Any, str]] = []
+    for n in names:
+        child = getattr(obj, n)
+        if isinstance(child, types.ModuleType) and not child.__name__.startswith(
+            getattr(obj, "__name__", "")
+        ):
+            continue  # do not follow re-exported foreign modules through a glob
+        found.extend(_expand(child, rest))
+    return found
+
+
+def _imported_from_elsewhere(module: types.ModuleType, value: Any) -> bool:
+    """A class or function that ``module`` imported from another public module.
+
+    A glob over a module leaves these alone, as ``weave(module)`` does: weaving a class's
+    methods reaches every user of that class, not only the module (``threading.Thread``
+    imported by the user's own module). What comes from the module's own C part stays in
+    (``heapq`` from ``_heapq``, ``os`` from ``posix``), as do a package's re-exports of its
+    submodules (``json.*`` reaches ``json.decoder.JSONDecoder``) and functions taken from
+    the module's own package (``torch.nn.functional.conv2d`` is ``torch.conv2d``).
+    """
+    if not (inspect.isclass(value) or inspect.isroutine(value)):
+        return False
+    owner = getattr(value, "__module__", None)
+    if not isinstance(owner, str):
+        return False
+    name = module.__name__
+    if owner == name or owner.startswith(f"{name}."):
+        return False  # its own (a private module's too), or its submodules'
+    if owner.lstrip("_") == name.lstrip("_") or (name == "os" and owner in ("posix", "nt")):
+        return False  # its C part: heapq's _heapq, pickle's _pickle, os's posix
+    home = _public_home(owner)
+    # A function taken from the module's own package moves only at this attribute.
+    return not (home and inspect.isroutine(value) and name.startswith(f"{home}."))
+
+
+def _public_home(owner: str) -> str:
+    """The public module an object's ``__module__`` belongs to: the dotted name up to its
+    first private part ('torch._C._nn' -> 'torch'; '' for '_heapq')."""
+    parts = itertools.takewhile(lambda part: not part.startswith("_"), owner.split("."))
+    return ".".join(parts)
+
+
+def _is_callable(value: Any) -> bool:
+    return callable(value) or isinstance(value, (classmethod, staticmethod))
+
+
+def _attribute_names(obj: Any) -> list[str]:
+    if inspect.isclass(obj):
+        return [n for n in dir(obj) if not n.startswith("__")]
+    return [n for n in vars(obj) if not n.startswith("__")]
+
+
+def _has(obj: Any, name: str) -> bool:
+    try:
+        _raw(obj, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _raw(obj: Any, name: str) -> Any:
+    if inspect.isclass(obj):
+        for klass in obj.__mro__:
+            if name in vars(klass):
+                return vars(klass)[name]
+    return getattr(obj, name)
