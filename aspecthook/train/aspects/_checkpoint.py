@@ -40,19 +40,12 @@ replay), and every rank sees ``work_dir``.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import io
-import json
 import math
 import os
 import re
-import secrets
 import threading
-import warnings
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +56,21 @@ from ..._context import CallContext
 from ..._log import get_logger
 from ..._priority import Priority
 from ..._weaver import default_weaver
-from ...errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
+from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
-from ._rules import infer_rule
+from ._checkpoint_checks import _check_storable, _positive, _resume_option, _rule, _template
+from ._checkpoint_files import (
+    _FORMAT,
+    _TMP_SUFFIX,
+    LATEST,
+    _checkpoint_names,
+    _delete,
+    _find,
+    _record,
+    _write_checkpoint,
+    _write_manifest,
+    _WriteJob,
+)
 
 __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 
@@ -73,15 +78,8 @@ __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 EVENT_SAVED = "checkpoint.saved"
 #: Emitted on every rank after a resume: ``path``, ``epoch``, ``iter``.
 EVENT_RESUMED = "checkpoint.resumed"
-#: Name of the manifest (pointer) file in the checkpoint folder.
-LATEST = "latest"
-_FORMAT = 1
-_TMP_SUFFIX = ".ckpt-tmp"
 #: Keys torch's schedulers add to an optimizer's groups (kept with save_optimizer=False).
 _LR_KEYS = frozenset(("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"))
-_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
-_PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
 
 class Checkpoint(Aspect):
@@ -425,18 +423,7 @@ class Checkpoint(Aspect):
             get_logger().info("checkpoint.none_found", folder=str(source))
             return
         path, payload, manifest = found
-        state = dict(payload["runner"])
-        if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
-            fresh = runner.optimizer.state_dict()
-            groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
-            if groups is not None and len(groups) == len(fresh["param_groups"]):
-                # The settings this optimizer has (another kind keeps its own: AdamW's
-                # betas), and the schedulers' initial_lr.
-                fresh["param_groups"] = [
-                    {**group, **{k: v for k, v in saved.items() if k in group or k in _LR_KEYS}}
-                    for saved, group in zip(groups, fresh["param_groups"], strict=True)
-                ]
-            state["optimizer"] = fresh
+        state = _runner_state(runner, payload)
         try:
             runner.load_state_dict(state)  # this aspect's kept/best come back through it too
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
@@ -490,202 +477,6 @@ class Checkpoint(Aspect):
             _delete(folder, [name for name in pending if name not in self._records])
 
 
-# -- files ------------------------------------------------------------------------------------
-
-
-class _Unusable(Exception):
-    """A checkpoint that cannot be resumed from; the message says why."""
-
-
-@dataclass(eq=False)
-class _WriteJob:
-    """One save handed to the writer thread: serialized bytes and where they go."""
-
-    runner: Any
-    folder: Path
-    names: list[str]
-    data: memoryview
-    doomed: list[str]
-    best: str | None
-    epoch: int
-    iter: int
-    thread: threading.Thread = field(init=False)
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-
-def _atomic_write(path: Path, data: bytes | memoryview) -> None:
-    """Temp file in the same folder, write + fsync, ``os.replace``, fsync the folder.
-
-    Plain ``os`` calls, not ``tempfile`` and file objects: this runs on the writer thread
-    beside training, and every line of Python it runs holds the GIL the training thread
-    needs. The temp name is random and created exclusively (``O_EXCL``: never an existing
-    file or a link); ``before_run`` deletes those a killed process left.
-    """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY | _O_NOFOLLOW
-    try:
-        fd = os.open(tmp, flags, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; skipped where folders cannot be opened)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
-    _atomic_write(path, data)
-    return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _record(path: Path) -> dict[str, Any]:
-    """A manifest record for a file found without one (its iteration unknown)."""
-    return {"size": path.stat().st_size, "sha256": _sha256(path), "epoch": None, "iter": -1}
-
-
-def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    # One line: the C encoder (an indented dump runs the pure-Python one).
-    _atomic_write(folder / LATEST, json.dumps(manifest, sort_keys=True).encode())
-
-
-def _delete(folder: Path, names: list[str]) -> None:
-    for name in names:
-        (folder / name).unlink(missing_ok=True)
-
-
-def _read_manifest(
-    folder: Path, action: str = "trying the checkpoint files in its folder"
-) -> dict[str, Any] | None:
-    """The folder's manifest; None if there is none, ``{}`` if unreadable (reported, with
-    ``action``: what is done instead)."""
-    path = folder / LATEST
-    if not path.is_file():
-        return None
-    try:
-        manifest = json.loads(path.read_bytes())
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
-            raise ValueError("not a checkpoint manifest")
-    except (OSError, ValueError) as exc:
-        _report(path, f"unreadable manifest: {exc}", action)
-        return {}
-    return manifest
-
-
-def _candidates(
-    folder: Path, manifest: dict[str, Any], names: re.Pattern[str]
-) -> list[tuple[Path, Any]]:
-    """Files to try: ``latest`` first, then the others by iteration; without a manifest,
-    the files whose names ``names`` matches (``_find`` then takes the furthest one)."""
-    records: dict[str, Any] = manifest.get("checkpoints") or {}
-    if not manifest:
-        files = [p for p in folder.iterdir() if names.fullmatch(p.name) and p.is_file()]
-        return [(p, None) for p in sorted(files)]
-    latest = manifest.get("latest")
-    order = sorted(records, key=lambda n: (n == latest, records[n].get("iter", -1)), reverse=True)
-    return [(folder / name, records[name]) for name in order]
-
-
-def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
-    """The names a ``Checkpoint`` writes: its template's, ``iter_<n>.pt`` (a run stopped
-    inside an epoch) and ``best_<metric>_<stamp>.pt``."""
-    template = re.escape(filename_tmpl).replace(re.escape("{}"), r"\d+")
-    return re.compile(rf"{template}|iter_\d+\.pt|best_.+\.pt")
-
-
-def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], Any] | None:
-    """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
-
-    Without a readable ``latest`` (a first save cut short before it, files copied without
-    it) the folder's checkpoint files (``names``) are all tried and the one furthest into
-    the run is used: their times may not say which that is (a copy renews them).
-    """
-    if source.is_file():
-        unchecked = "loading the named file without a size and checksum to check it against"
-        beside = _read_manifest(source.parent, unchecked) or {}
-        record = (beside.get("checkpoints") or {}).get(source.name)
-        try:
-            return source, _load(source, record), beside
-        except _Unusable as exc:
-            raise RunnerError(
-                f"cannot resume from {str(source)!r}: {exc}; give another checkpoint or "
-                "resume='auto' to use the newest good one in work_dir"
-            ) from None
-    manifest = _read_manifest(source)
-    if manifest is None:  # no manifest: the files themselves, as when it is unreadable
-        manifest = {}
-    candidates = _candidates(source, manifest, names)
-    furthest: tuple[tuple[int, int], Path, dict[str, Any]] | None = None
-    for path, record in candidates:
-        try:
-            payload = _load(path, record)
-        except _Unusable as exc:
-            _report(path, str(exc), "trying the previous one" if manifest else "trying the others")
-            continue
-        if manifest:
-            return path, payload, manifest
-        counters = payload["runner"].get("counters", {})
-        progress = (int(counters.get("iter", -1)), int(counters.get("epoch", -1)))
-        if furthest is None or progress > furthest[0]:
-            furthest = (progress, path, payload)
-    if furthest is not None:
-        return furthest[1], furthest[2], manifest
-    if candidates:
-        _report(source, "no usable checkpoint in this folder", "starting from scratch")
-    return None
-
-
-def _load(path: Path, record: Any) -> dict[str, Any]:
-    """Load ``path``, first checking its size and sha256 against the manifest record."""
-    if not path.is_file():
-        raise _Unusable("the file is missing")
-    if record is not None:
-        size = path.stat().st_size
-        if size != record.get("size"):
-            raise _Unusable(f"{size} bytes, the manifest says {record.get('size')} (truncated?)")
-        if _sha256(path) != record.get("sha256"):
-            raise _Unusable("sha256 differs from the manifest (corrupt)")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise _Unusable(f"torch.load failed: {type(exc).__name__}: {exc}") from None
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
-        raise _Unusable("not an aspecthook checkpoint of this version")
-    return payload
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _report(path: Path, reason: str, action: str) -> None:
-    """Say which file is unusable and why, to the log and as a ``RuntimeWarning``."""
-    get_logger().warning("checkpoint.unusable", path=str(path), reason=reason, action=action)
-    message = f"checkpoint {path} is unusable ({reason}); {action}"
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
-
-
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -694,6 +485,23 @@ def _folder(runner: Any) -> Path:
     if work_dir is None:
         raise RunnerError("Checkpoint needs a folder to write to: give the runner work_dir='...'")
     return Path(work_dir)
+
+
+def _runner_state(runner: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """The runner state to load from ``payload``, with an optimizer state in any case."""
+    state = dict(payload["runner"])
+    if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
+        fresh = runner.optimizer.state_dict()
+        groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
+        if groups is not None and len(groups) == len(fresh["param_groups"]):
+            # The settings this optimizer has (another kind keeps its own: AdamW's
+            # betas), and the schedulers' initial_lr.
+            fresh["param_groups"] = [
+                {**group, **{k: v for k, v in saved.items() if k in group or k in _LR_KEYS}}
+                for saved, group in zip(groups, fresh["param_groups"], strict=True)
+            ]
+        state["optimizer"] = fresh
+    return state
 
 
 def _generators(runner: Any) -> dict[str, torch.Generator]:
@@ -727,97 +535,3 @@ def _better(value: float, best: float | None, rule: str | None) -> bool:
 
 def _best_name(metric: str, stamp: str) -> str:
     return f"best_{re.sub(r'[^A-Za-z0-9@.-]+', '_', metric).strip('_')}_{stamp}.pt"
-
-
-def _check_storable(value: Any, where: str) -> None:
-    """Raise if ``value`` holds anything ``torch.load(weights_only=True)`` cannot read back."""
-    bad = _unstorable(value, where)
-    if bad is not None:
-        raise RunnerError(
-            f"Checkpoint cannot store {bad}: checkpoints are read with "
-            "torch.load(weights_only=True), which loads only tensors, numbers, strings and "
-            "dicts/lists/tuples of them; convert it (float(x), torch.as_tensor(x)) in the "
-            "state_dict() that returns it"
-        )
-
-
-def _unstorable(value: Any, where: str) -> str | None:
-    kind = type(value)
-    if kind in _PLAIN or isinstance(value, (torch.Tensor, torch.dtype, torch.device)):
-        return None
-    if kind in (dict, OrderedDict):
-        items: Any = value.items()
-    elif kind in (list, tuple, set, torch.Size):
-        plain = _PLAIN
-        if all(type(item) in plain for item in value):  # e.g. param ids: no recursion
-            return None
-        items = enumerate(value)
-    else:
-        return f"{where} (a {kind.__module__}.{kind.__qualname__})"
-    for key, item in items:
-        if type(key) not in _PLAIN and (type(key) is not tuple or _unstorable(key, where)):
-            return f"the key {key!r} in {where}"
-        bad = _unstorable(item, f"{where}[{key!r}]")
-        if bad is not None:
-            return bad
-    return None
-
-
-# -- option checks (all at construction) ------------------------------------------------------
-
-
-def _positive(option: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidOptionError(
-            f"Checkpoint({option}={value!r}) must be a positive int", option=option, value=value
-        )
-    return value
-
-
-def _rule(save_best: str | None, rule: str | None) -> str | None:
-    if save_best is None:
-        if rule is not None:
-            raise InvalidOptionError(
-                f"Checkpoint(rule={rule!r}) only applies with save_best='metric name'",
-                option="rule",
-                value=rule,
-            )
-        return None
-    return infer_rule(save_best, rule)
-
-
-def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
-    if filename_tmpl is None:
-        return "epoch_{}.pt" if by_epoch else "iter_{}.pt"
-    plain = filename_tmpl.replace("{{", "").replace("}}", "")  # escaped braces are text
-    one_field = plain.count("{}") == 1 and "{" not in plain.replace("{}", "")
-    stray = "}" in plain.replace("{}", "")
-    if not one_field or stray or "/" in filename_tmpl or filename_tmpl == LATEST:
-        raise InvalidOptionError(
-            f"Checkpoint(filename_tmpl={filename_tmpl!r}) must be a file name with one '{{}}' "
-            "for the epoch or iteration, e.g. 'epoch_{}.pt'",
-            option="filename_tmpl",
-            value=filename_tmpl,
-        )
-    return filename_tmpl
-
-
-def _resume_option(resume: str | os.PathLike[str] | None) -> str | Path | None:
-    if resume is None or resume == "auto":
-        return resume
-    if not isinstance(resume, (str, os.PathLike)):
-        raise InvalidOptionError(
-            f"Checkpoint(resume={resume!r}): give 'auto', a checkpoint path or None",
-            option="resume",
-            value=resume,
-        )
-    path = Path(resume)
-    if not path.exists():
-        raise CheckpointNotFoundError(
-            f"Checkpoint(resume={str(resume)!r}): no such file or folder; give an existing "
-            "checkpoint file (e.g. work_dir/epoch_3.pt) or its folder, resume='auto' to "
-            "continue from the newest checkpoint in work_dir when there is one, or "
-            "resume=None to start afresh",
-            path=str(resume),
-        )
-    return path

@@ -55,27 +55,7 @@ class Logger(Aspect):
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        if not isinstance(interval, int) or interval < 1:
-            raise InvalidOptionError(
-                f"Logger(interval={interval!r}) must be a positive int",
-                option="interval",
-                value=interval,
-            )
-        if tensorboard and importlib.util.find_spec("tensorboard") is None:
-            raise InvalidOptionError(
-                "Logger(tensorboard=True) needs the tensorboard package: pip install tensorboard",
-                option="tensorboard",
-                value=tensorboard,
-            )
-        for option, value in (("file_interval", file_interval), ("window", window)):
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 1
-            ):
-                raise InvalidOptionError(
-                    f"Logger({option}={value!r}) must be a positive int",
-                    option=option,
-                    value=value,
-                )
+        _check_options(interval, window, file_interval, tensorboard)
         self.interval = interval
         self.file_interval = file_interval or interval
         self.window = window
@@ -218,6 +198,34 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _check_options(
+    interval: int, window: int, file_interval: int | None, tensorboard: bool
+) -> None:
+    """Refuse, at construction, intervals that are not positive ints and a tensorboard
+    writer without its package."""
+    if not isinstance(interval, int) or interval < 1:
+        raise InvalidOptionError(
+            f"Logger(interval={interval!r}) must be a positive int",
+            option="interval",
+            value=interval,
+        )
+    if tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise InvalidOptionError(
+            "Logger(tensorboard=True) needs the tensorboard package: pip install tensorboard",
+            option="tensorboard",
+            value=tensorboard,
+        )
+    for option, value in (("file_interval", file_interval), ("window", window)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise InvalidOptionError(
+                f"Logger({option}={value!r}) must be a positive int",
+                option=option,
+                value=value,
+            )
 
 
 def _epoch(runner: Any) -> int:

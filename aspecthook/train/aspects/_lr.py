@@ -58,36 +58,7 @@ class LRSchedule(Aspect):
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        if warmup is not None and warmup not in _WARMUPS:
-            raise InvalidOptionError(
-                f"LRSchedule(warmup={warmup!r}): use one of {', '.join(_WARMUPS)} or None",
-                option="warmup",
-                value=warmup,
-            )
-        if isinstance(scheduler, (str, Mapping)) or (
-            scheduler is not None and not callable(scheduler) and not hasattr(scheduler, "step")
-        ):
-            raise InvalidOptionError(
-                f"LRSchedule(scheduler={scheduler!r}) is not a scheduler: give a torch "
-                "scheduler, its class, or a function optimizer -> scheduler (in a config, "
-                "the runner's top-level scheduler: key builds one from a name)",
-                option="scheduler",
-                value=scheduler,
-            )
-        if warmup is not None and (
-            not isinstance(warmup_iters, int) or isinstance(warmup_iters, bool) or warmup_iters < 1
-        ):
-            raise InvalidOptionError(
-                f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
-                option="warmup_iters",
-                value=warmup_iters,
-            )
-        if not isinstance(warmup_ratio, (int, float)) or not 0 < warmup_ratio <= 1:
-            raise InvalidOptionError(
-                f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
-                option="warmup_ratio",
-                value=warmup_ratio,
-            )
+        _check_options(scheduler, warmup, warmup_iters, warmup_ratio)
         self.scheduler = scheduler
         self.by_epoch = by_epoch
         self.warmup = warmup
@@ -260,6 +231,42 @@ class LRSchedule(Aspect):
                 f"({sorted(runner.metrics)}): add Evaluate() or set LRSchedule(monitor=...)"
             ) from None
         return float(value)
+
+
+def _check_options(
+    scheduler: SchedulerLike, warmup: str | None, warmup_iters: int, warmup_ratio: float
+) -> None:
+    """Refuse, at construction, options that are not a scheduler or a warm-up."""
+    if warmup is not None and warmup not in _WARMUPS:
+        raise InvalidOptionError(
+            f"LRSchedule(warmup={warmup!r}): use one of {', '.join(_WARMUPS)} or None",
+            option="warmup",
+            value=warmup,
+        )
+    if isinstance(scheduler, (str, Mapping)) or (
+        scheduler is not None and not callable(scheduler) and not hasattr(scheduler, "step")
+    ):
+        raise InvalidOptionError(
+            f"LRSchedule(scheduler={scheduler!r}) is not a scheduler: give a torch "
+            "scheduler, its class, or a function optimizer -> scheduler (in a config, "
+            "the runner's top-level scheduler: key builds one from a name)",
+            option="scheduler",
+            value=scheduler,
+        )
+    if warmup is not None and (
+        not isinstance(warmup_iters, int) or isinstance(warmup_iters, bool) or warmup_iters < 1
+    ):
+        raise InvalidOptionError(
+            f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
+            option="warmup_iters",
+            value=warmup_iters,
+        )
+    if not isinstance(warmup_ratio, (int, float)) or not 0 < warmup_ratio <= 1:
+        raise InvalidOptionError(
+            f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
+            option="warmup_ratio",
+            value=warmup_ratio,
+        )
 
 
 def _copied(value: Any) -> Any:
