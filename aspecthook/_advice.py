@@ -22,6 +22,7 @@ from ._advice_checks import (
     _check_window,
     _names,
     check_signature,
+    is_coroutine_function,
 )
 from ._advice_wrappers import (
     _Counters,
@@ -130,7 +131,7 @@ class Advice:
         self.order_before = _names("order_before", order_before)
         self.aspect = aspect
         self.aspect_name: str | None = aspect_name
-        self.is_async = inspect.iscoroutinefunction(fn)
+        self.is_async = is_coroutine_function(fn)
         self._init_state()
         check_signature(fn, kind, self.describe_target())
 
@@ -224,7 +225,14 @@ class Advice:
         point separately (a join point with a counter numbers its calls itself, see
         ``JoinPoint.counter``); the compiled callable is cached so a chain rebuild keeps them.
         """
-        cache: Any = self._compiled_events if isinstance(key, str) else self._compiled
+        if isinstance(key, str):
+            cache: Any = self._compiled_events
+            if not (self.every or self.once):
+                # Only every=/once= keep state per event name; the callable is otherwise
+                # the same for every name, so one is kept, not one per name ever sent.
+                key = ""
+        else:
+            cache = self._compiled
         fn = cache.get(key)
         if fn is None:
             fn = cache[key] = self._compile(key)

@@ -25,6 +25,7 @@ __all__ = [
     "_check_window",
     "_names",
     "check_signature",
+    "is_coroutine_function",
 ]
 
 _EXPECTED = {
@@ -117,6 +118,18 @@ def _names(option: str, names: object) -> tuple[str, ...]:
     return tuple(str(n) for n in result)
 
 
+def is_coroutine_function(fn: Any) -> bool:
+    """Whether ``fn`` is a coroutine function: an ``async def`` function or method, or an
+    object whose class's ``__call__`` is one. (One behind a plain decorator cannot be told
+    from a synchronous wrapper that runs it to completion; its coroutine is handled when
+    it is returned, see ``_advice_wrappers``.)"""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if not callable(fn) or inspect.isroutine(fn) or isinstance(fn, type):
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)
+
+
 def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> None:
     """Refuse, at registration, a function that cannot be called as its kind calls it."""
     if not callable(fn):
@@ -124,6 +137,17 @@ def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> No
             f"{kind} advice for {target} must be callable, got {fn!r}",
             advice=repr(fn),
             signature="",
+            expected=_EXPECTED[kind],
+        )
+    if kind == "on" and is_coroutine_function(fn):
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise AdviceSignatureError(
+            f"on advice {name} for {target} is a coroutine function, but emit() calls its "
+            "subscribers synchronously and would only create the coroutine, never run it: "
+            f"define it with def (and start async work from it, e.g. with "
+            "asyncio.get_running_loop().create_task(...))",
+            advice=name,
+            signature="async",
             expected=_EXPECTED[kind],
         )
     arity = 2 if kind == "around" else 1

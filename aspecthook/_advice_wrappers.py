@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
@@ -157,12 +158,25 @@ def _guard(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def guarded(ctx: Any) -> Any:
         try:
-            return fn(ctx)
+            result = fn(ctx)
         except Exception:
             _log_failure(advice, ctx)
             return None
+        if type(result) is CoroutineType:  # an async function behind a plain decorator
+            return _awaited_safely(advice, ctx, result)
+        return result
 
     return guarded
+
+
+async def _awaited_safely(advice: Advice, ctx: Any, coroutine: Awaitable[Any]) -> Any:
+    """The coroutine a synchronous advice function returned, awaited (by an async join
+    point's dispatcher) under the same ``errors='log'`` policy as the call itself."""
+    try:
+        return await coroutine
+    except Exception:
+        _log_failure(advice, ctx)
+        return None
 
 
 def _guard_around(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -188,11 +202,16 @@ def _guard_around_sync(advice: Advice, fn: Callable[..., Any]) -> Callable[..., 
             except BaseException as exc:
                 outcome.append((False, exc))
                 raise
+            if type(result) is CoroutineType:  # an async join point's: its outcome comes later
+                return _tracked_outcome(result, outcome)
             outcome.append((True, result))
             return result
 
         try:
-            return fn(ctx, tracked)
+            result = fn(ctx, tracked)
+            if type(result) is CoroutineType:  # an async function behind a plain decorator
+                return _guard_around_result(advice, ctx, proceed, result, outcome)
+            return result
         except Exception as exc:
             if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
                 raise
@@ -208,6 +227,40 @@ def _guard_around_sync(advice: Advice, fn: Callable[..., Any]) -> Callable[..., 
         _reraise(value)
 
     return guarded
+
+
+async def _tracked_outcome(coroutine: Awaitable[Any], outcome: list[Any]) -> Any:
+    """``proceed``'s coroutine, noting its outcome when it completes (see ``tracked``)."""
+    try:
+        result = await coroutine
+    except BaseException as exc:
+        outcome.append((False, exc))
+        raise
+    outcome.append((True, result))
+    return result
+
+
+async def _guard_around_result(
+    advice: Advice,
+    ctx: Any,
+    proceed: Callable[..., Any],
+    coroutine: Awaitable[Any],
+    outcome: list[Any],
+) -> Any:
+    """The coroutine a synchronous around advice function returned at an async join point,
+    awaited under the rules of ``_guard_around_async``."""
+    try:
+        return await coroutine
+    except Exception as exc:
+        if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
+            raise
+        _log_failure(advice, ctx)
+        if not outcome:
+            return await proceed()
+        ok, value = outcome[-1]
+        if ok:
+            return value
+    _reraise(value)
 
 
 def _guard_around_async(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -91,6 +91,7 @@ __all__ = [
     "note_exit_code",
     "note_uncaught",
     "start_payload",
+    "warn_local_subscriptions",
 ]
 
 PROCESS_START = "process.start"
@@ -100,6 +101,7 @@ AUDIT_PREFIX = "audit."
 _AUDIT = "audit"  # key of the audit dispatcher in _installed
 
 _POINTS = {name: Event(name, {}) for name in (PROCESS_START, PROCESS_EXIT, EXCEPTION_UNCAUGHT)}
+_ANY_NAME = Event("aspecthook.probe.not-a-process-event", {})  # what broad pointcuts match
 _NO_NAMES: frozenset[str] = frozenset()
 
 _install_lock = threading.Lock()
@@ -157,11 +159,38 @@ def ensure_sources(*advices: Advice) -> None:
         _replay_start(starters)
 
 
+def warn_local_subscriptions(*advices: Advice) -> None:
+    """Say (a warning, once per advice) that ``on`` advice registered on a local weaver (a
+    runner's) for a process event will not get it: those are sent to the global weavers.
+    Broad subscriptions (``on('*')``) are left alone: they are for the weaver's own events."""
+    for advice in advices:
+        if advice.kind != "on" or advice.pointcut is None or _matches_any_name(advice):
+            continue
+        events = [name for name in _POINTS if _matches(advice, name)]
+        events += sorted(AUDIT_PREFIX + name for name in audit_interest(advice.pointcut)[0])
+        if events:
+            get_logger().warning(
+                "process.local_subscription",
+                advice=advice.name,
+                events=events,
+                hint="process events go to the global weavers: subscribe with "
+                "aspecthook.on(...) (or a Weaver()), not on a runner's weaver",
+            )
+
+
+def _matches_any_name(advice: Advice) -> bool:
+    return _matches_point(advice, _ANY_NAME)
+
+
 def _matches(advice: Advice, name: str) -> bool:
+    return _matches_point(advice, _POINTS[name])
+
+
+def _matches_point(advice: Advice, point: Event) -> bool:
     if advice.pointcut is None:
         return False
     try:
-        return advice.pointcut.matches(_POINTS[name])
+        return advice.pointcut.matches(point)
     except Exception:
         # A predicate written for other events (reading a payload key these probes lack)
         # must not make its registration fail: it is not subscribed to this source.

@@ -18,7 +18,7 @@ from ._context import Event
 from ._handle import Handle
 from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
 from ._pointcut import Pointcut, PointcutLike, as_pointcut
-from ._process import ensure_sources
+from ._process import ensure_sources, warn_local_subscriptions
 from ._registry import LOCK, REGISTRY
 from .errors import AspectDefinitionError, InvalidOptionError
 
@@ -61,6 +61,10 @@ def _in_class_body(fn: Callable[..., Any]) -> bool:
     return bool(owner) and not owner.endswith("<locals>")
 
 
+#: Event names whose subscribers a weaver keeps worked out (see ``Weaver._subscribers``).
+_MAX_EVENT_NAMES = 1024
+
+
 class Weaver:
     """A registry of advice that dispatches calls of the join points it reaches."""
 
@@ -69,7 +73,10 @@ class Weaver:
         self.is_global = not local
         self.registered: list[Advice] = []
         self._handles: list[Handle] = []
+        # Each event name's subscribers, for the registry's event_version (see _subscribers).
         self._events: dict[str, tuple[int, tuple[Callable[..., Any], ...]]] = {}
+        #: Stacked decorators' shared handles, to the two handles each one joined.
+        self._stacks: dict[Handle, tuple[Handle, Handle]] = {}
         if self.is_global:
             with LOCK:
                 REGISTRY.weavers.add(self)
@@ -125,7 +132,12 @@ class Weaver:
                 )
             advice = Advice(kind, func, pc, **opts)
             _copy_metadata(advice, func)
-            handle = self.add(advice)
+            try:
+                handle = self.add(advice)
+            except BaseException:
+                if inner is not None:  # the name is never bound: nothing could remove it
+                    inner.remove()
+                raise
             if inner is not None:
                 self._stack(inner, handle)
             return advice
@@ -155,6 +167,8 @@ class Weaver:
                 # registration fails, so it changes nothing (no advice left behind).
                 handle.remove()
                 raise
+        else:
+            warn_local_subscriptions(*items)
         return handle
 
     def register(self, aspect: Aspect | Advice | Iterable[Aspect | Advice]) -> Handle:
@@ -175,6 +189,7 @@ class Weaver:
         items = (*first.items, *outer.items)
 
         def undo() -> None:
+            self._stacks.pop(both, None)
             outer.remove()
             first.remove()
             self.forget(both)  # as _remove() does for one handle: let go of the advice
@@ -183,8 +198,28 @@ class Weaver:
         with LOCK:
             self._handles[:] = [h for h in self._handles if h is not first and h is not outer]
             self._handles.append(both)
+            self._stacks[both] = (first, outer)
         for advice in items:
             advice._handle = both
+
+    def _unstack(self, both: Handle) -> tuple[Handle, Handle] | None:
+        """Take a stacked decorators' shared handle apart again: the two handles it joined,
+        each registered again with its own advice, or None if ``both`` is not one. (The
+        test fixtures remove a test's decorator stacked on one registered at import, and
+        keep that one.)"""
+        with LOCK:
+            parts = self._stacks.pop(both, None)
+            if parts is None or not both.active:
+                return None
+            first, outer = parts
+            self._handles[:] = [h for h in self._handles if h is not both]
+            self._handles += [first, outer]
+            with both._lock:
+                both._undo = None  # replaced by the two handles it joined
+        for handle in parts:
+            for advice in handle.items:
+                advice._handle = handle
+        return parts
 
     def _remove(self, items: list[Advice], handle: Handle) -> None:
         REGISTRY.remove_advice(self, items)
@@ -279,6 +314,10 @@ class Weaver:
 
         with LOCK:
             version = REGISTRY.event_version
+            if cached is not None or len(self._events) >= _MAX_EVENT_NAMES:
+                # Subscriptions changed (every entry is stale) or names carry ids
+                # (``job.<id>.done``): start again rather than keep every name ever sent.
+                self._events.clear()
             weavers = list(REGISTRY.weavers)
             if self not in weavers:
                 weavers.append(self)

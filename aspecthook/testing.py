@@ -36,6 +36,7 @@ from typing import Any
 
 from ._aspect import Aspect
 from ._context import CallContext
+from ._handle import Handle
 from ._pointcut import PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike
 from ._weaver import Weaver, default_weaver
@@ -269,7 +270,7 @@ def _isolate(target: Weaver) -> Callable[[], None]:
         failures: list[BaseException] = []
         for handle in reversed([h for h in target._handles if id(h) not in known]):
             try:
-                handle.remove()
+                _remove_added(target, handle, known)
             except Exception as exc:
                 failures.append(exc)
         # Skipped weaves leave a record but no tracked handle.
@@ -279,6 +280,21 @@ def _isolate(target: Weaver) -> Callable[[], None]:
             raise failures[0]
 
     return undo
+
+
+def _remove_added(target: Weaver, handle: Handle, known: dict[int, Handle]) -> None:
+    """Remove ``handle``, made during the test. A decorator the test stacked on one
+    registered before it (``on('b')(advice_registered_at_import)``) shares that one's
+    handle: only the test's part goes, the earlier registration stays."""
+    if known.get(id(handle)) is handle:
+        return  # registered before the test
+    parts = target._unstack(handle)
+    if parts is None:
+        handle.remove()
+        return
+    first, outer = parts
+    outer.remove()
+    _remove_added(target, first, known)
 
 
 def _close(weaver: Weaver) -> None:

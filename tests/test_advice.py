@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import inspect
 import re
@@ -835,6 +836,75 @@ def test_async_errors_log(weaver: ah.Weaver, point: str) -> None:
         assert asyncio.run(fetch(1)) == 2
     assert flaky.failures == 1
     assert logs[0]["event"] == "advice.failed"
+
+
+class _AsyncCall:
+    """An advice object whose ``__call__`` is a coroutine function."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    async def __call__(self, ctx: Any) -> None:
+        raise RuntimeError(f"{self.stage} failed")
+
+
+def _behind_a_plain_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A synchronous wrapper (functools.wraps) that returns ``fn``'s coroutine."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+async def _failing_async(ctx: Any) -> None:
+    raise RuntimeError("decorated failed")
+
+
+async def _failing_async_around(ctx: Any, proceed: Any) -> Any:
+    await proceed()
+    raise RuntimeError("decorated around failed")
+
+
+@pytest.mark.parametrize("kind", ["before", "after"])
+@pytest.mark.parametrize("make", [_AsyncCall, lambda _: _behind_a_plain_decorator(_failing_async)])
+def test_errors_log_covers_advice_that_returns_a_coroutine(
+    weaver: ah.Weaver, point: str, kind: str, make: Callable[[str], Any]
+) -> None:
+    """At an async join point, errors='log' also covers advice that is not an async def
+    but returns a coroutine (an object with an async __call__, an async function behind
+    a plain decorator): its failure is logged and the call goes on."""
+    fetch = _declare_async(weaver, point)
+    advice = getattr(weaver, kind)(point, errors="log")(make(kind))
+    with capture_logs() as logs:
+        assert asyncio.run(fetch(1)) == 2
+    assert advice.failures == 1
+    assert [e["event"] for e in logs] == ["advice.failed"]
+
+
+def test_errors_log_covers_around_advice_that_returns_a_coroutine(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A sync around advice returning a coroutine that fails after proceed: the target ran
+    once and its result stands."""
+    fetch = _declare_async(weaver, point)
+    advice = weaver.around(point, errors="log")(_behind_a_plain_decorator(_failing_async_around))
+    with capture_logs() as logs:
+        assert asyncio.run(fetch(1)) == 2
+    assert fetch.calls == [(1, 1)]
+    assert advice.failures == 1
+    assert [e["event"] for e in logs] == ["advice.failed"]
+
+
+def test_an_object_with_an_async_call_is_async_advice(weaver: ah.Weaver, point: str) -> None:
+    """An advice object whose __call__ is async is async advice: at a sync join point it is
+    left out and shown as failed in describe(), as an async def is."""
+    add = _declare(weaver, point)
+    weaver.before(point)(_AsyncCall("before"))
+    assert add(1) == 2
+    [row] = [r for r in weaver.describe(point) if r.stage == "before"]
+    assert row.status == "failed"
 
 
 # -- options: name= ----------------------------------------------------------------------------

@@ -179,6 +179,55 @@ def test_subscriber_signature_is_checked_at_registration(weaver: ah.Weaver, even
         weaver.on(event)(no_args)
 
 
+def test_an_async_subscriber_is_refused_at_registration(weaver: ah.Weaver, event: str) -> None:
+    """emit() is synchronous: an async def subscriber (or an object with an async __call__)
+    would never run, so it is refused with what to do instead."""
+
+    async def notify(evt: ah.Event) -> None:
+        pass
+
+    class Notify:
+        async def __call__(self, evt: ah.Event) -> None:
+            pass
+
+    for subscriber in (notify, Notify()):
+        with pytest.raises(AdviceSignatureError, match=r"coroutine function.*define it with def"):
+            weaver.on(event)(subscriber)
+    assert weaver.registered == []
+
+
+def test_event_names_that_carry_ids_do_not_pile_up(weaver: ah.Weaver, event: str) -> None:
+    """Emitting many distinct names (``job.<id>.done``) keeps a bounded number of worked-out
+    subscriber lists and compiled subscribers, and every subscriber still gets each event."""
+    got: list[str] = []
+    subscriber = weaver.on(f"{event}.*")(lambda evt: got.append(evt.name))
+    names = [f"{event}.{i}.done" for i in range(3000)]
+    for name in names:
+        ah.emit(name)
+    assert got == names
+    assert len(ah.default_weaver._events) <= 1024
+    assert len(subscriber._compiled_events) == 1
+
+
+def test_a_failed_stacked_subscription_leaves_nothing_behind(weaver: ah.Weaver, event: str) -> None:
+    """When the outer of two stacked decorators fails to register (its process.start replay
+    raises), the inner one, which nothing could remove any more, is removed too."""
+    got: list[str] = []
+
+    def record(evt: ah.Event) -> None:
+        if evt.name == "process.start":
+            raise RuntimeError("not ready")
+        got.append(evt.name)
+
+    inner = weaver.on(f"{event}.done")(record)
+    with pytest.raises(RuntimeError, match="not ready"):
+        weaver.on("process.start")(inner)
+    assert not inner.active
+    ah.emit(f"{event}.done")
+    assert got == []
+    assert weaver.registered == []
+
+
 # -- filters -----------------------------------------------------------------------------------
 
 

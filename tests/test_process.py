@@ -131,6 +131,20 @@ def test_local_weaver_subscriptions_install_nothing() -> None:
     local.close()
 
 
+def test_a_process_event_subscription_on_a_local_weaver_is_warned_about() -> None:
+    """Subscribing to a process event on a local weaver (a runner's aspect) logs that it
+    will not arrive; a broad subscription for the weaver's own events does not."""
+    local = ah.Weaver("local", local=True)
+    with capture_logs() as logs:
+        local.on("exception.uncaught")(lambda event: None)
+        local.on("audit.open")(lambda event: None)
+        local.on("*")(lambda event: None)
+        local.on("checkpoint.*")(lambda event: None)
+    warned = [e["events"] for e in logs if e["event"] == "process.local_subscription"]
+    assert warned == [["exception.uncaught"], ["audit.open"]]
+    local.close()
+
+
 # -- process.exit -------------------------------------------------------------------------
 
 EXIT_SUBSCRIBER = """

@@ -334,6 +334,38 @@ def test_fixture_keeps_registrations_made_before_the_test(pytester: pytest.Pytes
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_fixture_keeps_an_import_time_subscription_a_test_stacked_on(
+    pytester: pytest.Pytester,
+) -> None:
+    """A test that stacks a decorator on advice registered at import removes only its own
+    part: the import-time subscription still works in the next test."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        seen = []
+
+        @ah.on("app.ready")
+        def on_ready(event):
+            seen.append(event.name)
+
+        def test_adds_a_second_event(weaver):
+            ah.on("app.extra")(on_ready)
+            ah.emit("app.extra")
+            assert seen == ["app.extra"]
+
+        def test_import_time_subscription_still_there():
+            seen.clear()
+            assert on_ready.active
+            ah.emit("app.ready")
+            ah.emit("app.extra")
+            assert seen == ["app.ready"]
+            on_ready.remove()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
 def test_recorder_fixture(pytester: pytest.Pytester) -> None:
     """The recorder fixture gives a fresh Recorder whose weaves are undone after the test."""
     pytester.makepyfile(
