@@ -137,10 +137,13 @@ class CallContext:
         ``proceed(*args, **kwargs)`` with any argument replaces both the positional and the
         keyword arguments for this one nested call: the call's own arguments are back when
         it returns or raises, so a later ``proceed()`` (a retry, a fallback) gets them, not
-        the replacement. Around advice receives this bound method as ``proceed``: a bound
-        method costs less to make per call than a closure, and the chain position lives on
-        the context (restored on the way out, so an advice may proceed twice, as ``Retry``
-        does).
+        the replacement. At a synchronous join point around advice receives this bound
+        method as ``proceed``: a bound method costs less to make per call than a closure,
+        and the chain position lives on the context (restored on the way out, so an advice
+        may proceed twice, as ``Retry`` does; to proceed after returning, see
+        :meth:`deferred`). At an async join point each around advice receives a
+        ``proceed`` of its own, and this raises ``UnsupportedAdviceError`` (see
+        ``_dispatch._AsyncContext``).
         """
         if args or kwargs:
             saved = self._args, self.kwargs
@@ -161,6 +164,50 @@ class CallContext:
         kwargs = self.kwargs
         return self.target(*self._args, **kwargs) if kwargs else self.target(*self._args)
 
+    def deferred(self, proceed: Proceed) -> Proceed:
+        """``proceed`` as a callable that still works after this around advice has returned.
+
+        For around advice that hands its work to a coroutine which calls ``proceed`` again
+        once the advice has returned, as ``Retry`` does for an async function behind a plain
+        decorator. At a synchronous join point the ``proceed`` an advice receives runs the
+        rest of the chain from the place the context records *now*, and that place (with
+        any arguments an outer ``proceed(*args)`` gave) is put back as soon as the advice
+        returns; a later call would run the advice itself again. The callable returned
+        runs the rest of the chain from this advice's place with the arguments it was
+        called with, every time, and leaves the context as it found it. Get it while the
+        advice runs. At an async join point ``proceed`` already works at any time and is
+        returned as it is.
+        """
+        level, args, kwargs = self._level, self._args, self.kwargs
+
+        def proceed_later(*new_args: Any, **new_kwargs: Any) -> Any:
+            saved = self._level, self._args, self.kwargs
+            self._level, self._args, self.kwargs = level, args, kwargs
+            try:
+                return proceed(*new_args, **new_kwargs)
+            finally:
+                self._level, self._args, self.kwargs = saved
+
+        return proceed_later
+
+    def _branch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
+        """A copy of this context with ``args`` and ``kwargs`` as its arguments, sharing its
+        ``data``: what the rest of an async around chain sees after ``proceed(*args,
+        **kwargs)``, so that branches run concurrently (``asyncio.gather(proceed('a'),
+        proceed('b'))``) each see their own arguments and the call's own stay as they are.
+        """
+        self.data  # made now, so that the copy shares it  # noqa: B018
+        branch = object.__new__(type(self))
+        for slot in _SLOTS:
+            try:
+                value = slot.__get__(self, CallContext)
+            except AttributeError:  # a slot left unset until used: unset in the copy too
+                continue
+            slot.__set__(branch, value)
+        branch._args = list(args)
+        branch.kwargs = kwargs
+        return branch
+
     def skip(self, value: Any = None) -> None:
         """From before advice: do not run the target; ``value`` becomes the result."""
         self._skipped = True
@@ -175,6 +222,11 @@ class CallContext:
         return (
             f"<CallContext {self.joinpoint.name} args={tuple(self._args)!r} kwargs={self.kwargs!r}>"
         )
+
+
+# The slot descriptors of ``CallContext`` (what ``_branch`` copies): read through them, an
+# unset slot raises AttributeError without reaching ``RunnerOnRead.__getattr__``.
+_SLOTS = tuple(CallContext.__dict__[name] for name in CallContext.__slots__)
 
 
 def runner_of(instance: Any) -> Any:

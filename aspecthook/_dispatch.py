@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._context import CallContext, RunnerOnRead
+from .errors import UnsupportedAdviceError
 
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
@@ -156,11 +157,38 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
+class _AsyncContext(RunnerOnRead):
+    """The ``CallContext`` of a call at an async join point.
+
+    Its around chain runs as nested coroutines, and each around advice receives a
+    ``proceed`` of its own, bound to its place in the chain (``_run_around_async``): the
+    context records no chain position, because concurrent branches of one call (``gather``
+    of two ``proceed()``) would share it. So ``ctx.proceed`` cannot know where to go on
+    from, and says to use the ``proceed`` argument; that one works at any time, so
+    ``deferred`` gives it back as it is.
+    """
+
+    __slots__ = ()
+
+    def proceed(self, *args: Any, **kwargs: Any) -> Any:
+        name = self.joinpoint.name
+        raise UnsupportedAdviceError(
+            f"ctx.proceed() cannot run the rest of the chain of {name!r}, an async join "
+            "point: call the proceed your around advice receives instead "
+            "(`async def advice(ctx, proceed): return await proceed()`)",
+            kind="proceed",
+            target=name,
+        )
+
+    def deferred(self, proceed: Any) -> Any:
+        return proceed
+
+
 async def _dispatch_async(
     jp: JoinPoint, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     chain = jp._chain
-    ctx = RunnerOnRead(jp, wrapped, instance, args, kwargs)
+    ctx = _AsyncContext(jp, wrapped, instance, args, kwargs)
     for fn in chain.before:
         await _maybe_await(fn(ctx))
     if not ctx._skipped:
@@ -180,20 +208,20 @@ async def _dispatch_async(
 async def _run_around_async(
     arounds: tuple[Callable[..., Any], ...], index: int, ctx: CallContext, wrapped: Any
 ) -> Any:
+    """Run around advice ``index`` and, through the ``proceed`` it receives, the rest.
+
+    ``proceed(*args, **kwargs)`` runs the rest on a copy of the context holding those
+    arguments (``CallContext._branch``) rather than swapping them in and out of the shared
+    one, as the synchronous ``CallContext.proceed`` does: a swap held across an ``await``
+    would leak into branches of the same call running concurrently.
+    """
     nxt = index + 1
 
     async def proceed(*args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:  # for this nested call only, as CallContext.proceed
-            saved = ctx._args, ctx.kwargs
-            ctx._args = list(args)
-            ctx.kwargs = kwargs
-            try:
-                return await proceed()
-            finally:
-                ctx._args, ctx.kwargs = saved
+        here = ctx._branch(args, kwargs) if args or kwargs else ctx
         if nxt < len(arounds):
-            return await _run_around_async(arounds, nxt, ctx, wrapped)
-        return await wrapped(*ctx._args, **ctx.kwargs)
+            return await _run_around_async(arounds, nxt, here, wrapped)
+        return await wrapped(*here._args, **here.kwargs)
 
     return await _maybe_await(arounds[index](ctx, proceed))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any
 
 __all__ = ["CallStats", "is_tracking", "starts_fresh", "track", "track_calls"]
@@ -108,7 +108,12 @@ def _set(enabled: bool, *, fresh: bool = True) -> None:
 
 def track(stats: CallStats, fn: Callable[..., Any], *, around: bool, is_async: bool) -> Any:
     """``fn`` (compiled advice) counted and timed into ``stats``. Around advice is timed
-    without the time spent in the ``proceed`` it is given (the target and inner advice)."""
+    without the time spent in the ``proceed`` it is given (the target and inner advice).
+
+    A plain function that returns a coroutine (``Timed``, ``Logged``, ``Retry`` at an
+    async join point, or at an async function behind a plain decorator) does its work when
+    that coroutine is awaited: the coroutine is timed too, and a coroutine from
+    ``proceed`` counts as time inside ``proceed``."""
     if around:
         return _tracked_around_async(stats, fn) if is_async else _tracked_around(stats, fn)
     return _tracked_async(stats, fn) if is_async else _tracked(stats, fn)
@@ -148,16 +153,43 @@ def _tracked_around(stats: CallStats, fn: Callable[..., Any]) -> Any:
             nonlocal inner
             start = _clock()
             try:
-                return proceed(*args, **kwargs)
+                result = proceed(*args, **kwargs)
             finally:
                 inner += _clock() - start
+            if type(result) is not CoroutineType:
+                return result
+
+            # proceed's coroutine (an async join point, or an async function behind a
+            # plain decorator): the time it is awaited is not the advice's either.
+            async def awaited() -> Any:
+                nonlocal inner
+                start = _clock()
+                try:
+                    return await result
+                finally:
+                    inner += _clock() - start
+
+            return awaited()
 
         start = _clock()
         try:
-            return fn(ctx, timed)
+            result = fn(ctx, timed)
         finally:
             stats.calls += 1
             stats.ns += _clock() - start - inner
+        if type(result) is not CoroutineType:
+            return result
+
+        # A plain advice's coroutine (Timed, Retry and the like at an async join point):
+        # its time when awaited is the advice's own, less what ``timed`` took meanwhile.
+        async def finished() -> Any:
+            start, before = _clock(), inner
+            try:
+                return await result
+            finally:
+                stats.ns += _clock() - start - (inner - before)
+
+        return finished()
 
     return tracked_around
 
@@ -178,9 +210,20 @@ def _tracked(stats: CallStats, fn: Callable[..., Any]) -> Any:
     def tracked(ctx: Any) -> Any:
         start = _clock()
         try:
-            return fn(ctx)
+            result = fn(ctx)
         finally:
             stats.calls += 1
             stats.ns += _clock() - start
+        if type(result) is not CoroutineType or not ctx.joinpoint.is_async:
+            return result  # (a sync join point drops it: a wrapper would only add a warning)
+
+        async def finished() -> Any:  # awaited by the async dispatcher: the advice's work
+            start = _clock()
+            try:
+                return await result
+            finally:
+                stats.ns += _clock() - start
+
+        return finished()
 
     return tracked

@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import aspecthook as ah
-from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, InvalidOptionError
+from aspecthook.errors import (
+    AdviceSignatureError,
+    AspectDefinitionError,
+    InvalidOptionError,
+    UnsupportedAdviceError,
+)
 
 
 @pytest.fixture
@@ -1138,6 +1143,101 @@ def test_async_proceed_with_new_arguments_changes_only_that_nested_call(
             return await proceed()
 
     assert asyncio.run(arender("hi")) == "slow hi"
+
+
+def test_async_proceed_branches_running_concurrently_each_keep_their_arguments(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """``gather(proceed('a'), proceed('b'))``: inner advice in each branch sees its own
+    arguments across an await, the call's own are as they were afterwards, and ``ctx.data``
+    is shared (the arguments used to be swapped on the shared context and mixed up)."""
+    seen: list[Any] = []
+
+    @weaver.joinpoint(point)
+    async def get(host: str) -> str:
+        await asyncio.sleep(0)
+        return host
+
+    @weaver.around(point)
+    async def hedge(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        results = await asyncio.gather(proceed("a"), proceed("b"))
+        seen.append(("hedge", ctx.args))
+        return results
+
+    @weaver.around(point, priority=60)
+    async def inner(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        before = list(ctx.args)
+        result = await proceed()
+        seen.append(("inner", before, ctx.args))
+        ctx.data[result] = True
+        return result
+
+    weaver.after(point)(lambda ctx: seen.append(("after", ctx.args, sorted(ctx.data))))
+    assert asyncio.run(get("primary")) == ["a", "b"]
+    assert seen == [
+        ("inner", ["a"], ["a"]),
+        ("inner", ["b"], ["b"]),
+        ("hedge", ["primary"]),
+        ("after", ["primary"], ["a", "b"]),
+    ]
+
+
+def test_ctx_proceed_at_an_async_joinpoint_says_to_use_the_proceed_argument(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """At an async join point each around advice has its own ``proceed``; ``ctx.proceed()``
+    raises ``UnsupportedAdviceError`` saying so (it used to be an AttributeError)."""
+    fetch = _declare_async(weaver, point)
+
+    @weaver.around(point)
+    async def wrap(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        assert ctx.deferred(proceed) is proceed  # it works at any time already
+        return await ctx.proceed()
+
+    with pytest.raises(UnsupportedAdviceError, match="call the proceed your around advice"):
+        asyncio.run(fetch(1))
+    assert fetch.calls == []
+
+
+def _plainly_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain decorator over an async function: a synchronous callable returning a
+    coroutine."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def test_deferred_proceed_runs_the_rest_of_the_chain_after_the_advice_returned(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """``ctx.deferred(proceed)`` called from a coroutine the around advice returned runs the
+    inner advice and the target once per call, from this advice's place and with the
+    arguments it was given; the context is left as it was."""
+    targets: list[str] = []
+    inner_runs: list[str] = []
+
+    async def fetch(url: str) -> str:
+        targets.append(url)
+        return url.upper()
+
+    fetch_ = weaver.joinpoint(point)(_plainly_async(fetch))
+    weaver.around(point, priority="HIGH")(lambda ctx, proceed: proceed("replaced"))
+
+    @weaver.around(point)
+    def twice(ctx: Any, proceed: Callable[..., Any]) -> Any:
+        again = ctx.deferred(proceed)
+
+        async def both() -> Any:
+            return [await again(), await again(), list(ctx.args)]
+
+        return both()
+
+    weaver.around(point, priority=60)(lambda ctx, proceed: inner_runs.append("inner") or proceed())
+    assert asyncio.run(fetch_("u")) == ["REPLACED", "REPLACED", ["u"]]
+    assert targets == ["replaced", "replaced"]
+    assert inner_runs == ["inner", "inner"]
 
 
 def test_once_with_every_runs_on_the_first_call_every_lets_through(weaver: ah.Weaver) -> None:

@@ -270,6 +270,64 @@ def test_async_advice_is_counted_and_timed(weaver: ah.Weaver, point: str, clock:
     assert rows == {"ready": (1, 0.25), "wrap": (1, 0.125)}
 
 
+def test_plain_advice_returning_a_coroutine_is_timed_until_it_completes(
+    weaver: ah.Weaver, point: str, clock: FakeClock
+) -> None:
+    """A plain function returning a coroutine (the shape of ``Timed`` or ``Retry`` at an
+    async join point) is timed while that coroutine runs, less the time awaiting
+    ``proceed`` (it used to show only the instant of making the coroutine: 0)."""
+
+    @weaver.joinpoint(point)
+    async def fetch() -> int:
+        await asyncio.sleep(0)
+        clock.spend(0.5)
+        return 1
+
+    async def work(proceed: ah.Proceed) -> Any:
+        clock.spend(0.125)
+        result = await proceed()
+        clock.spend(0.125)
+        return result
+
+    @weaver.before(point)
+    def ready(ctx: Any) -> Any:
+        async def later() -> None:
+            clock.spend(0.25)
+
+        return later()
+
+    weaver.around(point, name="wrap")(lambda ctx, proceed: work(proceed))
+    with ah.track_calls():
+        assert asyncio.run(fetch()) == 1
+        assert asyncio.run(fetch()) == 1
+    rows = {row.advice: (row.calls, row.time_s) for row in ah.describe(point) if row.stage}
+    assert rows == {"ready": (2, 0.5), "wrap": (2, 0.5)}
+
+
+def test_plain_advice_at_an_async_function_behind_a_plain_decorator_is_timed_when_awaited(
+    weaver: ah.Weaver, point: str, clock: FakeClock
+) -> None:
+    """The same at a synchronous join point whose call returns a coroutine: the advice's
+    coroutine is its own time, the target's coroutine is inside ``proceed``."""
+
+    async def fetch() -> int:
+        await asyncio.sleep(0)
+        clock.spend(0.5)
+        return 1
+
+    fetch_ = weaver.joinpoint(point)(lambda: fetch())
+
+    async def work(coroutine: Any) -> Any:
+        clock.spend(0.125)
+        return await coroutine
+
+    weaver.around(point, name="wrap")(lambda ctx, proceed: work(proceed()))
+    with ah.track_calls():
+        assert asyncio.run(fetch_()) == 1
+    rows = {row.advice: (row.calls, row.time_s) for row in ah.describe(point) if row.stage}
+    assert rows == {"wrap": (1, 0.125)}
+
+
 def test_a_woven_function_is_counted() -> None:
     """weave() of code you do not own: its row (the target's path) is counted too."""
     with ah.weave(targets.add_one, before=lambda ctx: None), ah.track_calls():

@@ -55,7 +55,8 @@ class Retry(Aspect):
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration. A synchronous callable that returns a coroutine (an async function
-    behind a plain decorator) is retried as an async one: each attempt is awaited.
+    behind a plain decorator) is retried as an async one: each attempt is awaited, and
+    runs the advice inside Retry and the target again with the arguments Retry was given.
     """
 
     def __init__(
@@ -126,8 +127,11 @@ class Retry(Aspect):
             else:
                 if type(result) is CoroutineType:
                     # An async function behind a plain decorator: the call that fails is
-                    # the awaited one, so the retries are awaited too.
-                    return self._retry_async(ctx, proceed, result, attempt)
+                    # the awaited one, so the retries are awaited too, after this advice
+                    # has returned: through ``ctx.deferred``, which runs the rest of the
+                    # chain from here with this call's arguments (a bare ``proceed()``
+                    # then would start the chain at Retry again, a retry loop per retry).
+                    return self._retry_async(ctx, ctx.deferred(proceed), result, attempt)
                 return result
             attempt += 1
 

@@ -15,8 +15,9 @@ import structlog
 from structlog.testing import capture_logs
 
 import aspecthook as ah
-from aspecthook.aspects import Logged, Retry
+from aspecthook.aspects import Counted, Logged, Retry, Timed
 from aspecthook.errors import InvalidOptionError
+from aspecthook.testing import Recorder
 
 MODULE = __name__
 
@@ -347,6 +348,86 @@ def test_async_function_gives_up_with_the_last_exception(flaky: Flaky) -> None:
         asyncio.run(afetch())
     assert raised.value is flaky.raised[-1]
     assert given_up == [raised.value]
+
+
+class Stop(BaseException):
+    """Not an Exception, so never retried: ends a call that would retry without end, so
+    that such a test fails instead of hanging."""
+
+
+attempted_urls: list[str] = []
+
+
+@plain_decorator
+async def afetch_url(url: str) -> str:
+    """Always refused; records the url each attempt got and stops after 20 attempts."""
+    attempted_urls.append(url)
+    if len(attempted_urls) > 20:
+        raise Stop("still retrying after 20 attempts")
+    await asyncio.sleep(0)
+    raise ConnectionError(f"refused {url}")
+
+
+def _no_sleep_retry() -> Retry:
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    return Retry(attempts=3, backoff=0, async_sleep=no_sleep, priority=60)
+
+
+def _replaced(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+    return proceed("replaced")
+
+
+# What each combination weaves with a Retry(attempts=3) (priority 60: inside the others),
+# and the url every attempt must get.
+WITH_RETRY: dict[str, tuple[Callable[[], tuple[Any, ...]], dict[str, Any], str]] = {
+    "alone": (lambda: (), {}, "u"),
+    "on_error advice": (lambda: (), {"on_error": lambda ctx: None}, "u"),
+    "Recorder(HIGHEST)": (lambda: (Recorder(priority="HIGHEST"),), {}, "u"),
+    "around advice": (lambda: (), {"around": lambda ctx, proceed: proceed()}, "u"),
+    "around proceed('replaced')": (lambda: (), {"around": _replaced}, "replaced"),
+    "Counted": (lambda: (Counted(),), {}, "u"),
+    "the guide's set": (lambda: (Timed(), Counted(), Logged(), Recorder()), {}, "u"),
+}
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["untracked", "tracked"])
+@pytest.mark.parametrize("combination", list(WITH_RETRY))
+def test_async_function_behind_a_plain_decorator_with_other_advice_is_retried_attempts_times(
+    combination: str, track: bool
+) -> None:
+    """With other advice around it, each retry runs the rest of the chain from Retry's own
+    place with the arguments Retry was given: `attempts` calls, then it gives up (it used
+    to start Retry again per retry, without end, and lose replaced arguments)."""
+    others, advice, url = WITH_RETRY[combination]
+    attempted_urls.clear()
+    with (
+        ah.track_calls(track),
+        ah.woven(afetch_url, *others(), _no_sleep_retry(), **advice),
+        capture_logs() as logs,
+        pytest.raises(ConnectionError, match=f"refused {url}"),
+    ):
+        asyncio.run(afetch_url("u"))
+    assert attempted_urls == [url] * 3
+    assert [e["event"] for e in logs if e["event"].startswith("retry.")] == [
+        "retry.attempt",
+        "retry.attempt",
+        "retry.gave_up",
+    ]
+
+
+def test_async_function_behind_a_plain_decorator_retried_by_two_retries_nests_them() -> None:
+    """Two Retry aspects on such a function: each outer attempt runs the inner Retry's
+    attempts, 2 x 3 calls in all."""
+    attempted_urls.clear()
+    with (
+        ah.woven(afetch_url, Retry(attempts=2, backoff=0), _no_sleep_retry()),
+        capture_logs(),
+        pytest.raises(ConnectionError),
+    ):
+        asyncio.run(afetch_url("u"))
+    assert attempted_urls == ["u"] * 6
 
 
 def test_method_is_retried_on_its_instance() -> None:
