@@ -77,7 +77,6 @@ from ._pointcut import Name, NormalizedName
 from ._registry import LOCK, REGISTRY
 
 if TYPE_CHECKING:
-    from ._weave import WeaveRecord
     from ._weaver import Weaver
 
 __all__ = ["ModuleJoinPoint", "is_module", "weave_module"]
@@ -302,7 +301,15 @@ def weave_module(
     arguments; the rest are ``weave()``'s own.
     """
     from ._install import _attach
-    from ._weave import WEAVES, WeaveRecord, _skip, _tokens, _undo, _version_problem
+    from ._weave import (
+        WEAVES,
+        WeaveRecord,
+        _skip,
+        _tokens,
+        _undo,
+        _version_problem,
+        _weave_handle,
+    )
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)
@@ -324,7 +331,7 @@ def weave_module(
     except BaseException:
         _undo(record, handle, weaver)
         raise
-    return _weave_handle(record, handle, advices, weaver, label)
+    return _weave_handle(record, handle, advices, weaver, f"weave {label} (torch module hooks)")
 
 
 def _module_advice(
@@ -351,24 +358,6 @@ def _module_advice(
     advices = [_retarget(a, token) for a in found]
     _refuse_unsupported(advices, token, module, label)
     return advices
-
-
-def _weave_handle(
-    record: WeaveRecord, handle: Handle | None, advices: list[Advice], weaver: Weaver, label: str
-) -> Handle:
-    """The weave's handle, owner of its advice; ``remove()`` undoes the weave."""
-    from ._weave import _undo
-
-    def undo() -> None:
-        weaver.forget(result)
-        _undo(record, handle, weaver)
-
-    result = Handle(undo, f"weave {label} (torch module hooks)", advices)
-    if handle is not None:
-        weaver.forget(handle)
-        for advice in advices:
-            advice._handle = result
-    return weaver.track(result)
 
 
 def _points_of(module: Any, label: str) -> tuple[ModuleJoinPoint, ModuleJoinPoint]:

@@ -200,15 +200,21 @@ def _settle(
 
 
 def _weave_handle(
-    record: WeaveRecord, handle: Handle | None, advices: list[Advice], weaver: Weaver
+    record: WeaveRecord,
+    handle: Handle | None,
+    advices: list[Advice],
+    weaver: Weaver,
+    description: str | None = None,
 ) -> Handle:
-    """The handle ``weave()`` returns: it undoes the weave and stands for its advice."""
+    """The handle ``weave()`` returns: it undoes the weave and stands for its advice.
+
+    ``description`` is its ``repr``'s text (``weave <target>`` when not given)."""
 
     def undo() -> None:
         weaver.forget(result)
         _undo(record, handle, weaver)
 
-    result = Handle(undo, f"weave {record.target}", advices)
+    result = Handle(undo, description or f"weave {record.target}", advices)
     if handle is not None:
         weaver.forget(handle)
         for advice in advices:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,16 +83,16 @@ def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
     return path
 
 
-def _report_near_misses(runner: Runner) -> None:
+def _report_near_misses(runner: Runner, joinpoints: Iterable[str]) -> None:
     """Warn about advice (this runner's or module-level) for a name that is one typo away
-    from a join point of the run (``after_trian_epoch``): it would never be called."""
+    from a join point of the run (``after_trian_epoch``): it would never be called.
+    ``joinpoints`` are the runner's own join point names."""
     from .._describe import near_misses
     from .._registry import REGISTRY
     from .._weaver import default_weaver
-    from ._runner import JOINPOINTS  # _runner imports this module
 
     own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
-    known = sorted({*JOINPOINTS, *(n for n in own if not n.startswith("@"))})
+    known = sorted({*joinpoints, *(n for n in own if not n.startswith("@"))})
     for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
         warnings.warn(
             f"{advice.name}: no join point is named {name!r}, so this {advice.kind} advice "

@@ -205,7 +205,7 @@ class Runner:
                 "train_loader has no batches (len() == 0; with drop_last=True the dataset "
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
-        _report_near_misses(self)
+        _report_near_misses(self, JOINPOINTS)
         if self.finished:  # run() again after the end, or after stop(): say why it returns
             from .._log import get_logger
 
