@@ -2,7 +2,7 @@
 
 An ``Advice`` is also its own handle: ``.remove()`` unregisters it, and it is a context
 manager. Options are checked at registration (``_advice_checks``), so mistakes surface
-where they are made; ``compile`` turns the function plus its filters into one plain
+where they are made; ``compiled`` turns the function plus its filters into one plain
 callable (``_advice_wrappers``) so that the dispatch loop only ever calls ``fn(ctx)``.
 """
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._handle import Handle
 
 # ``current_rank`` and ``log_own_failure`` live with the compiled wrappers that use them;
-# the aspects import them from here.
+# the aspects import ``log_own_failure`` from here, with the decorators it goes with.
 __all__ = ["KINDS", "Advice", "AdviceKind", "current_rank", "log_own_failure"]
 
 AdviceKind = Literal["before", "after", "on_error", "around", "on"]

@@ -14,9 +14,9 @@ Construction notes (measured in bench/calls.py):
   untouched, because ``__get__`` of an unbound wrapper never reads its own instance (it
   builds a fresh bound wrapper from the descriptor protocol), so methods, classmethods and
   staticmethods behave as before. The dispatcher maps the sentinel back to ``None``.
-* ``enabled=`` is the bound ``__len__`` of a list that holds one item while the join
-  point has advice. wrapt calls it from C; when it returns 0 the wrapper is skipped and
-  the target is called directly, so an idle join point costs one C call.
+* ``enabled=`` is a list that holds one item while the join point has advice. wrapt
+  tests a non-callable ``enabled`` for truth in C; while it is empty the wrapper is
+  skipped and the target is called directly, so an idle join point costs no call at all.
 
 Neither proxy pickles by a reference to its own class: each stands for the function or
 bound method it wraps (``getattr(owner, name)`` or the target's qualified name).

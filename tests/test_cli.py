@@ -154,7 +154,7 @@ def test_uncaught_exception_traceback_is_pythons(tmp_path: Path) -> None:
     assert ours.stderr == plain.stderr
     assert f'File "{tmp_path / "boom.py"}", line 4, in <module>' in ours.stderr
     assert "ValueError: bad thing" in ours.stderr
-    for foreign in ("runpy", "_cli.py", "aspecthook"):
+    for foreign in ("runpy", "_cli", "aspecthook"):
         assert foreign not in ours.stderr
 
 
