@@ -34,6 +34,7 @@ def run(runner: Runner) -> dict[str, Any]:
     """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
     while not runner.finished:
         runner.train_epoch()
+        runner.settled_epoch = runner.epoch  # the epoch's advice all ran (run() again)
     return runner.metrics
 
 
@@ -47,6 +48,7 @@ def train_epoch(runner: Runner) -> None:
     batch = _NO_BATCH
     for batch in runner.epoch_batches():
         runner.train_iter(batch)
+        runner.settled_iter = runner.iter  # the iteration's advice all ran (run() again)
         if runner.finished:
             if runner.epoch_consumed():
                 runner.end_epoch()

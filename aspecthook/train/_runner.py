@@ -134,6 +134,10 @@ class Runner:
         self.metrics: dict[str, Any] = {}
         self.stop_reason: str | None = None
         self._interrupted = False  # the last run() raised (see _drop_interrupted_gradients)
+        #: The iteration and the epoch whose ``train_iter`` / ``train_epoch`` calls last
+        #: returned, advice included (set by ``_loop``; see ``_report_unfinished_stage``).
+        self.settled_iter = 0
+        self.settled_epoch = 0
         self.rank, self.world_size = _dist_info()
 
     def _declare_joinpoints(self) -> None:
@@ -217,7 +221,9 @@ class Runner:
                 hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
             )
         if self._interrupted:
+            self._report_unfinished_stage()
             self._drop_interrupted_gradients()
+        self.settled_iter, self.settled_epoch = self.iter, self.epoch
         token = CURRENT_RUNNER.set(self)
         try:
             return _snapshot(self._run_joinpoint())
@@ -226,6 +232,31 @@ class Runner:
             raise
         finally:
             CURRENT_RUNNER.reset(token)
+
+    def _report_unfinished_stage(self) -> None:
+        """After a run() that raised in the advice that follows an iteration or an epoch
+        (Ctrl-C during validation at an epoch's end, say): the counters had moved on, so
+        that iteration or epoch is not trained again, and the advice after the one that
+        raised (an LR step, a checkpoint, a log line) never ran for it. Say so, with the
+        way to an exact continuation."""
+        for stage, done, settled in (
+            ("train_iter", self.iter, self.settled_iter),
+            ("train_epoch", self.epoch, self.settled_epoch),
+        ):
+            if done != settled:
+                from .._log import get_logger
+
+                get_logger().warning(
+                    "runner.stage_unfinished",
+                    stage=stage,
+                    iter=self.iter,
+                    epoch=self.epoch,
+                    reason=f"the last run() stopped in the advice after {stage}, whose "
+                    "later advice (LR step, checkpoint, log...) did not run for it",
+                    hint="resume from the last checkpoint for a run identical to an "
+                    "uninterrupted one",
+                )
+                return
 
     def _drop_interrupted_gradients(self) -> None:
         """After a run() that raised (Ctrl-C in a notebook, say): the iteration it broke

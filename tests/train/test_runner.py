@@ -885,6 +885,43 @@ def test_run_of_a_finished_runner_says_why_it_returns_at_once(how: str) -> None:
     assert "runner.stop_reason = None" in event["hint"]
 
 
+@pytest.mark.parametrize(
+    ("stage", "where"),
+    [
+        ("train_iter", "before"),  # before the iteration: it is trained again, nothing lost
+        ("train_iter", "after"),  # in the advice after it: the iteration counts as done
+        ("train_epoch", "after"),  # in the advice after an epoch (validation, say)
+    ],
+)
+def test_run_again_after_a_break_in_the_advice_after_a_stage_says_what_did_not_run(
+    stage: str, where: str
+) -> None:
+    """Ctrl-C in the advice that runs after an iteration or an epoch, then run() again:
+    that iteration or epoch is counted, and its later advice never ran for it, which is
+    reported with how to continue exactly; a break before the stage reports nothing."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=2)
+    fired: list[bool] = []
+
+    def ctrl_c(ctx: ah.CallContext) -> None:
+        if not fired and ctx.runner.epoch == 1:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    getattr(runner.weaver, where)(stage)(ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    reports = [e for e in logs if e["event"] == "runner.stage_unfinished"]
+    if where == "before":
+        assert reports == []
+    else:
+        [report] = reports
+        assert report["stage"] == stage
+        assert "resume from the last checkpoint" in report["hint"]
+
+
 def test_evaluate_weights_batches_by_their_size_when_the_targets_are_a_dict() -> None:
     """Multi-task style targets ({'cls': y}): batches of 8, 8 and 2 count 8, 8 and 2."""
     torch.manual_seed(0)
