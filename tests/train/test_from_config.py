@@ -701,6 +701,22 @@ def test_evaluate_refuses_metrics_that_are_not_functions() -> None:
     assert isinstance(info.value.__cause__, InvalidOptionError)
 
 
+def test_a_metric_function_is_added_to_a_runner_built_from_a_config() -> None:
+    """What the refusal of a metric named in a file says to do works: the runner from the
+    file keeps the file's aspects, and the metric added to its Evaluate is computed."""
+    loader = _config()["train_loader"]
+    config = _config(val_loader=loader, aspects=[*_config()["aspects"], {"type": "Evaluate"}])
+    with pytest.raises(ConfigError, match=r"runner.get_aspect\(Evaluate\).metrics\['acc'\]"):
+        Runner.from_config({**config, "aspects": [{"type": "Evaluate", "metrics": {"acc": "x"}}]})
+    runner = Runner.from_config(config)
+    evaluate = runner.get_aspect(Evaluate)
+    assert isinstance(evaluate, Evaluate)
+    evaluate.metrics["acc"] = lambda out, y: (out.argmax(1) == y).float().mean()
+    metrics = runner.run()
+    assert 0.0 <= metrics["val/acc"] <= 1.0
+    assert runner.get_aspect(LRSchedule) is not None
+
+
 def test_bad_advice_options_of_an_aspect_are_config_errors() -> None:
     """errors: ignore (checked when the advice is made) and a bad priority of an adapted
     hook class are ConfigErrors at the aspect's key, the original error chained."""

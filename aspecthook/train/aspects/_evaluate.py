@@ -196,8 +196,9 @@ def _checked_metrics(metrics: Mapping[str, Metric] | None) -> dict[str, Metric]:
         if not callable(fn):
             raise InvalidOptionError(
                 f"Evaluate(metrics=...): metric {name!r} is {fn!r}, not a function: give the "
-                "function itself, fn(outputs, targets) -> number, in code (a config file "
-                "cannot name one: Runner.from_config(path, aspects=[Evaluate(metrics=...)]))",
+                "function itself, fn(outputs, targets) -> number, in code. A config file "
+                "cannot name one: leave it out of the file, then add it to the runner built "
+                f"from it: runner.get_aspect(Evaluate).metrics[{name!r}] = fn",
                 option="metrics",
                 value=metrics,
             )
