@@ -19,9 +19,19 @@ class Counted(Aspect):
 
     ``weave(target, Counted())`` counts a callable; ``register(Counted(pointcut='*'))``
     named join points. A call is counted when it starts (``HIGHEST`` before advice), an
-    exception when the call raises it; the exception propagates unchanged. Exceptions
-    raised later while iterating a returned generator are not the call's (``Timed``
-    counts those).
+    exception when the call raises it (``on_error`` advice); the exception propagates
+    unchanged.
+
+    What ``error_counts`` leaves out, because on_error advice never sees it:
+
+    - ``BaseException``s that are not ``Exception``s: a cancelled task or an expired
+      ``asyncio.timeout`` (``asyncio.CancelledError``), ``KeyboardInterrupt``,
+      ``SystemExit``. Such a call counts in ``counts`` only: it was stopped, it did not fail.
+    - Exceptions raised later, after the call returned: while iterating a returned
+      generator, or when awaiting the coroutine a synchronous callable returns (an async
+      function behind a plain decorator; an ``async def`` join point's failures do count).
+      Seeing those would take advice after every call, which every ordinary call would
+      pay for; ``Timed`` counts them.
     """
 
     priority: PriorityLike = Priority.HIGHEST
@@ -44,7 +54,7 @@ class Counted(Aspect):
 
     @on_error()
     def count_error(self, ctx: CallContext) -> None:
-        """Count one exception raised by a call of this join point."""
+        """Count one exception (an ``Exception``) raised by a call of this join point."""
         with self._lock:
             self._errors[ctx.joinpoint.name] += 1
 
@@ -56,7 +66,8 @@ class Counted(Aspect):
 
     @property
     def error_counts(self) -> Counter[str]:
-        """Exceptions raised per join point name (a snapshot; 0 for none)."""
+        """Exceptions raised per join point name (a snapshot; 0 for none); cancellations
+        and other ``BaseException``s are not counted (see the class docstring)."""
         with self._lock:
             return Counter(self._errors)
 

@@ -2,7 +2,8 @@
 
 The event carries the join point, a size-capped summary of the arguments and the result,
 the duration and the outcome, and on failure the exception itself as ``exc_info`` (the
-exception propagates unchanged). While the call runs, ``joinpoint`` and
+exception propagates unchanged). A cancelled call (``asyncio.CancelledError``) is an
+outcome of its own, not a failure. While the call runs, ``joinpoint`` and
 ``joinpoint_stack`` are bound as structlog context variables, so anything logged inside
 it, including the events of nested ``Logged`` join points, shows where it came from.
 
@@ -34,8 +35,10 @@ import inspect
 import threading
 import time
 import weakref
+from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
+from types import CoroutineType
 from typing import Any
 
 import structlog
@@ -212,15 +215,19 @@ class Logged(Aspect):
     ``weave(target, Logged())`` or ``register(Logged(pointcut='json.*'))``. The event
     (``event=``, default ``'call'``) has ``joinpoint``, ``args`` (parameter name -> capped
     summary, see :func:`summarize`; names in ``redact`` show ``'***'``), ``result``,
-    ``outcome`` (``'ok'`` or ``'error'``) and ``duration_ms``; a failure adds
-    ``exc_info`` (the exception, so structlog renders its traceback) and is logged at
-    ``error_level``, a success at ``level``. An ``async`` call is logged when it
-    completes; a generator function's call when it returns the generator.
+    ``outcome`` and ``duration_ms``. The outcome is ``'ok'`` (logged at ``level``),
+    ``'error'`` for any exception, ``KeyboardInterrupt`` and ``SystemExit`` included
+    (logged at ``error_level`` with ``exc_info``, the exception, so structlog renders its
+    traceback), or ``'cancelled'`` for ``asyncio.CancelledError`` (a cancelled task, an
+    expired ``asyncio.timeout``: logged at ``level``, without a traceback, as it is how
+    asyncio stops work, not a failure). An ``async`` call is logged when it completes, and
+    so is a coroutine a synchronous callable returns (an async function behind a plain
+    decorator); a generator function's call when it returns the generator.
 
     Context variables ``joinpoint`` (this call) and ``joinpoint_stack`` (the Logged calls
-    in progress, outermost first) are bound while the call runs, when ``level`` is
-    enabled. With only ``error_level`` enabled, failures are still logged; with neither,
-    the call costs a cached level check.
+    in progress, outermost first) are bound while the call runs (a returned coroutine
+    included, while it is awaited), when ``level`` is enabled. With only ``error_level``
+    enabled, failures are still logged; with neither, the call costs a cached level check.
 
     ``logger=`` is the structlog logger to write to (default: this module's).
 
@@ -284,14 +291,17 @@ class Logged(Aspect):
         if not mode or _EMITTING.active:  # off, or called by our own emission
             return proceed()
         if ctx.joinpoint.is_async:
-            return self._log_async(ctx, proceed, mode)
+            return self._log_async(ctx, proceed(), mode, time.perf_counter())
         if mode == _ERRORS_ONLY:
             start = time.perf_counter()
             try:
-                return proceed()
+                result = proceed()
             except BaseException as exc:
                 self._emit(ctx, self._emit_error, exc, start)
                 raise
+            if type(result) is CoroutineType:  # an async function behind a plain decorator
+                return self._log_async(ctx, result, mode, start)
+            return result
         return self._log_sync(ctx, proceed)
 
     def _layer(
@@ -308,6 +318,7 @@ class Logged(Aspect):
         chain, general = guard if guard is not None else (None, None)
         config, emitting, clock = _CONFIG, _EMITTING, time.perf_counter
         errors_only, full, ask = _ERRORS_ONLY, _FULL, _ASK  # closure cells: no global lookups
+        coroutine_type = CoroutineType
 
         # Long on purpose: ``logged`` runs on every call of the join point, so its steps
         # stay inline (a helper per step would cost a call each, on every call).
@@ -323,8 +334,9 @@ class Logged(Aspect):
                 start = clock()
                 try:
                     if inner is None:
-                        return wrapped(*args, **kwargs)
-                    return inner(wrapped, instance, args, kwargs)
+                        result = wrapped(*args, **kwargs)
+                    else:
+                        result = inner(wrapped, instance, args, kwargs)
                 except BaseException as exc:
                     # Read here, not before the call: a call made by our own emission is
                     # not logged, and the flag is the same before and after a call.
@@ -332,6 +344,10 @@ class Logged(Aspect):
                         ctx = new_context(jp, wrapped, instance, args, kwargs)
                         self._emit(ctx, self._emit_error, exc, start)
                     raise
+                if type(result) is coroutine_type and not emitting.active:
+                    ctx = new_context(jp, wrapped, instance, args, kwargs)
+                    return self._log_async(ctx, result, errors_only, start)
+                return result
             if mode == full and not emitting.active:
                 ctx = new_context(jp, wrapped, instance, args, kwargs)
                 if inner is None:
@@ -344,6 +360,8 @@ class Logged(Aspect):
         return logged
 
     def _log_sync(self, ctx: CallContext, proceed: Proceed) -> Any:
+        """Log a synchronous call with both levels on; a coroutine it returns (an async
+        function behind a plain decorator) is logged when it completes, as an async call."""
         entered = self._safely(ctx, self._enter, ctx)
         try:
             start = time.perf_counter()
@@ -352,18 +370,22 @@ class Logged(Aspect):
             except BaseException as exc:
                 self._emit(ctx, self._emit_error, exc, start)
                 raise
+            if type(result) is CoroutineType:
+                return self._log_async(ctx, result, _FULL, start)
             self._emit(ctx, self._emit_ok, result, start)
             return result
         finally:
             if entered is not None:
                 self._safely(ctx, self._exit, entered)
 
-    async def _log_async(self, ctx: CallContext, proceed: Proceed, mode: int) -> Any:
+    async def _log_async(self, ctx: CallContext, call: Any, mode: int, start: float) -> Any:
+        """Await ``call`` (the coroutine of the call, not started yet, or one a synchronous
+        callable returned) with the context variables bound, and log it when it completes;
+        ``start`` is when the call began."""
         entered = self._safely(ctx, self._enter, ctx) if mode == _FULL else None
         try:
-            start = time.perf_counter()
             try:
-                result = await proceed()
+                result = await call
             except BaseException as exc:
                 self._emit(ctx, self._emit_error, exc, start)
                 raise
@@ -405,6 +427,15 @@ class Logged(Aspect):
         getattr(self.logger, self.level)(self.event, **fields)
 
     def _emit_error(self, ctx: CallContext, exc: BaseException, start: float) -> None:
+        """Log a call that raised ``exc``; a cancelled one (``asyncio.CancelledError``: a
+        task cancelled, an ``asyncio.timeout`` expired) is not a failure of the call, so it
+        is logged at ``level`` as ``outcome='cancelled'``, with no traceback."""
+        if isinstance(exc, CancelledError):
+            if self._ask_levels() == _FULL:  # level enabled (errors-only calls come here)
+                fields = self._fields(ctx, start)
+                fields["outcome"] = "cancelled"
+                getattr(self.logger, self.level)(self.event, **fields)
+            return
         fields = self._fields(ctx, start)
         fields["outcome"] = "error"
         getattr(self.logger, self.error_level)(self.event, exc_info=exc, **fields)

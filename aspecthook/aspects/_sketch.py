@@ -20,6 +20,15 @@ RELATIVE_ACCURACY = 0.01
 # Module-level aliases: one global lookup on the hot path instead of a module attribute.
 _log = math.log
 _ceil = math.ceil
+_INFINITIES = (math.inf, -math.inf)
+
+
+def _refused(value: float) -> ValueError:
+    """The error for a value the sketch cannot count: negative, NaN or infinite."""
+    return ValueError(
+        f"QuantileSketch.add({value!r}): values must be finite numbers >= 0 "
+        "(durations, sizes); leave out or clean NaN and infinite ones before adding them"
+    )
 
 
 class QuantileSketch:
@@ -56,9 +65,13 @@ class QuantileSketch:
         self.max = -math.inf
 
     def add(self, value: float) -> None:
-        """Count one value (a duration in any unit); negative values are refused."""
+        """Count one value (a duration in any unit); negative, NaN and infinite values are
+        refused with ``ValueError`` (NaN fails both comparisons, an infinity ``_key``)."""
         if value > 0:
-            key = self._key(value)
+            try:
+                key = self._key(value)
+            except OverflowError:  # ceil(log(inf)): the only value _key cannot place
+                raise _refused(value) from None
             buckets = self._buckets
             buckets[key] = buckets.get(key, 0) + 1
             if len(buckets) > self.max_buckets:
@@ -66,7 +79,7 @@ class QuantileSketch:
         elif value == 0:
             self._zeros += 1
         else:
-            raise ValueError(f"QuantileSketch.add({value!r}): values must be >= 0")
+            raise _refused(value)
         self.count += 1
         self.total += value
         if value < self.min:
@@ -83,15 +96,26 @@ class QuantileSketch:
         instead of one per value (a logarithm costs more than the rest of a timed call's
         bookkeeping on the machines we measured; counting equal values first with a
         ``Counter`` measured slower than the sort).
+
+        A batch with a negative, NaN or infinite value is refused whole, as ``add`` refuses
+        the value, and leaves the sketch unchanged. The batch's sum (needed for ``total``
+        anyway) is NaN or infinite exactly when such a value is in it or finite values add
+        up past float range, so only then is the batch scanned value by value: NaN sorts
+        anywhere, so the sorted batch's ends alone cannot tell.
         """
         # Long on purpose: this is Timed's fold, run every ``_BATCH`` calls of a timed
         # join point; ``_key`` is inlined and no step is a helper, to keep it call-free.
         if not values:
             return
         ordered = sorted(values)
-        low = ordered[0]
+        total = sum(ordered)
+        if total != total or total in _INFINITIES:  # NaN or infinite: find the value
+            for value in ordered:
+                if value != value or value in _INFINITIES:
+                    raise _refused(value)
+        low = ordered[0]  # the least value: no NaN is left to disturb the order
         if not low >= 0:
-            raise ValueError(f"QuantileSketch.add({low!r}): values must be >= 0")
+            raise _refused(low)
         buckets = self._buckets
         gamma, inv_log_gamma = self._gamma, self._inv_log_gamma
         n = len(ordered)
@@ -118,7 +142,7 @@ class QuantileSketch:
         while len(buckets) > self.max_buckets:
             self._collapse_lowest()
         self.count += n
-        self.total += sum(ordered)
+        self.total += total
         self.min = min(self.min, low)
         self.max = max(self.max, ordered[-1])
 

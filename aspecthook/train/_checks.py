@@ -37,7 +37,9 @@ def _check_limits(max_epochs: int | None, max_iters: int | None) -> None:
             f"(iteration-based training); got max_epochs={max_epochs}, max_iters={max_iters}"
         )
     for name, value in (("max_epochs", max_epochs), ("max_iters", max_iters)):
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
             raise RunnerError(f"{name}={value!r} must be a positive int")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +31,30 @@ async def add_async(x: int) -> int:
 
 def count_up(n: int) -> Iterator[int]:
     yield from range(n)
+
+
+async def wait_forever() -> None:
+    await asyncio.Event().wait()
+
+
+def interrupted() -> None:
+    raise KeyboardInterrupt
+
+
+def plain_decorator(fn: Any) -> Any:
+    """A synchronous decorator: over an async function it returns a coroutine."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@plain_decorator
+async def refused_later() -> None:
+    await asyncio.sleep(0)
+    raise ConnectionError("refused")
 
 
 class Calculator:
@@ -66,6 +92,36 @@ def test_counts_exceptions_and_reraises_them_unchanged() -> None:
     assert caught.value is error
     assert caught.value.__context__ is None
     assert (counted.counts[name(explode)], counted.error_counts[name(explode)]) == (1, 1)
+
+
+def test_cancellations_and_interrupts_are_calls_not_errors() -> None:
+    """A cancelled task and a KeyboardInterrupt count as calls, not in error_counts: only
+    Exceptions are errors (what on_error advice sees)."""
+
+    async def cancel_one() -> None:
+        task = asyncio.ensure_future(wait_forever())
+        await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    counted = Counted()
+    with ah.weave(wait_forever, counted), ah.weave(interrupted, counted):
+        asyncio.run(cancel_one())
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+    assert counted.counts == {name(wait_forever): 1, name(interrupted): 1}
+    assert counted.error_counts == {}
+
+
+def test_a_failure_raised_when_a_returned_coroutine_is_awaited_is_not_counted() -> None:
+    """An async function behind a plain decorator fails after its call returned: the call
+    counts, the failure does not (as documented; Timed counts it)."""
+    counted = Counted()
+    with ah.weave(refused_later, counted), pytest.raises(ConnectionError):
+        asyncio.run(refused_later())
+    assert counted.counts == {name(refused_later): 1}
+    assert counted.error_counts == {}
 
 
 def test_counts_methods() -> None:

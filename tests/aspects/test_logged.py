@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -92,6 +93,41 @@ async def afail(message: str) -> None:
     """Raise ValueError(message), asynchronously."""
     await asyncio.sleep(0)
     raise ValueError(message)
+
+
+def plain_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A synchronous decorator, as many are: over an async function it returns a coroutine."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@plain_decorator
+async def decorated_fetch(url: str) -> dict[str, Any]:
+    """Fetch url (the context variables bound while it runs); 'bad' is refused."""
+    await asyncio.sleep(0)
+    if url == "bad":
+        raise ConnectionError(f"{url} refused")
+    return get_contextvars()
+
+
+async def forever() -> None:
+    """Wait until cancelled."""
+    await asyncio.Event().wait()
+
+
+@plain_decorator
+async def decorated_forever() -> None:
+    """Wait until cancelled, behind a plain decorator."""
+    await asyncio.Event().wait()
+
+
+def interrupted() -> None:
+    """Stop as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 class Service:
@@ -274,6 +310,89 @@ def test_async_failure_is_logged_and_reraised_unchanged() -> None:
         asyncio.run(afail("async boom"))
     [entry] = logs
     assert entry["outcome"] == "error"
+    assert entry["exc_info"] is raised.value
+
+
+def test_async_function_behind_a_plain_decorator_is_logged_when_its_coroutine_completes() -> None:
+    """A sync callable's coroutine (an async function behind a plain decorator) is logged
+    as an async call: once it completes, with its result, the context bound inside it."""
+    name = f"{MODULE}.decorated_fetch"
+    with logged(decorated_fetch), capture_logs() as logs:
+        coroutine = decorated_fetch("good")
+        assert logs == []
+        assert get_contextvars() == {}
+        inside = asyncio.run(coroutine)
+    assert inside == {"joinpoint": name, "joinpoint_stack": (name,)}
+    assert get_contextvars() == {}
+    [entry] = logs
+    assert (entry["outcome"], entry["log_level"]) == ("ok", "info")
+    assert entry["result"] == repr(inside)
+    assert entry["args"] == {"url": "'good'"}
+
+
+@pytest.mark.parametrize("level", ["info", "warning"], ids=["all", "errors_only"])
+def test_async_function_behind_a_plain_decorator_logs_its_failure(level: str) -> None:
+    """The awaited failure of such a coroutine is logged with its exception, also when only
+    failures are logged, and propagates unchanged."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+    with (
+        logged(decorated_fetch),
+        capture_logs() as logs,
+        pytest.raises(ConnectionError, match="bad refused") as raised,
+    ):
+        asyncio.run(decorated_fetch("bad"))
+    [entry] = logs
+    assert (entry["outcome"], entry["log_level"]) == ("error", "error")
+    assert entry["exc_info"] is raised.value
+    assert entry["args"] == {"url": "'bad'"}
+
+
+async def _cancel(call: Callable[[], Any]) -> None:
+    """Start call() as a task, cancel it once it waits, and wait for it to end."""
+    task = asyncio.ensure_future(call())
+    await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _time_out(call: Callable[[], Any]) -> None:
+    """Await call() with a timeout that expires while it waits."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(call(), 0.01)
+
+
+@pytest.mark.parametrize("target", ["forever", "decorated_forever"])
+@pytest.mark.parametrize("how", [_cancel, _time_out], ids=["cancel", "timeout"])
+def test_a_cancelled_call_is_logged_as_cancelled_at_its_level(
+    target: str, how: Callable[..., Any]
+) -> None:
+    """A cancelled call (task.cancel(), a timeout) is not a failure: it is logged at
+    level= as outcome='cancelled', with no traceback."""
+    with logged(globals()[target], level="debug"), capture_logs() as logs:
+        asyncio.run(how(globals()[target]))
+    [entry] = logs
+    assert (entry["outcome"], entry["log_level"]) == ("cancelled", "debug")
+    assert "exc_info" not in entry
+    assert "result" not in entry
+
+
+def test_a_cancelled_call_is_not_logged_when_only_failures_are() -> None:
+    """With level= disabled and error_level= enabled, a cancelled call logs nothing."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger("warning"))
+    with logged(forever, decorated_forever), capture_logs() as logs:
+        asyncio.run(_cancel(forever))
+        asyncio.run(_cancel(decorated_forever))
+    assert logs == []
+
+
+def test_keyboard_interrupt_is_logged_as_an_error() -> None:
+    """KeyboardInterrupt (and SystemExit) end the call abnormally: logged at error_level,
+    with the traceback of where it stopped."""
+    with logged(interrupted), capture_logs() as logs, pytest.raises(KeyboardInterrupt) as raised:
+        interrupted()
+    [entry] = logs
+    assert (entry["outcome"], entry["log_level"]) == ("error", "error")
     assert entry["exc_info"] is raised.value
 
 

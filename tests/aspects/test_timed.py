@@ -271,10 +271,65 @@ def test_sketch_edge_cases() -> None:
     assert math.isnan(sketch.quantile(0.5))
     sketch.add(0)
     assert sketch.quantile(0.5) == 0
-    with pytest.raises(ValueError, match="must be >= 0"):
+    with pytest.raises(ValueError, match="must be finite numbers >= 0"):
         sketch.add(-1)
     with pytest.raises(ValueError, match=r"within 0\.\.1"):
         sketch.quantile(1.5)
+
+
+def _state(sketch: QuantileSketch) -> tuple[Any, ...]:
+    """Everything a sketch has counted."""
+    return (
+        dict(sketch._buckets),
+        sketch._zeros,
+        sketch.count,
+        sketch.total,
+        sketch.min,
+        sketch.max,
+    )
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_sketch_add_refuses_nan_and_infinities(value: float) -> None:
+    """add(nan / inf / -inf) is a ValueError that says what values it takes; nothing counts."""
+    sketch = QuantileSketch()
+    sketch.add(3.0)
+    before = _state(sketch)
+    with pytest.raises(ValueError, match="must be finite numbers >= 0"):
+        sketch.add(value)
+    assert _state(sketch) == before
+
+
+@settings(deadline=None)
+@given(
+    values=st.lists(st.floats(min_value=0, max_value=1e300), max_size=50),
+    bad=st.sampled_from([math.nan, math.inf, -math.inf, -1.0]),
+    position=st.integers(min_value=0),
+)
+def test_sketch_add_many_refuses_a_batch_with_nan_infinities_or_negatives(
+    values: list[float], bad: float, position: int
+) -> None:
+    """One NaN, infinite or negative value anywhere in a batch refuses the whole batch,
+    with add's ValueError, and leaves the sketch as it was."""
+    batch = [*values]
+    batch.insert(position % (len(batch) + 1), bad)
+    sketch = QuantileSketch()
+    sketch.add_many([1.0, 2.0])
+    before = _state(sketch)
+    with pytest.raises(ValueError, match="must be finite numbers >= 0"):
+        sketch.add_many(batch)
+    assert _state(sketch) == before
+
+
+def test_sketch_add_many_takes_finite_values_that_sum_past_float_range() -> None:
+    """Finite values whose sum overflows are counted, as add counts them (total inf)."""
+    values = [1e308, 1.5e308, 1.0]
+    one, many = QuantileSketch(), QuantileSketch()
+    for value in values:
+        one.add(value)
+    many.add_many(values)
+    assert _state(many) == _state(one)
+    assert many.total == math.inf
 
 
 # -- what is timed ---------------------------------------------------------------------

@@ -315,8 +315,16 @@ def test_bad_options_are_refused() -> None:
         {"scheduler": 3},
         {"warmup": "linear", "warmup_iters": "5"},
         {"warmup_ratio": "0.1"},
+        {"warmup_ratio": True},
     ],
-    ids=["scheduler-name", "scheduler-mapping", "scheduler-number", "iters-text", "ratio-text"],
+    ids=[
+        "scheduler-name",
+        "scheduler-mapping",
+        "scheduler-number",
+        "iters-text",
+        "ratio-text",
+        "ratio-bool",
+    ],
 )
 def test_options_of_the_wrong_kind_are_refused_at_construction(options: dict[str, Any]) -> None:
     """What a config can give by mistake fails when the aspect is made, not mid-run."""

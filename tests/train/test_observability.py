@@ -381,9 +381,10 @@ def test_logger_file_is_strict_json_with_a_nan_loss_and_a_tensor_lr(tmp_path: Pa
     assert record["lr"] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("option", ["file_interval", "window"])
-@pytest.mark.parametrize("value", [0, -2, 1.5])
+@pytest.mark.parametrize("option", ["interval", "file_interval", "window"])
+@pytest.mark.parametrize("value", [0, -2, 1.5, True])
 def test_logger_intervals_and_window_must_be_positive_ints(option: str, value: Any) -> None:
-    """A zero, negative or fractional file_interval / window is refused when it is made."""
+    """A zero, negative, fractional or bool interval / file_interval / window is refused
+    when it is made."""
     with pytest.raises(InvalidOptionError, match=option):
         Logger(**{option: value})

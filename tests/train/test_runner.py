@@ -589,6 +589,15 @@ def test_limits_must_be_exactly_one_of_max_epochs_and_max_iters() -> None:
         Runner(model, opt, loader, loss_fn=CE, max_epochs=1, max_iters=3)
 
 
+@pytest.mark.parametrize("option", ["max_epochs", "max_iters"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True], ids=["zero", "negative", "float", "bool"])
+def test_limits_must_be_positive_ints(option: str, value: Any) -> None:
+    """A zero, negative, fractional or bool max_epochs / max_iters is refused at construction."""
+    model, opt, loader = _parts()
+    with pytest.raises(RunnerError, match=f"{option}={value!r} must be a positive int"):
+        Runner(model, opt, loader, loss_fn=CE, **{option: value})
+
+
 def test_scheduler_on_another_optimizer_is_refused() -> None:
     """A scheduler built on a different optimizer object is refused at construction."""
     model, opt, loader = _parts()

@@ -205,7 +205,7 @@ def _check_options(
 ) -> None:
     """Refuse, at construction, intervals that are not positive ints and a tensorboard
     writer without its package."""
-    if not isinstance(interval, int) or interval < 1:
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
         raise InvalidOptionError(
             f"Logger(interval={interval!r}) must be a positive int",
             option="interval",

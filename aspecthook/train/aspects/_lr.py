@@ -261,7 +261,11 @@ def _check_options(
             option="warmup_iters",
             value=warmup_iters,
         )
-    if not isinstance(warmup_ratio, (int, float)) or not 0 < warmup_ratio <= 1:
+    if (
+        not isinstance(warmup_ratio, (int, float))
+        or isinstance(warmup_ratio, bool)
+        or not 0 < warmup_ratio <= 1
+    ):
         raise InvalidOptionError(
             f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
             option="warmup_ratio",
