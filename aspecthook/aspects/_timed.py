@@ -118,9 +118,11 @@ class Timed(Aspect):
     plain decorator); generator functions by the time spent inside the generator until
     it is exhausted or closed (a generator returned by another callable, which may be
     shared, is not iterated through a timer: the call alone is timed). Calls that raise
-    are timed too and counted in ``errors``. Quantiles come from a ``QuantileSketch``
-    (1% relative error, bounded memory). ``trace=True`` also keeps up to ``max_events``
-    calls for ``export_chrome_trace``; later ones are counted in ``dropped_events``.
+    are timed too; ``errors`` counts those that raised an ``Exception`` (a cancelled or
+    interrupted call is a call, not an error, as in ``Counted``). Quantiles come from a
+    ``QuantileSketch`` (1% relative error, bounded memory). ``trace=True`` also keeps up to
+    ``max_events`` calls for ``export_chrome_trace``; later ones are counted in
+    ``dropped_events``.
     Outermost around advice (``HIGHEST``) with ``errors='log'``: a failure in the timing
     is logged, never raised into the timed call.
     """
@@ -165,8 +167,8 @@ class Timed(Aspect):
         start = _clock()
         try:
             result = proceed()
-        except BaseException:
-            self._record_safely(jp, start, _clock() - start, True)
+        except BaseException as exc:
+            self._record_safely(jp, start, _clock() - start, isinstance(exc, Exception))
             raise
         elapsed = _clock() - start
         if jp.is_generator and type(result) is GeneratorType:
@@ -200,8 +202,8 @@ class Timed(Aspect):
                     result = wrapped(*args, **kwargs)
                 else:
                     result = inner(wrapped, instance, args, kwargs)
-            except BaseException:
-                self._record_safely(jp, start, clock() - start, True)
+            except BaseException as exc:
+                self._record_safely(jp, start, clock() - start, isinstance(exc, Exception))
                 raise
             elapsed = clock() - start
             if generator and type(result) is GeneratorType:
@@ -221,8 +223,9 @@ class Timed(Aspect):
         start = _clock()
         try:
             result = await proceed()
-        except BaseException:
-            self._record_safely(jp, start, _clock() - start, True, concurrent=True)
+        except BaseException as exc:
+            failed = isinstance(exc, Exception)
+            self._record_safely(jp, start, _clock() - start, failed, concurrent=True)
             raise
         self._record_safely(jp, start, _clock() - start, False, concurrent=True)
         return result
@@ -232,8 +235,9 @@ class Timed(Aspect):
         timed from the call until it completes, as an async join point's call is."""
         try:
             result = await coroutine
-        except BaseException:
-            self._record_safely(jp, start, _clock() - start, True, concurrent=True)
+        except BaseException as exc:
+            failed = isinstance(exc, Exception)
+            self._record_safely(jp, start, _clock() - start, failed, concurrent=True)
             raise
         self._record_safely(jp, start, _clock() - start, False, concurrent=True)
         return result
@@ -435,7 +439,7 @@ def _timed_generator(
                 resume, arg = gen.throw, exc
     except GeneratorExit:
         raise
-    except BaseException:
+    except Exception:
         failed = True
         raise
     finally:

@@ -561,6 +561,41 @@ def test_exceptions_counted_separately_and_reraised_unchanged() -> None:
     assert row(timed, quick).errors == 0
 
 
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+async def _wait_forever() -> None:
+    await asyncio.Event().wait()
+
+
+def _stop_after_one() -> Generator[int, None, None]:
+    yield 1
+    raise KeyboardInterrupt
+
+
+def test_cancelled_and_interrupted_calls_are_timed_but_not_errors() -> None:
+    """A KeyboardInterrupt (in a call or a generator) and a cancelled task are timed calls,
+    not errors: errors counts Exceptions, as Counted's error_counts does."""
+
+    async def cancel_one() -> None:
+        task = asyncio.ensure_future(_wait_forever())
+        await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    timed = Timed()
+    with ah.weave(_interrupt, timed), ah.weave(_wait_forever, timed):
+        with ah.weave(_stop_after_one, timed), pytest.raises(KeyboardInterrupt):
+            list(_stop_after_one())
+        with pytest.raises(KeyboardInterrupt):
+            _interrupt()
+        asyncio.run(cancel_one())
+    rows = {r.name.rsplit(".", 1)[-1]: (r.count, r.errors) for r in timed.summary()}
+    assert rows == {"_interrupt": (1, 0), "_wait_forever": (1, 0), "_stop_after_one": (1, 0)}
+
+
 def test_many_calls_counted_exactly() -> None:
     """Thousands of calls (several folds into the sketch), some raising, are all counted."""
     timed = Timed()
