@@ -14,7 +14,8 @@ import torch
 from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
-from aspecthook.errors import InvalidOptionError
+import aspecthook as ah
+from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import Checkpoint, Evaluate, IterTimer, Logger, ProgressBar
 
@@ -292,6 +293,28 @@ def test_a_run_refused_as_it_starts_leaves_no_file_open_and_no_bar_running(
         runner.run()
     assert logger._file is None
     assert bar._progress is None
+
+
+def _users_train_step(x: int) -> int:
+    """A step of the user's own loop, not of a Runner."""
+    return x * 2
+
+
+def test_logger_on_a_train_iter_outside_a_runner_reports_it_and_does_not_break_it() -> None:
+    """Logger on a function of the user's own loop named train_iter (no runner): its calls
+    go on, and the failure says what Logger needs (errors='raise' raises it)."""
+    step = _users_train_step
+    with ah.woven(step, name="train_iter"), ah.register(Logger(interval=1)):
+        with structlog.testing.capture_logs() as logs:
+            assert _users_train_step(2) == 4
+        [failed] = [e for e in logs if e["event"] == "advice.failed"]
+        assert failed["advice"] == "logger.after_train_iter"
+    with (
+        ah.woven(step, name="train_iter"),
+        ah.register(Logger(interval=1, errors="raise")),
+        pytest.raises(RunnerError, match=r"needs a training runner.*ctx.runner is None"),
+    ):
+        _users_train_step(2)
 
 
 def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> None:
