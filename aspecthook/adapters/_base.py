@@ -58,6 +58,12 @@ class _HookAdapter(Aspect):
         super().__init__(name=name or snake_case(type(target).__name__), **options)
         self.target = target
         self._counts: dict[str, int] = {}
+        # A hook or callback with state of its own keeps it in checkpoints as an aspect
+        # does: the runner saves and restores what its state_dict() / load_state_dict() do.
+        save, load = getattr(target, "state_dict", None), getattr(target, "load_state_dict", None)
+        if callable(save) and callable(load):
+            self.state_dict = save
+            self.load_state_dict = load
 
     def make_advice(self, target: Any = None) -> list[Advice]:
         """One ``Advice`` per planned call; their pointcuts are the runner join points."""

@@ -8,6 +8,7 @@ imports torch or mmengine.
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,9 @@ from ._base import (
 from ._methods import _MM, MM_METHODS
 
 __all__ = ["MMHook", "from_mmengine_hook"]
+
+#: OpenMMLab hook methods with no join point here (see ``MMHook._warn_unsupported``).
+_UNSUPPORTED = ("before_save_checkpoint", "after_load_checkpoint")
 
 #: Keyword arguments (as OpenMMLab passes them) each argument style adds to ``runner``.
 _MM_KWARGS: dict[str, dict[str, Any]] = {
@@ -57,14 +61,16 @@ class MMHook(_HookAdapter):
     advice of priority VERY_HIGH and lower at their join point, every hook's
     ``before_*_epoch`` included) and ``after_val`` / ``after_test`` (after the advice of
     priority up to VERY_LOW). Among hooks they keep the hooks' priority order in ten bands
-    (priority // 10; ties in the order given). ``metrics`` are those under the runner's
-    ``Evaluate`` prefix (``'val/'`` by default; ``'test/'`` in a test pass).
+    (priority // 10; ties in the order given). ``metrics`` are that pass's metrics without
+    their prefix (``'val/acc'`` -> ``'acc'``; the runner's ``Evaluate`` prefix, ``'test/'``
+    in a test pass), as OpenMMLab's evaluator returns them.
 
     ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
     and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
     higher than OpenMMLab's (which increments after those hooks); validation runs inside
     ``after_train_epoch`` (the ``Evaluate`` aspect, ahead of NORMAL priority) rather than
-    after it. Checkpoint hooks (``before_save_checkpoint`` ...) have no join point here.
+    after it. The checkpoint hooks (``before_save_checkpoint``, ``after_load_checkpoint``)
+    have no join point here: a hook that defines them is warned about when adapted.
     """
 
     _base_name = "Hook"
@@ -87,6 +93,22 @@ class MMHook(_HookAdapter):
         self._calls = self._bind_methods()
         if not self._calls:
             raise _nothing_to_call(self, MM_METHODS)
+        self._warn_unsupported()
+
+    def _warn_unsupported(self) -> None:
+        """Say which of the hook's own methods have no join point here (the checkpoint
+        hooks), rather than leave them silently uncalled next to the ones that run."""
+        unsupported = [m for m in _UNSUPPORTED if self._method(m) is not None]
+        if unsupported:
+            warnings.warn(
+                f"MMHook({type(self.target).__name__}): {', '.join(unsupported)} will not be "
+                "called: aspecthook's Checkpoint has no such stage. Give the hook a "
+                "state_dict() / load_state_dict(state) for what it keeps in checkpoints "
+                "(an aspect's state is saved with the run's), or subscribe to "
+                "'checkpoint.saved' / 'checkpoint.resumed'",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _bind_methods(self) -> list[tuple[str, AdviceKind, str, AdviceFn]]:
         calls = []
@@ -159,9 +181,8 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
     def with_metrics(ctx: CallContext) -> Any:
         metrics = getattr(ctx.runner, "metrics", None) or {}
         prefix = _metrics_prefix(ctx.runner, mode)
-        return method(
-            ctx.runner, metrics={k: v for k, v in metrics.items() if k.startswith(prefix)}
-        )
+        mine = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+        return method(ctx.runner, metrics=mine)
 
     return with_metrics
 

@@ -351,6 +351,22 @@ class Runner:
 
     # -- the protocol aspects use --------------------------------------------------------
 
+    # OpenMMLab's names of the loaders, which its hooks read (``runner.train_dataloader``).
+    @property
+    def train_dataloader(self) -> Iterable[Any]:
+        """``train_loader``, under the name OpenMMLab's runner gives it (for its hooks)."""
+        return self.train_loader
+
+    @property
+    def val_dataloader(self) -> Iterable[Any] | None:
+        """``val_loader``, under OpenMMLab's name."""
+        return self.val_loader
+
+    @property
+    def test_dataloader(self) -> Iterable[Any] | None:
+        """``test_loader``, under OpenMMLab's name."""
+        return self.test_loader
+
     @property
     def finished(self) -> bool:
         """Whether the run reached its limits or was stopped."""

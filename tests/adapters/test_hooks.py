@@ -116,7 +116,7 @@ def test_mm_hook_gets_openmmlab_arguments_from_the_run() -> None:
     assert all(isinstance(c[2]["loss"], torch.Tensor) for c in after)
     val_epochs = [c[1] for c in hook.calls if c[0] == "after_val_epoch"]
     assert len(val_epochs) == 2
-    assert "val/loss" in val_epochs[0]
+    assert "loss" in val_epochs[0]  # without its prefix, as OpenMMLab's evaluator gives it
     assert hook.calls[-1] == ("after_run",)
 
 
@@ -540,7 +540,7 @@ def test_a_high_priority_hook_sees_this_validations_metrics() -> None:
     runner = _runner([Watch()], max_epochs=2)
     final: list[Any] = []
     runner.weaver.after("val_epoch", priority="LOWEST")(
-        lambda ctx: final.append(dict(ctx.runner.metrics))
+        lambda ctx: final.append({k[4:]: v for k, v in ctx.runner.metrics.items()})
     )
     runner.run()
     assert seen == final
@@ -658,7 +658,62 @@ def test_a_hook_gets_a_fresh_dict_of_its_loops_metrics() -> None:
     assert len(history) == 2
     assert all(m is not runner.metrics for m in history)
     assert history[0] != history[1]
-    assert all(set(m) == {"val/loss"} for m in history)
+    assert all(set(m) == {"loss"} for m in history)
+
+
+def test_a_hook_with_checkpoint_methods_is_told_they_will_not_be_called() -> None:
+    """A hook overriding before_save_checkpoint / after_load_checkpoint next to methods
+    that run is adapted with a warning naming them (they used to be left out silently)."""
+
+    class Keeps(Hook):
+        def after_train_iter(self, runner: Any, **kwargs: Any) -> None:
+            pass
+
+        def before_save_checkpoint(self, runner: Any, checkpoint: Any) -> None:
+            pass
+
+    with pytest.warns(UserWarning, match=r"before_save_checkpoint will not be called"):
+        MMHook(Keeps())
+
+
+def test_a_hook_reads_the_loaders_by_openmmlab_names() -> None:
+    """runner.train_dataloader / val_dataloader (what mmengine's hooks read) are the
+    runner's loaders."""
+    seen: list[Any] = []
+
+    class Sizes(Hook):
+        def before_train(self, runner: Any) -> None:
+            seen.extend([runner.train_dataloader, runner.val_dataloader, runner.test_dataloader])
+
+    runner = _runner([Sizes()], max_epochs=1)
+    runner.run()
+    assert seen == [runner.train_loader, runner.val_loader, runner.test_loader]
+
+
+def test_a_hooks_own_state_dict_goes_into_the_runners_state() -> None:
+    """A hook with state_dict() / load_state_dict() keeps its state in the run's state
+    (checkpoints), restored into the hook of a new runner."""
+
+    class Counter(Hook):
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def after_train_iter(self, runner: Any, **kwargs: Any) -> None:
+            self.seen += 1
+
+        def state_dict(self) -> dict[str, int]:
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.seen = state["seen"]
+
+    runner = _runner([Counter()], max_epochs=1)
+    runner.run()
+    state = runner.state_dict()
+    assert state["aspects"]["counter"] == {"seen": 3}
+    fresh = Counter()
+    _runner([fresh], max_epochs=1).load_state_dict(state)
+    assert fresh.seen == 3
 
 
 # -- regressions ------------------------------------------------------------------------------
@@ -727,7 +782,9 @@ def test_hooks_get_the_metrics_under_evaluates_own_prefix() -> None:
     runner = _runner([Evaluate(prefix="valid"), hook, callback], max_epochs=1)
     runner.run()
     assert set(runner.metrics) == {"valid/loss"}
-    assert [c[1] for c in hook.calls if c[0] == "after_val_epoch"] == [runner.metrics]
+    assert [c[1] for c in hook.calls if c[0] == "after_val_epoch"] == [
+        {"loss": runner.metrics["valid/loss"]}
+    ]
     loss = runner.metrics["valid/loss"]
     assert [c[1] for c in callback.calls if c[0] == "test_end"] == [{"loss": loss}]
 
