@@ -118,8 +118,9 @@ class UnsupportedAdviceError(AspectHookError, TypeError):
 
     Raised for ``around`` / ``on_error`` advice and ``ctx.skip()`` on an ``nn.Module``
     woven through torch's module hooks, which run before and after ``forward`` and
-    ``backward`` but never around them. ``kind`` is the advice kind (or ``'skip'``) and
-    ``target`` names the join point.
+    ``backward`` but never around them, and for ``ctx.proceed()`` at an async join point
+    (around advice there calls the ``proceed`` it receives). ``kind`` is the advice kind
+    (or ``'skip'`` / ``'proceed'``) and ``target`` names the join point.
     """
 
     def __init__(self, message: str, *, kind: str, target: str) -> None:
