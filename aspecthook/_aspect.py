@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._advice import Advice, AdviceKind
-from ._advice_checks import _check_errors
+from ._advice import Advice, AdviceKind, OrderNames
+from ._advice_checks import _check_errors, _names
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError
@@ -46,8 +46,8 @@ class Aspect:
 
     name: str = "aspect"
     priority: PriorityLike = Priority.NORMAL
-    order_after: tuple[str, ...] = ()
-    order_before: tuple[str, ...] = ()
+    order_after: OrderNames = ()
+    order_before: OrderNames = ()
     errors: str = "raise"
     pointcut: PointcutLike | None = None
 
@@ -63,8 +63,8 @@ class Aspect:
         priority: PriorityLike | None = None,
         name: str | None = None,
         errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        order_after: OrderNames | None = None,
+        order_before: OrderNames | None = None,
     ) -> None:
         if pointcut is not None:
             self.pointcut = pointcut
@@ -75,10 +75,11 @@ class Aspect:
             self.name = name
         if errors is not None:
             self.errors = _check_errors(errors)  # refused here, not when it is registered
+        # Refused here too, not when registered; kept as the tuple of names they give.
         if order_after is not None:
-            self.order_after = order_after
+            self.order_after = _names("order_after", order_after)
         if order_before is not None:
-            self.order_before = order_before
+            self.order_before = _names("order_before", order_before)
 
     def make_advice(self, target: Pointcut | None = None) -> list[Advice]:
         """Bound ``Advice`` objects for every advice method of this instance.
