@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from . import errors
 from ._advice import Advice, OrderNames
-from ._aspect import Aspect
+from ._aspect import Aspect, AspectOptions
 from ._context import CallContext, Event, Proceed
 from ._describe import Description, Row, describe
 from ._handle import Handle
@@ -39,6 +39,7 @@ register = default_weaver.register
 __all__ = [
     "Advice",
     "Aspect",
+    "AspectOptions",
     "CallContext",
     "Description",
     "Event",

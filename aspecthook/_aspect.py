@@ -9,7 +9,7 @@ Advice objects are made per aspect instance, bound to it, when the instance is r
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ._advice import Advice, AdviceKind, OrderNames
 from ._advice_checks import _check_errors, _names
@@ -17,7 +17,7 @@ from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError
 
-__all__ = ["MARK", "Aspect", "snake_case"]
+__all__ = ["MARK", "Aspect", "AspectOptions", "snake_case"]
 
 MARK = "__aspecthook_advice__"
 _PREFIXES: tuple[tuple[str, AdviceKind], ...] = (
@@ -32,6 +32,19 @@ def snake_case(name: str) -> str:
     """``'EarlyStoppingHook'`` -> ``'early_stopping_hook'``."""
     name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+class AspectOptions(TypedDict, total=False):
+    """The options every ``Aspect`` takes, for a subclass that passes them on: with
+    ``def __init__(self, size: int = 1, **options: Unpack[AspectOptions])`` a type
+    checker refuses a misspelt option or a wrong type, as ``Aspect.__init__`` would."""
+
+    pointcut: PointcutLike | None
+    priority: PriorityLike | None
+    name: str | None
+    errors: str | None
+    order_after: OrderNames | None
+    order_before: OrderNames | None
 
 
 class Aspect:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 import re
 from collections.abc import Callable
@@ -629,10 +630,17 @@ def test_order_names_are_a_name_or_a_collection_of_names(
 def test_public_type_aliases_of_aspect_options() -> None:
     """The types of the Aspect options are importable from aspecthook, to annotate a
     subclass's own attributes and __init__ parameters with."""
-    for alias in ("PointcutLike", "PriorityLike", "OrderNames"):
+    for alias in ("AspectOptions", "PointcutLike", "PriorityLike", "OrderNames"):
         assert alias in ah.__all__
         assert getattr(ah, alias) is not None
     assert ah.__all__ == sorted(ah.__all__)
+
+
+def test_aspect_options_name_every_option_of_aspect_init() -> None:
+    """AspectOptions, the type of a subclass's **options, has exactly Aspect.__init__'s
+    keyword parameters."""
+    parameters = set(inspect.signature(Aspect.__init__).parameters) - {"self"}
+    assert set(ah.AspectOptions.__annotations__) == parameters
 
 
 def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import assert_type
+from typing import Unpack, assert_type
 
 import aspecthook as ah
 from aspecthook.aspects import Counted, Summary, Timed, TimingRow
@@ -181,11 +181,20 @@ class Ordered(ah.Aspect):
         pass
 
 
+class Sized(ah.Aspect):
+    def __init__(self, size: int = 1, **options: Unpack[ah.AspectOptions]) -> None:
+        super().__init__(**options)
+        self.size = size
+
+
 def aspect_options() -> None:
     Ordered(order_after="ema", order_before=("timed", "counted"))
     Ordered(order_after={"ema"}, order_before=frozenset({"timed"}))
     Timed(order_after=["ema"])
     Ordered(order_after=5)  # type: ignore[arg-type]
+    Sized(2, pointcut="x", priority="LOW", errors="log", order_before=["timed"])
+    Sized(pointcuts="x")  # type: ignore[call-arg]
+    Sized(priority=3.5)  # type: ignore[arg-type]
     ah.Advice(
         "before",
         log,
