@@ -13,14 +13,14 @@ PyYAML load on first use, and torch only through ``aspecthook.train``.
 from __future__ import annotations
 
 from . import errors
-from ._advice import Advice
-from ._aspect import Aspect
+from ._advice import Advice, OrderNames
+from ._aspect import Aspect, AspectOptions
 from ._context import CallContext, Event, Proceed
 from ._describe import Description, Row, describe
 from ._handle import Handle
 from ._joinpoint import JoinPoint
-from ._pointcut import Glob, Name, Pointcut, Predicate
-from ._priority import Priority
+from ._pointcut import Glob, Name, Pointcut, PointcutLike, Predicate
+from ._priority import Priority, PriorityLike
 from ._tracking import track_calls
 from ._weave import unweave, weave, woven
 from ._weaver import Weaver, default_weaver
@@ -39,6 +39,7 @@ register = default_weaver.register
 __all__ = [
     "Advice",
     "Aspect",
+    "AspectOptions",
     "CallContext",
     "Description",
     "Event",
@@ -46,9 +47,12 @@ __all__ = [
     "Handle",
     "JoinPoint",
     "Name",
+    "OrderNames",
     "Pointcut",
+    "PointcutLike",
     "Predicate",
     "Priority",
+    "PriorityLike",
     "Proceed",
     "Row",
     "Weaver",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar
 
 from . import _tracking
 from ._advice_checks import (
@@ -37,14 +37,31 @@ from ._priority import resolve_priority
 from .errors import InvalidOptionError
 
 if TYPE_CHECKING:
+    from typing import Self  # 3.11; only read by type checkers (the package runs on 3.10)
+
+    # Type checkers see defaults (PEP 696), so a bare ``Advice`` means
+    # ``Advice[..., Any]``; at run time the parameters only make ``Advice[...]`` valid.
+    from typing_extensions import ParamSpec as _ParamSpec
+    from typing_extensions import TypeVar as _TypeVar
+
     from ._handle import Handle
+
+    P = _ParamSpec("P", default=...)
+    R = _TypeVar("R", default=Any)
+else:
+    P = ParamSpec("P")
+    R = TypeVar("R")
 
 # ``current_rank`` and ``log_own_failure`` live with the compiled wrappers that use them;
 # the aspects import ``log_own_failure`` from here, with the decorators it goes with.
-__all__ = ["KINDS", "Advice", "AdviceKind", "current_rank", "log_own_failure"]
+__all__ = ["KINDS", "Advice", "AdviceKind", "OrderNames", "current_rank", "log_own_failure"]
 
 AdviceKind = Literal["before", "after", "on_error", "around", "on"]
 KINDS: tuple[AdviceKind, ...] = ("before", "after", "on_error", "around", "on")
+
+#: ``order_after=`` / ``order_before=``: one aspect or advice name, or several (what
+#: ``_advice_checks._names`` accepts).
+OrderNames: TypeAlias = str | tuple[str, ...] | list[str] | set[str] | frozenset[str]
 
 
 #: Set on an advice function that applies its own ``errors=`` policy to its own work (and
@@ -90,17 +107,19 @@ def _check_kind(kind: AdviceKind) -> AdviceKind:
     return kind
 
 
-class Advice:
+class Advice(Generic[P, R]):
     """One hook function attached to the join points a pointcut selects.
 
     Calling an ``Advice`` calls its function. ``remove()`` unregisters it (a no-op when it is
-    not registered), and ``with advice:`` removes it at the end of the block.
+    not registered), and ``with advice:`` removes it at the end of the block. For type
+    checkers it is generic in the function's parameters and result (``Advice[P, R]``), so a
+    call is checked as a call of the function; a bare ``Advice`` is ``Advice[..., Any]``.
     """
 
     def __init__(
         self,
         kind: AdviceKind,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         pointcut: Pointcut | None,
         *,
         priority: object = 50,
@@ -111,8 +130,8 @@ class Advice:
         rank: int | None = None,
         errors: str = "raise",
         name: str | None = None,
-        order_after: Iterable[str] = (),
-        order_before: Iterable[str] = (),
+        order_after: OrderNames = (),
+        order_before: OrderNames = (),
         aspect: object | None = None,
         aspect_name: str | None = None,
     ) -> None:
@@ -157,7 +176,7 @@ class Advice:
 
     # -- being its own handle ---------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
     def remove(self) -> None:
@@ -171,7 +190,7 @@ class Advice:
         """Whether the advice is registered now."""
         return self._handle is not None and self._handle.active
 
-    def __enter__(self) -> Advice:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,15 +9,15 @@ Advice objects are made per aspect instance, bound to it, when the instance is r
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
-from ._advice import Advice, AdviceKind
-from ._advice_checks import _check_errors
+from ._advice import Advice, AdviceKind, OrderNames
+from ._advice_checks import _check_errors, _names
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError
 
-__all__ = ["MARK", "Aspect", "snake_case"]
+__all__ = ["MARK", "Aspect", "AspectOptions", "snake_case"]
 
 MARK = "__aspecthook_advice__"
 _PREFIXES: tuple[tuple[str, AdviceKind], ...] = (
@@ -34,6 +34,19 @@ def snake_case(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
+class AspectOptions(TypedDict, total=False):
+    """The options every ``Aspect`` takes, for a subclass that passes them on: with
+    ``def __init__(self, size: int = 1, **options: Unpack[AspectOptions])`` a type
+    checker refuses a misspelt option or a wrong type, as ``Aspect.__init__`` would."""
+
+    pointcut: PointcutLike | None
+    priority: PriorityLike | None
+    name: str | None
+    errors: str | None
+    order_after: OrderNames | None
+    order_before: OrderNames | None
+
+
 class Aspect:
     """Base class for a bundle of advice about one concern.
 
@@ -46,8 +59,8 @@ class Aspect:
 
     name: str = "aspect"
     priority: PriorityLike = Priority.NORMAL
-    order_after: tuple[str, ...] = ()
-    order_before: tuple[str, ...] = ()
+    order_after: OrderNames = ()
+    order_before: OrderNames = ()
     errors: str = "raise"
     pointcut: PointcutLike | None = None
 
@@ -63,8 +76,8 @@ class Aspect:
         priority: PriorityLike | None = None,
         name: str | None = None,
         errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        order_after: OrderNames | None = None,
+        order_before: OrderNames | None = None,
     ) -> None:
         if pointcut is not None:
             self.pointcut = pointcut
@@ -75,10 +88,11 @@ class Aspect:
             self.name = name
         if errors is not None:
             self.errors = _check_errors(errors)  # refused here, not when it is registered
+        # Refused here too, not when registered; kept as the tuple of names they give.
         if order_after is not None:
-            self.order_after = order_after
+            self.order_after = _names("order_after", order_after)
         if order_before is not None:
-            self.order_before = order_before
+            self.order_before = _names("order_before", order_before)
 
     def make_advice(self, target: Pointcut | None = None) -> list[Advice]:
         """Bound ``Advice`` objects for every advice method of this instance.

@@ -21,6 +21,7 @@ __all__ = [
     "Pointcut",
     "PointcutLike",
     "Predicate",
+    "PredicateFn",
     "as_pointcut",
 ]
 
@@ -173,13 +174,20 @@ class Glob(Pointcut):
         return f"Glob({self.pattern!r})"
 
 
+#: A predicate pointcut's function. It is given a ``JoinPoint``, an ``Event`` (for event
+#: subscriptions) or a ``testing.Call`` (``Recorder.calls_to``), so its parameter is
+#: typed ``Any``: ``def mine(jp: JoinPoint) -> bool`` and ``lambda jp: jp.name ...`` both
+#: fit. Its result is read for truth, so any object will do.
+PredicateFn: TypeAlias = Callable[[Any], object]
+
+
 class Predicate(Pointcut):
     """Selects the points for which ``fn(point)`` is true."""
 
     __slots__ = ("fn",)
-    fn: Callable[[Point], bool]
+    fn: PredicateFn
 
-    def __init__(self, fn: Callable[[Point], bool]) -> None:
+    def __init__(self, fn: PredicateFn) -> None:
         if not callable(fn):
             raise InvalidPointcutError(
                 f"Predicate({fn!r}) needs a callable taking the join point and returning a bool"
@@ -240,7 +248,7 @@ class _Not(Pointcut):
         return f"~{self.inner!r}"
 
 
-PointcutLike: TypeAlias = "Pointcut | str | Callable[[Point], bool]"
+PointcutLike: TypeAlias = Pointcut | str | PredicateFn
 
 
 def _text(kind: str, value: object) -> str:

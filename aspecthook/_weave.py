@@ -17,7 +17,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from ._advice import KINDS, Advice
 from ._aspect import Aspect
@@ -41,7 +41,10 @@ from ._torch_hooks import is_module, weave_module
 from ._weaver import OPTIONS, Weaver, default_weaver
 from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
 
-__all__ = ["WEAVES", "WeaveRecord", "unweave", "weave", "woven"]
+__all__ = ["WEAVES", "AdviceFunctions", "WeaveRecord", "unweave", "weave", "woven"]
+
+#: ``before=`` / ``after=`` / ``on_error=`` / ``around=`` of ``weave()``: one function or several.
+AdviceFunctions: TypeAlias = Callable[..., Any] | Iterable[Callable[..., Any]] | None
 
 _tokens = itertools.count()
 # The decorators' options; ``name=`` is weave()'s own (a join point alias).
@@ -73,10 +76,10 @@ WEAVES: list[WeaveRecord] = []
 def weave(
     target: Any,
     *aspects: Aspect | Advice,
-    before: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
-    after: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
-    on_error: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
-    around: Callable[..., Any] | Iterable[Callable[..., Any]] | None = None,
+    before: AdviceFunctions = None,
+    after: AdviceFunctions = None,
+    on_error: AdviceFunctions = None,
+    around: AdviceFunctions = None,
     name: str | None = None,
     requires: str | None = None,
     strict: bool = False,
@@ -131,9 +134,34 @@ def unweave(handle: Handle) -> None:
     handle.remove()
 
 
-def woven(target: Any, *aspects: Aspect | Advice, **kwargs: Any) -> Handle:
-    """``with woven(target, ...):`` weaves for the block and removes it afterwards."""
-    return weave(target, *aspects, **kwargs)
+def woven(
+    target: Any,
+    *aspects: Aspect | Advice,
+    before: AdviceFunctions = None,
+    after: AdviceFunctions = None,
+    on_error: AdviceFunctions = None,
+    around: AdviceFunctions = None,
+    name: str | None = None,
+    requires: str | None = None,
+    strict: bool = False,
+    weaver: Weaver | None = None,
+    **opts: Any,
+) -> Handle:
+    """``with woven(target, ...):`` weaves for the block and removes it afterwards; it takes
+    what ``weave`` takes (spelled out, so that type checkers check them as they do there)."""
+    return weave(
+        target,
+        *aspects,
+        before=before,
+        after=after,
+        on_error=on_error,
+        around=around,
+        name=name,
+        requires=requires,
+        strict=strict,
+        weaver=weaver,
+        **opts,
+    )
 
 
 # -- the steps of weave() ------------------------------------------------------------------
@@ -358,6 +386,12 @@ def _version_problem(requires: str) -> str | None:
 
     from packaging.requirements import InvalidRequirement, Requirement
 
+    if not isinstance(requires, str):  # packaging's own TypeError does not say what to give
+        raise InvalidOptionError(
+            f"requires={requires!r} is not a requirement string: write it like 'skorch>=1.0'",
+            option="requires",
+            value=requires,
+        )
     try:
         req = Requirement(requires)
     except InvalidRequirement as exc:

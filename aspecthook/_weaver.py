@@ -7,10 +7,11 @@ only to join points declared or woven through it (a training runner owns one).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from ._advice import Advice, AdviceKind
 from ._aspect import MARK, Aspect
@@ -24,10 +25,15 @@ from .errors import AspectDefinitionError, InvalidOptionError
 
 if TYPE_CHECKING:
     from ._describe import Description
+    from ._weave import AdviceFunctions
 
-__all__ = ["Weaver", "default_weaver"]
+__all__ = ["AdviceDecorator", "Weaver", "default_weaver"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+A = TypeVar("A", bound=Aspect)
 OPTIONS = frozenset(
     (
         "priority",
@@ -61,6 +67,44 @@ def _in_class_body(fn: Callable[..., Any]) -> bool:
     return bool(owner) and not owner.endswith("<locals>")
 
 
+class AdviceDecorator(Protocol):
+    """What ``@before(...)`` and the other advice decorators return, as type checkers see it.
+
+    In an ``Aspect`` body the decorator only marks the method, so a method (its first
+    parameter an ``Aspect``), a ``staticmethod`` or a ``classmethod`` comes back as it
+    is; any other callable is registered at once and comes back as an ``Advice`` that
+    calls it with the same parameters.
+    """
+
+    # A staticmethod object is callable too, so the last overload would also take it.
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    # functools.partial's __call__ takes (*args: Any), which the Aspect overloads would take.
+    @overload
+    def __call__(self, fn: functools.partial[R], /) -> Advice[..., R]: ...
+
+    # A first parameter that takes any object (``ctx: object``, ``*args: object``) would
+    # fit the Aspect overloads below (an Aspect is an object): it is a plain function.
+    @overload
+    def __call__(self, fn: Callable[Concatenate[object, P], R], /) -> Advice[..., R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[A, P], R], /) -> Callable[Concatenate[A, P], R]: ...
+
+    # A method under @classmethod, as mypy passes it to a decorator above the classmethod.
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[type[A], P], R], /
+    ) -> Callable[Concatenate[type[A], P], R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Advice[P, R]: ...
+
+
 #: Event names whose subscribers a weaver keeps worked out (see ``Weaver._subscribers``).
 _MAX_EVENT_NAMES = 1024
 
@@ -87,33 +131,33 @@ class Weaver:
 
     # -- advice decorators ----------------------------------------------------------------
 
-    def before(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+    def before(self, pointcut: PointcutLike | None = None, **opts: Any) -> AdviceDecorator:
         """``fn(ctx)`` runs before the target; it may edit ``ctx.args`` or ``ctx.skip()``."""
         return self._decorator("before", pointcut, opts)
 
-    def after(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+    def after(self, pointcut: PointcutLike | None = None, **opts: Any) -> AdviceDecorator:
         """``fn(ctx)`` runs after the target returned, was skipped or recovered."""
         return self._decorator("after", pointcut, opts)
 
-    def on_error(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+    def on_error(self, pointcut: PointcutLike | None = None, **opts: Any) -> AdviceDecorator:
         """``fn(ctx)`` runs when the target raised; ``ctx.recover(value)`` suppresses it."""
         return self._decorator("on_error", pointcut, opts)
 
-    def around(self, pointcut: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+    def around(self, pointcut: PointcutLike | None = None, **opts: Any) -> AdviceDecorator:
         """``fn(ctx, proceed)`` wraps the target and returns the result."""
         return self._decorator("around", pointcut, opts)
 
-    def on(self, event: PointcutLike | None = None, **opts: Any) -> Callable[[F], Any]:
+    def on(self, event: PointcutLike | None = None, **opts: Any) -> AdviceDecorator:
         """``fn(event)`` runs when an event whose name matches ``event`` is emitted."""
         return self._decorator("on", event, opts)
 
     def _decorator(
         self, kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]
-    ) -> Callable[[F], Any]:
+    ) -> AdviceDecorator:
         _check_decorator(kind, pointcut, opts)
         pc = as_pointcut(pointcut) if pointcut is not None else None
 
-        def decorate(fn: F) -> Any:
+        def decorate(fn: Any) -> Any:
             func = fn.fn if isinstance(fn, Advice) else fn
             if _in_class_body(func) and not isinstance(fn, Advice):
                 # In an Aspect body: only mark; advice is made when an instance registers.
@@ -339,11 +383,35 @@ class Weaver:
 
     # -- weaving and introspection ------------------------------------------------------------
 
-    def weave(self, target: Any, *aspects: Any, **kwargs: Any) -> Handle:
+    def weave(
+        self,
+        target: Any,
+        *aspects: Aspect | Advice,
+        before: AdviceFunctions = None,
+        after: AdviceFunctions = None,
+        on_error: AdviceFunctions = None,
+        around: AdviceFunctions = None,
+        name: str | None = None,
+        requires: str | None = None,
+        strict: bool = False,
+        **opts: Any,
+    ) -> Handle:
         """``weave(target, ...)`` registering on this weaver; see ``aspecthook.weave``."""
         from ._weave import weave
 
-        return weave(target, *aspects, weaver=self, **kwargs)
+        return weave(
+            target,
+            *aspects,
+            before=before,
+            after=after,
+            on_error=on_error,
+            around=around,
+            name=name,
+            requires=requires,
+            strict=strict,
+            weaver=self,
+            **opts,
+        )
 
     def describe(self, pointcut: PointcutLike | None = None) -> Description:
         """Rows of every join point this weaver reaches and the advice at each, in order."""

@@ -445,6 +445,15 @@ def test_decorator_returns_a_callable_advice(weaver: ah.Weaver, point: str) -> N
     assert advice.__wrapped__ is log_call
 
 
+def test_advice_takes_type_parameters_for_annotations() -> None:
+    """Advice[[CallContext], None] is a valid annotation at run time (the decorators'
+    result as type checkers see it), and subscripting it changes nothing about Advice."""
+    alias = ah.Advice[[ah.CallContext], None]
+    assert alias.__origin__ is ah.Advice
+    assert isinstance(ah.before("test_advice.generic")(lambda ctx: None), ah.Advice)
+    ah.default_weaver.clear()
+
+
 class Recorder:
     """Collects the arguments of each call it sees."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 import re
 from collections.abc import Callable
@@ -593,6 +594,53 @@ def test_an_aspect_holding_a_pointcut_value_can_be_copied_and_pickled() -> None:
     aspect = Timed(pointcut=ah.Glob("train_*") | ah.Name("val_iter"))
     for clone in (copy.deepcopy(aspect), pickle.loads(pickle.dumps(aspect))):
         assert repr(clone.pointcut) == "(Glob('train_*') | Name('val_iter'))"
+
+
+@pytest.mark.parametrize("option", ["order_after", "order_before"])
+@pytest.mark.parametrize("names", [{"ema": 1}.keys(), (n for n in ["ema"]), 5, ("ema", 5)])
+def test_bad_order_names_are_refused_when_the_aspect_is_made(option: str, names: object) -> None:
+    """Aspect(order_after=...) that is not a name or a tuple, list or set of names fails
+    at construction, naming the option, not later when the aspect is registered."""
+    with pytest.raises(InvalidOptionError, match=f"{option}=.* must be a name") as info:
+        Aspect(**{option: names})
+    assert info.value.option == option
+
+
+@pytest.mark.parametrize(
+    ("names", "kept"),
+    [("ema", ("ema",)), (["ema", "timed"], ("ema", "timed")), (("ema",), ("ema",))],
+)
+def test_order_names_are_a_name_or_a_collection_of_names(
+    weaver: ah.Weaver, point: str, names: Any, kept: tuple[str, ...]
+) -> None:
+    """order_after= / order_before= take one name or a tuple, list or set of them, and the
+    aspect keeps them as a tuple of names, as its advice does."""
+
+    class Late(Aspect):
+        @before(point)
+        def seen(self, ctx: CallContext) -> None:
+            pass
+
+    late = Late(order_after=names, order_before=names)
+    assert (late.order_after, late.order_before) == (kept, kept)
+    with weaver.register(late) as handle:
+        assert [a.order_after for a in handle.items] == [kept]
+
+
+def test_public_type_aliases_of_aspect_options() -> None:
+    """The types of the Aspect options are importable from aspecthook, to annotate a
+    subclass's own attributes and __init__ parameters with."""
+    for alias in ("AspectOptions", "PointcutLike", "PriorityLike", "OrderNames"):
+        assert alias in ah.__all__
+        assert getattr(ah, alias) is not None
+    assert ah.__all__ == sorted(ah.__all__)
+
+
+def test_aspect_options_name_every_option_of_aspect_init() -> None:
+    """AspectOptions, the type of a subclass's **options, has exactly Aspect.__init__'s
+    keyword parameters."""
+    parameters = set(inspect.signature(Aspect.__init__).parameters) - {"self"}
+    assert set(ah.AspectOptions.__annotations__) == parameters
 
 
 def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:

@@ -1270,6 +1270,18 @@ def test_bad_requirement_is_an_invalid_option(requires: str) -> None:
     assert targets.add_one is targets.ORIGINALS["add_one"]
 
 
+@pytest.mark.parametrize("requires", [3, ["pytest>=1"], b"pytest>=1"])
+def test_requirement_that_is_not_a_string_is_an_invalid_option(requires: Any) -> None:
+    """requires= given something other than a string raises InvalidOptionError naming it
+    and the form to write, not packaging's bare TypeError."""
+    with pytest.raises(InvalidOptionError, match=r"requires=.* is not a requirement string"):
+        ah.weave(targets.add_one, before=lambda ctx: None, requires=requires)
+    with pytest.raises(InvalidOptionError, match=r"write it like 'skorch>=1\.0'") as info:
+        ah.woven(targets.add_one, before=lambda ctx: None, requires=requires)
+    assert info.value.option == "requires"
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+
+
 def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> None:
     """clear() of the weaver that made a skipped weave removes its describe() row too."""
     weaver.weave(targets.add_one, before=lambda ctx: None, requires="pytest<1")

@@ -17,9 +17,18 @@ if TYPE_CHECKING:
     from ._counted import Counted
     from ._logged import Logged, configure_logging
     from ._retry import Retry
-    from ._timed import Timed
+    from ._timed import Summary, Timed, TimingRow
 
-__all__ = ["Counted", "Logged", "Recorder", "Retry", "Timed", "configure_logging"]
+__all__ = [
+    "Counted",
+    "Logged",
+    "Recorder",
+    "Retry",
+    "Summary",
+    "Timed",
+    "TimingRow",
+    "configure_logging",
+]
 
 _WHERE = {
     "Counted": "._counted",
@@ -27,17 +36,22 @@ _WHERE = {
     "configure_logging": "._logged",
     "Recorder": "..testing",
     "Retry": "._retry",
+    "Summary": "._timed",
     "Timed": "._timed",
+    "TimingRow": "._timed",
 }
 
+# Hidden from type checkers, which see the imports above instead: a module ``__getattr__``
+# would make them accept any name imported from here (a typo included) as ``Any``.
+if not TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aspecthook.aspects' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'aspecthook.aspects' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -13,7 +13,7 @@ import random
 import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import torch
 
@@ -34,9 +34,13 @@ from ._checks import (
 from ._data import epoch_batches, loader_length
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
 
+if TYPE_CHECKING:
+    from typing import Self  # 3.11; only read by type checkers (the package runs on 3.10)
+
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+A = TypeVar("A", bound=Aspect)
 
 JOINPOINTS = (
     "run",
@@ -181,7 +185,7 @@ class Runner:
     @classmethod
     def from_config(
         cls, config: Mapping[str, Any] | str | os.PathLike[str], /, **overrides: Any
-    ) -> Runner:
+    ) -> Self:
         """A runner built from a mapping or a YAML (``safe_load``) / TOML file.
 
         ``model``, ``optimizer``, ``scheduler``, ``loss_fn``, the loaders' ``dataset`` and
@@ -282,8 +286,15 @@ class Runner:
         finally:
             CURRENT_RUNNER.reset(token)
 
-    def joinpoint(self, name: str) -> Callable[[F], F]:
-        """Declare one of your callables a join point of this run (advised by its aspects)."""
+    @overload
+    def joinpoint(self, name: F) -> F: ...
+
+    @overload
+    def joinpoint(self, name: str | None = None) -> Callable[[F], F]: ...
+
+    def joinpoint(self, name: Any = None) -> Any:
+        """Declare one of your callables a join point of this run (advised by its aspects):
+        ``@runner.joinpoint``, ``@runner.joinpoint()`` or ``@runner.joinpoint('augment')``."""
         return self.weaver.joinpoint(name)
 
     def train_epoch(self) -> None:
@@ -326,6 +337,12 @@ class Runner:
         self.aspects.append(aspect)
         self._handles.append(handle)
         return handle
+
+    @overload
+    def get_aspect(self, kind: type[A]) -> A | None: ...
+
+    @overload
+    def get_aspect(self, kind: str) -> Aspect | None: ...
 
     def get_aspect(self, kind: type[Aspect] | str) -> Aspect | None:
         """The first registered aspect of this type (or with this name), else None."""

@@ -779,6 +779,15 @@ def test_summary_rows_sorted_by_total_time() -> None:
     ]
 
 
+def test_summary_types_are_exported_with_timed() -> None:
+    """Summary and TimingRow, what Timed.summary() returns, import from aspecthook.aspects."""
+    from aspecthook.aspects import Summary as PublicSummary
+    from aspecthook.aspects import TimingRow as PublicRow
+
+    assert (PublicSummary, PublicRow) == (Summary, TimingRow)
+    assert {"Summary", "TimingRow"} <= set(dir(ah.aspects))
+
+
 def test_summary_prints_a_table() -> None:
     """str() of the summary and rich both render a table of the rows."""
     from rich.console import Console

@@ -448,6 +448,27 @@ def test_a_user_callable_becomes_a_join_point_of_the_run() -> None:
     assert seen == [runner, runner]
 
 
+def test_runner_joinpoint_without_a_name_uses_the_callables_path() -> None:
+    """@runner.joinpoint and @runner.joinpoint() declare a callable under its dotted name,
+    as @joinpoint does, on this run only."""
+    runner = _runner(max_iters=1)
+    seen: list[str] = []
+
+    @runner.joinpoint
+    def bare(x: int) -> int:
+        return x + 1
+
+    @runner.joinpoint()
+    def called(x: int) -> int:
+        return x * 2
+
+    runner.weaver.before("*.bare")(lambda ctx: seen.append(ctx.joinpoint.name))
+    runner.weaver.before("*.called")(lambda ctx: seen.append(ctx.joinpoint.name))
+    assert (bare(1), called(2)) == (2, 4)
+    prefix = f"{__name__}.test_runner_joinpoint_without_a_name_uses_the_callables_path.<locals>"
+    assert seen == [f"{prefix}.bare", f"{prefix}.called"]
+
+
 def test_train_step_may_return_a_dict_with_extra_outputs() -> None:
     """A train_step returning {'loss': ..., 'extra': ...} exposes both in runner.outputs."""
     runner = _runner(

@@ -1,12 +1,22 @@
 """Calls the public API the way users do; checked by ``mypy --strict`` (``make typecheck``).
 
 Not collected by pytest (no ``test_`` prefix): its job is to fail type checking when the
-public signatures regress.
+public signatures regress. ``assert_type`` pins a type exactly. A line that ends in
+``# type: ignore[code]`` is one a type checker must refuse: ``--strict`` includes
+``warn_unused_ignores``, so if it stops being an error, its ignore is reported as unused.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Unpack, assert_type
+
 import aspecthook as ah
+from aspecthook.aspects import Counted, Summary, Timed, TimingRow
+from aspecthook.testing import Call, Recorder
+from aspecthook.train import Runner
+from aspecthook.train.aspects import ALIASES, Checkpoint, CheckpointHook, LRSchedule
 
 
 @ah.joinpoint
@@ -50,3 +60,211 @@ def use() -> None:
     first: ah.Row | None = rows[0] if rows else None
     handle.remove()
     del result, text, doubled, event, first
+
+
+# -- predicates take the join point (or event, or recorded call) ----------------------------
+
+
+def is_mine(jp: ah.JoinPoint) -> bool:
+    return jp.name.startswith("mine.") and not jp.aliases
+
+
+def predicates(recorder: Recorder) -> None:
+    ah.Predicate(is_mine)
+    ah.Predicate(lambda jp: jp.name.endswith("_iter"))
+    ah.Predicate(lambda jp: jp.names & {"a", "b"})  # a truthy result will do
+    ah.before(lambda jp: jp.is_async)(lambda ctx: None)
+    either: ah.Pointcut = ah.Name("a") | ah.Predicate(is_mine)
+    calls: list[Call] = recorder.calls_to(lambda call: call.name == "mine.f")
+    ah.Predicate(3)  # type: ignore[arg-type]
+    del either, calls
+
+
+# -- advice decorators keep the function's types ---------------------------------------------
+
+
+@ah.before("typing.named")
+def log(ctx: ah.CallContext) -> None:
+    pass
+
+
+@ah.before("typing.named")
+@ah.after("typing.other")
+def stacked(ctx: ah.CallContext) -> int:
+    return 1
+
+
+@ah.around("typing.named")
+async def around_async(ctx: ah.CallContext, proceed: ah.Proceed) -> object:
+    return await proceed()
+
+
+@ah.on("typing.event")
+def got(event: ah.Event) -> None:
+    pass
+
+
+class Probe(ah.Aspect):
+    pointcut = "typing.*"
+
+    @ah.before()
+    def seen(self, ctx: ah.CallContext) -> None:
+        pass
+
+    @ah.before()
+    @ah.after()
+    def twice(self, ctx: ah.CallContext) -> int:
+        return 1
+
+    @ah.before()
+    @staticmethod
+    def static_above(ctx: ah.CallContext) -> None:
+        pass
+
+    @staticmethod
+    @ah.before()
+    def static_below(ctx: ah.CallContext) -> None:
+        pass
+
+    @ah.before()
+    @classmethod
+    def class_above(cls, ctx: ah.CallContext) -> None:
+        pass
+
+    @classmethod
+    @ah.before()
+    def class_below(cls, ctx: ah.CallContext) -> None:
+        pass
+
+
+def advice_types(ctx: ah.CallContext, event: ah.Event) -> None:
+    typed: ah.Advice[[ah.CallContext], None] = log
+    typed_stack: ah.Advice[[ah.CallContext], int] = stacked
+    typed_event: ah.Advice[[ah.Event], None] = got
+    log(ctx)
+    got(event)
+    one: int = stacked(ctx)
+    with log as same:
+        same.remove()
+        same.remove_all()  # type: ignore[attr-defined]
+    any_advice: ah.Advice = log
+    registered: list[ah.Advice] = [log, got, stacked, around_async]
+    ah.register(registered)
+    log.remove_all()  # type: ignore[attr-defined]
+    log("not", "a ctx")  # type: ignore[call-arg, arg-type]
+    wrong: int = log  # type: ignore[assignment]
+
+    probe = Probe()
+    method: Callable[[ah.CallContext], None] = probe.seen
+    probe.seen(ctx)
+    two: int = probe.twice(ctx)
+    Probe.static_above(ctx)
+    Probe.static_below(ctx)
+    Probe.class_above(ctx)
+    Probe.class_below(ctx)
+    probe.seen(1, 2)  # type: ignore[call-arg, arg-type]
+    probe.seen.remove()  # type: ignore[attr-defined]
+    del typed, typed_stack, typed_event, one, any_advice, two, wrong, method
+
+
+# -- aspect options ------------------------------------------------------------------------
+
+
+class Ordered(ah.Aspect):
+    priority: ah.PriorityLike = "HIGH"
+    pointcut: ah.PointcutLike | None = ah.Glob("typing.*") | "other"
+    # A list, as users write it (the runtime takes a name or a tuple, list or set of them).
+    order_after = ["checkpoint"]  # noqa: RUF012
+    order_before: ah.OrderNames = "logger"
+
+    def after_train_iter(self, ctx: ah.CallContext) -> None:
+        pass
+
+
+class Sized(ah.Aspect):
+    def __init__(self, size: int = 1, **options: Unpack[ah.AspectOptions]) -> None:
+        super().__init__(**options)
+        self.size = size
+
+
+def aspect_options() -> None:
+    Ordered(order_after="ema", order_before=("timed", "counted"))
+    Ordered(order_after={"ema"}, order_before=frozenset({"timed"}))
+    Timed(order_after=["ema"])
+    Ordered(order_after=5)  # type: ignore[arg-type]
+    Sized(2, pointcut="x", priority="LOW", errors="log", order_before=["timed"])
+    Sized(pointcuts="x")  # type: ignore[call-arg]
+    Sized(priority=3.5)  # type: ignore[arg-type]
+    ah.Advice(
+        "before",
+        log,
+        ah.Name("x"),
+        order_after=(n for n in ["a"]),  # type: ignore[arg-type]
+    )
+
+
+# -- weave() and woven() check the same keywords -----------------------------------------------
+
+
+def weaving(weaver: ah.Weaver) -> None:
+    with ah.woven("json.dumps", Timing(), before=log, requires="pytest>=1", strict=True):
+        pass
+    weaver.weave("json.dumps", after=[log], name="dumps", priority="LOW").remove()
+    ah.woven("json.dumps", strict="yes")  # type: ignore[arg-type]
+    ah.woven("json.dumps", requires=3)  # type: ignore[arg-type]
+    weaver.weave("json.dumps", "Timed")  # type: ignore[arg-type]
+
+
+# -- shipped aspects, and names that load on first use -------------------------------------------
+
+
+def shipped() -> None:
+    timed = Timed()
+    summary: Summary = timed.summary()
+    rows: list[TimingRow] = list(summary)
+    counts: int = Counted().counts["typing.named"]
+    alias: type[Checkpoint] = CheckpointHook
+    names: dict[str, str] = ALIASES
+    del rows, counts, alias, names
+
+
+def typo_in_an_import() -> None:
+    from aspecthook.aspects import Timd  # type: ignore[attr-defined]
+    from aspecthook.train.aspects import Checkpiont  # type: ignore[attr-defined]
+
+    del Timd, Checkpiont
+
+
+# -- the training runner -----------------------------------------------------------------------
+
+
+class MyRunner(Runner):
+    def hello(self) -> str:
+        return "hi"
+
+
+def training(runner: Runner, path: os.PathLike[str]) -> None:
+    checkpoint = runner.get_aspect(Checkpoint)
+    assert_type(checkpoint, Checkpoint | None)
+    keep: int | None = checkpoint.max_keep if checkpoint is not None else None
+    by_name: ah.Aspect | None = runner.get_aspect("lr_schedule")
+    schedule: LRSchedule | None = runner.get_aspect(LRSchedule)
+    assert_type(MyRunner.from_config(path, max_iters=2), MyRunner)
+    greeting: str = MyRunner.from_config({"seed": 0}).hello()
+
+    @runner.joinpoint
+    def augment(x: int) -> int:
+        return x + 1
+
+    @runner.joinpoint()
+    def crop(x: int) -> int:
+        return x
+
+    @runner.joinpoint("score")
+    def score(x: float) -> float:
+        return x
+
+    declared: Callable[[int], int] = augment
+    total: int = augment(1) + crop(2)
+    augment("one")  # type: ignore[arg-type]
+    del keep, by_name, schedule, greeting, score, total, declared

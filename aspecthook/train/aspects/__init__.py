@@ -22,6 +22,21 @@ if TYPE_CHECKING:
     from ._sync_buffers import SyncBuffers
     from ._timer import IterTimer
 
+    # The OpenMMLab names of ``ALIASES``, for type checkers (they load through __getattr__).
+    AmpOptimWrapperHook = AMP
+    CheckpointHook = Checkpoint
+    DistSamplerSeedHook = DistSamplerSeed
+    EMAHook = EMA
+    EarlyStoppingHook = EarlyStopping
+    EmptyCacheHook = EmptyCache
+    GradientCumulativeOptimizerHook = GradAccumulation
+    IterTimerHook = IterTimer
+    LoggerHook = Logger
+    LrUpdaterHook = LRSchedule
+    ParamSchedulerHook = LRSchedule
+    ProgressBarHook = ProgressBar
+    SyncBuffersHook = SyncBuffers
+
 __all__ = [
     "ALIASES",
     "AMP",
@@ -77,14 +92,18 @@ ALIASES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    target = ALIASES.get(name, name)
-    module = _WHERE.get(target)
-    if module is None:
-        raise AttributeError(f"module 'aspecthook.train.aspects' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), target)
-    globals()[name] = value
-    return value
+# Hidden from type checkers, which see the imports above instead: a module ``__getattr__``
+# would make them accept any name imported from here (a typo included) as ``Any``.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        target = ALIASES.get(name, name)
+        module = _WHERE.get(target)
+        if module is None:
+            raise AttributeError(f"module 'aspecthook.train.aspects' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), target)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
