@@ -111,7 +111,7 @@ def _names(option: str, names: object) -> tuple[str, ...]:
         result = tuple(names)
     if result is None or not all(isinstance(n, str) for n in result):
         raise InvalidOptionError(
-            f"{option}={names!r} must be a name or a tuple of aspect/advice names",
+            f"{option}={names!r} must be a name or a tuple, list or set of aspect/advice names",
             option=option,
             value=names,
         )

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import CoroutineType
 from typing import Any
 
+from ._advice import OrderNames
 from ._aspect import Aspect
 from ._context import CallContext
 from ._handle import Handle
@@ -105,8 +106,8 @@ class Recorder(Aspect):
         priority: PriorityLike | None = None,
         name: str | None = None,
         errors: str | None = None,
-        order_after: tuple[str, ...] | None = None,
-        order_before: tuple[str, ...] | None = None,
+        order_after: OrderNames | None = None,
+        order_before: OrderNames | None = None,
     ) -> None:
         super().__init__(
             pointcut=pointcut,

@@ -1037,8 +1037,8 @@ def test_a_window_longer_than_every_is_refused(weaver: ah.Weaver, point: str) ->
         ("errors", "ignore", "errors='raise'.*errors='log'"),
         ("errors", None, "not a policy"),
         ("when", 5, "not callable"),
-        ("order_after", 5, "tuple of aspect/advice names"),
-        ("order_before", [1], "tuple of aspect/advice names"),
+        ("order_after", 5, "tuple, list or set of aspect/advice names"),
+        ("order_before", [1], "tuple, list or set of aspect/advice names"),
         ("priority_level", 1, r"unknown option.*valid options are"),
     ],
 )
