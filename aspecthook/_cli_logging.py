@@ -91,7 +91,7 @@ def _logged_logger(config: RunConfig) -> Any:
     (level ``debug`` unless given), without configuring structlog."""
     import structlog
 
-    from .aspects._logged import _level, logger_settings
+    from .aspects._logging_config import _level, logger_settings
 
     settings = dict(config.logging or {})
     file = settings.get("file")

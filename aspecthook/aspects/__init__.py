@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..testing import Recorder
     from ._counted import Counted
-    from ._logged import Logged, configure_logging
+    from ._logged import Logged
+    from ._logging_config import configure_logging
     from ._retry import Retry
     from ._timed import Summary, Timed, TimingRow
 
@@ -33,7 +34,7 @@ __all__ = [
 _WHERE = {
     "Counted": "._counted",
     "Logged": "._logged",
-    "configure_logging": "._logged",
+    "configure_logging": "._logging_config",
     "Recorder": "..testing",
     "Retry": "._retry",
     "Summary": "._timed",
