@@ -21,14 +21,18 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from .._advice import Advice, AdviceKind
+from .._advice import Advice, AdviceKind, OrderNames
 from .._aspect import Aspect, snake_case
 from .._context import CallContext
 from .._pointcut import Name
+from .._priority import PriorityLike
 from ..errors import AdviceSignatureError, AspectDefinitionError
 from ._methods import _GENERIC
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AdviceFn", "Plan", "defined_method"]
 
@@ -40,6 +44,30 @@ _INDEX = "aspecthook.adapters.batch_idx"  # ctx.data keys shared by before and a
 _EPOCH = "aspecthook.adapters.epoch"
 
 
+class _HookOptions(TypedDict, total=False):
+    """The ``Aspect`` options an adapter passes on besides ``name`` and ``priority``, for
+    type checkers (``AspectOptions`` less those). No ``pointcut``: an adapter's advice goes
+    to the runner join points its object's methods name, whatever pointcut it is given."""
+
+    errors: str | None
+    order_after: OrderNames | None
+    order_before: OrderNames | None
+
+
+class _AdapterOptions(_HookOptions, total=False):
+    """``_HookOptions`` and ``priority``: what ``_HookAdapter`` and ``KerasCallback``
+    take besides their own ``name`` (``MMHook`` works the priority out itself)."""
+
+    priority: PriorityLike | None
+
+
+class _NamedAdapterOptions(_AdapterOptions, total=False):
+    """``_AdapterOptions`` and ``name``: what ``from_mmengine_hook`` and
+    ``from_keras_callback`` hand to the adapter they make."""
+
+    name: str | None
+
+
 class _HookAdapter(Aspect):
     """An aspect whose advice calls the methods of a wrapped object.
 
@@ -49,7 +77,9 @@ class _HookAdapter(Aspect):
 
     _base_name = ""  # the no-op base class whose methods do not count as defined
 
-    def __init__(self, target: Any, *, name: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, target: Any, *, name: str | None = None, **options: Unpack[_AdapterOptions]
+    ) -> None:
         if isinstance(target, type):
             raise AspectDefinitionError(
                 f"{type(self).__name__}() got the class {target.__name__}, not an instance: "

@@ -8,7 +8,7 @@ keras.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._context import CallContext
 from ..errors import AspectDefinitionError
@@ -24,6 +24,11 @@ from ._base import (
     _refuse,
 )
 from ._methods import KERAS_METHODS
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._base import _AdapterOptions, _NamedAdapterOptions
 
 __all__ = ["KerasCallback", "from_keras_callback"]
 
@@ -53,7 +58,9 @@ class KerasCallback(_HookAdapter):
 
     _base_name = "Callback"
 
-    def __init__(self, callback: Any, *, name: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, callback: Any, *, name: str | None = None, **options: Unpack[_AdapterOptions]
+    ) -> None:
         super().__init__(callback, name=name, **options)
         if not any(callable(getattr(callback, m, None)) for m in KERAS_METHODS):
             raise AspectDefinitionError(
@@ -275,6 +282,6 @@ def _scalars(values: Any) -> dict[str, float]:
     return found
 
 
-def from_keras_callback(callback: Any, **options: Any) -> KerasCallback:
+def from_keras_callback(callback: Any, **options: Unpack[_NamedAdapterOptions]) -> KerasCallback:
     """``KerasCallback(callback, **options)``: a Keras-style callback as an aspect."""
     return KerasCallback(callback, **options)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._advice import AdviceKind
 from .._context import CallContext
@@ -27,6 +27,11 @@ from ._base import (
     _refuse,
 )
 from ._methods import _MM, MM_METHODS
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._base import _HookOptions, _NamedAdapterOptions
 
 __all__ = ["MMHook", "from_mmengine_hook"]
 
@@ -81,7 +86,7 @@ class MMHook(_HookAdapter):
         *,
         priority: PriorityLike | None = None,
         name: str | None = None,
-        **options: Any,
+        **options: Unpack[_HookOptions],
     ) -> None:
         super().__init__(hook, name=name, priority=_hook_priority(hook, priority), **options)
         if not any(callable(getattr(hook, m, None)) for m in MM_METHODS):
@@ -187,6 +192,6 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
     return with_metrics
 
 
-def from_mmengine_hook(hook: Any, **options: Any) -> MMHook:
+def from_mmengine_hook(hook: Any, **options: Unpack[_NamedAdapterOptions]) -> MMHook:
     """``MMHook(hook, **options)``: an OpenMMLab-style hook object as an aspect."""
     return MMHook(hook, **options)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import before, on_error
 from .._aspect import Aspect
 from .._context import CallContext
 from .._priority import Priority, PriorityLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._aspect import AspectOptions
 
 __all__ = ["Counted"]
 
@@ -39,7 +44,7 @@ class Counted(Aspect):
 
     def __init__(
         self,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         self._lock = threading.Lock()

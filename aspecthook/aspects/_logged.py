@@ -39,7 +39,7 @@ from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import structlog._config
@@ -54,6 +54,11 @@ from ._logging_config import LEVELS, configure_logging
 from ._logging_config import _level as _level  # also aspecthook run's (_cli)
 from ._logging_config import logger_settings as logger_settings  # also aspecthook run's
 from ._summary import _Summary, summarize
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._aspect import AspectOptions
 
 __all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
 
@@ -253,7 +258,7 @@ class Logged(Aspect):
         max_length: int = 80,
         max_items: int = 8,
         logger: Any = None,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         self.level, self._level_no = _level("level", level)

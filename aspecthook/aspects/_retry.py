@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import around
 from .._aspect import Aspect
@@ -23,6 +23,11 @@ from .._context import CallContext, Proceed
 from .._log import log_safely
 from ..errors import InvalidOptionError
 from ..registry import _import
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._aspect import AspectOptions
 
 __all__ = ["RETRY_ATTEMPT", "RETRY_GAVE_UP", "Retry"]
 
@@ -71,7 +76,7 @@ class Retry(Aspect):
         give_up: GiveUp | None = None,
         sleep: Callable[[float], Any] = time.sleep,
         async_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         if not (isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 1):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import CoroutineType, GeneratorType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import around
 from .._advice import log_own_failure, runs_as_layer
@@ -33,6 +33,11 @@ from .._units import format_seconds
 from ..errors import InvalidOptionError
 from ._sketch import RELATIVE_ACCURACY, QuantileSketch, _Stats
 from ._trace import chrome_trace, write_atomically
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._aspect import AspectOptions
 
 __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
 
@@ -135,7 +140,7 @@ class Timed(Aspect):
         *,
         trace: bool = False,
         max_events: int = 100_000,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
         if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 0:

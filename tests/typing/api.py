@@ -13,10 +13,19 @@ from collections.abc import Callable
 from typing import Unpack, assert_type
 
 import aspecthook as ah
-from aspecthook.aspects import Counted, Summary, Timed, TimingRow
+from aspecthook.adapters import KerasCallback, MMHook, from_keras_callback, from_mmengine_hook
+from aspecthook.aspects import Counted, Logged, Retry, Summary, Timed, TimingRow
 from aspecthook.testing import Call, Recorder
 from aspecthook.train import Runner
-from aspecthook.train.aspects import ALIASES, Checkpoint, CheckpointHook, LRSchedule
+from aspecthook.train.aspects import (
+    ALIASES,
+    EMA,
+    Checkpoint,
+    CheckpointHook,
+    GradClip,
+    IterTimer,
+    LRSchedule,
+)
 
 
 @ah.joinpoint
@@ -226,6 +235,46 @@ def shipped() -> None:
     alias: type[Checkpoint] = CheckpointHook
     names: dict[str, str] = ALIASES
     del rows, counts, alias, names
+
+
+def shipped_options() -> None:
+    """Shipped aspects pass ``Aspect``'s options on, and a type checker checks them."""
+    Timed(trace=True, pointcut="typing.*", priority="HIGH", name="timer", errors="raise")
+    Counted(pointcut=ah.Glob("typing.*"), order_after=["timed"])
+    Retry(2, on=ValueError, errors="log", order_before="timed")
+    Logged(level="debug", priority=10, order_after=("timed", "counted"))
+    Timed(pointcuts="typing.*")  # type: ignore[call-arg]
+    Retry(erors="log")  # type: ignore[call-arg]
+    Counted(priority=3.5)  # type: ignore[arg-type]
+    Logged(order_after=5)  # type: ignore[arg-type]
+    Recorder("typing.*", priorty=1)  # type: ignore[call-arg]
+
+
+def training_options() -> None:
+    """So do the training aspects."""
+    Checkpoint(2, max_keep=3, priority="LOW", errors="log", order_after="ema")
+    LRSchedule(None, warmup="linear", name="lr", order_before=["logger"])
+    IterTimer(window=10, name="timer")
+    GradClip(1.0, priority=20)
+    EMA(0.99, pointcut="train_iter")
+    Checkpoint(interval=1, pointcuts="train_iter")  # type: ignore[call-arg]
+    IterTimer(erors="log")  # type: ignore[call-arg]
+    GradClip(1.0, priority=3.5)  # type: ignore[arg-type]
+    EMA(order_before=5)  # type: ignore[arg-type]
+
+
+def adapter_options(hook: object) -> None:
+    """And the adapters, which set ``name`` (and ``MMHook`` the priority) themselves and
+    take no pointcut (their advice goes to the join points their methods name)."""
+    MMHook(hook, priority="HIGH", name="hook", errors="log", order_after="ema")
+    KerasCallback(hook, priority=10, order_before=["logger"])
+    from_mmengine_hook(hook, name="hook", priority="LOW", errors="log")
+    from_keras_callback(hook, name="callback", order_after=("ema",))
+    MMHook(hook, pointcut="train_iter")  # type: ignore[call-arg]
+    KerasCallback(hook, priorty=1)  # type: ignore[call-arg]
+    MMHook(hook, order_after=5)  # type: ignore[arg-type]
+    from_keras_callback(hook, priority=3.5)  # type: ignore[arg-type]
+    from_mmengine_hook(hook, name=1)  # type: ignore[arg-type]
 
 
 def typo_in_an_import() -> None:

@@ -47,7 +47,7 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -71,6 +71,11 @@ from ._checkpoint_files import (
     _write_manifest,
     _WriteJob,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 
@@ -120,7 +125,7 @@ class Checkpoint(Aspect):
         save_optimizer: bool = True,
         resume: str | os.PathLike[str] | None = None,
         filename_tmpl: str | None = None,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         self.interval = _positive("interval", interval)

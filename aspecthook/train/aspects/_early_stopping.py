@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._aspect import Aspect
 from ..._context import CallContext
@@ -11,6 +11,11 @@ from ..._log import get_logger
 from ..._priority import Priority
 from ...errors import InvalidOptionError
 from ._rules import infer_rule
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["EarlyStopping"]
 
@@ -35,7 +40,7 @@ class EarlyStopping(Aspect):
         patience: int = 5,
         min_delta: float = 0.0,
         check_finite: bool = True,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         if not isinstance(patience, int) or patience < 1:

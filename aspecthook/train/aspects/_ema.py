@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
@@ -12,6 +12,11 @@ from ..._aspect import Aspect
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ...errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["EMA"]
 
@@ -42,7 +47,7 @@ class EMA(Aspect):
         start_iter: int = 0,
         use_buffers: bool = True,
         use_for_eval: bool = True,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         if not 0.0 < decay < 1.0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,6 +13,11 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ...errors import InvalidOptionError
 from .._data import planned_iters
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["Evaluate"]
 
@@ -44,7 +49,7 @@ class Evaluate(Aspect):
         by_epoch: bool = True,
         metrics: Mapping[str, Metric] | None = None,
         prefix: str = "val",
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         if not isinstance(interval, int) or interval < 1:

@@ -7,7 +7,7 @@ import json
 import math
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +17,11 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ...errors import InvalidOptionError, RunnerError
 from ._timer import IterTimer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["Logger"]
 
@@ -52,7 +57,7 @@ class Logger(Aspect):
         file_interval: int | None = None,
         json_file: str | None = "metrics.jsonl",
         tensorboard: bool = False,
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         _check_options(interval, window, file_interval, tensorboard)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim import lr_scheduler
@@ -23,6 +23,11 @@ from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
 from ...errors import InvalidOptionError, RunnerError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["LRSchedule"]
 
@@ -55,7 +60,7 @@ class LRSchedule(Aspect):
         warmup_iters: int = 0,
         warmup_ratio: float = 0.1,
         monitor: str = "val/loss",
-        **options: Any,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
         _check_options(scheduler, warmup, warmup_iters, warmup_ratio)

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,11 @@ from ..._log import get_logger
 from ..._priority import Priority
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
@@ -37,7 +42,9 @@ class GradClip(Aspect):
     name = "grad_clip"
     priority = Priority.NORMAL
 
-    def __init__(self, max_norm: float, norm_type: float = 2.0, **options: Any) -> None:
+    def __init__(
+        self, max_norm: float, norm_type: float = 2.0, **options: Unpack[AspectOptions]
+    ) -> None:
         super().__init__(**options)
         _positive("GradClip", "max_norm", max_norm)
         self.max_norm = float(max_norm)
@@ -73,7 +80,7 @@ class GradAccumulation(Aspect):
     name = "grad_accumulation"
     priority = Priority.VERY_HIGH
 
-    def __init__(self, steps: int, **options: Any) -> None:
+    def __init__(self, steps: int, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         if not isinstance(steps, int) or steps < 1:
             raise InvalidOptionError(
@@ -195,7 +202,9 @@ class AMP(Aspect):
     name = "amp"
     priority = Priority.HIGH
 
-    def __init__(self, dtype: torch.dtype | str | None = None, **options: Any) -> None:
+    def __init__(
+        self, dtype: torch.dtype | str | None = None, **options: Unpack[AspectOptions]
+    ) -> None:
         super().__init__(**options)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype, None)
@@ -281,7 +290,7 @@ class NaNGuard(Aspect):
     name = "nan_guard"
     priority = Priority.VERY_HIGH
 
-    def __init__(self, action: str = "skip", **options: Any) -> None:
+    def __init__(self, action: str = "skip", **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         if action not in ("skip", "stop"):
             raise InvalidOptionError(
@@ -355,7 +364,7 @@ class EmptyCache(Aspect):
     name = "empty_cache"
     priority = Priority.LOWEST
 
-    def __init__(self, interval: int | None = None, **options: Any) -> None:
+    def __init__(self, interval: int | None = None, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         if interval is not None and (
             not isinstance(interval, int) or isinstance(interval, bool) or interval < 1

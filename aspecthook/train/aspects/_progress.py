@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._aspect import Aspect
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from .._data import planned_iters
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["ProgressBar"]
 
@@ -19,7 +24,9 @@ class ProgressBar(Aspect):
     priority = Priority.VERY_LOW
     errors = "log"
 
-    def __init__(self, *, transient: bool = False, console: Any = None, **options: Any) -> None:
+    def __init__(
+        self, *, transient: bool = False, console: Any = None, **options: Unpack[AspectOptions]
+    ) -> None:
         super().__init__(**options)
         self.transient = transient
         self.console = console

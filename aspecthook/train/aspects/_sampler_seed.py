@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["DistSamplerSeed"]
 
@@ -29,7 +34,7 @@ class DistSamplerSeed(Aspect):
     name = "dist_sampler_seed"
     priority = Priority.NORMAL
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         self.base_seed: int | None = None
 

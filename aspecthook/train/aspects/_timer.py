@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
 from .._data import planned_iters
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..._aspect import AspectOptions
 
 __all__ = ["IterTimer"]
 
@@ -29,7 +34,7 @@ class IterTimer(Aspect):
     name = "iter_timer"
     priority = Priority.HIGHEST
 
-    def __init__(self, window: int = 50, **options: Any) -> None:
+    def __init__(self, window: int = 50, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         self.window = window
         self.times: deque[float] = deque(maxlen=window)
