@@ -32,6 +32,8 @@ _NO_BATCH: Any = object()  # what train_epoch's batch is while the loader gave n
 
 def run(runner: Runner) -> dict[str, Any]:
     """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
+    if runner.finished:  # nothing to do (run() again at the end, or resumed there): say why
+        runner._report_finished()
     while not runner.finished:
         runner.train_epoch()
         runner.settled_epoch = runner.epoch  # the epoch's advice all ran (run() again)

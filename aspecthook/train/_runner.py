@@ -214,16 +214,6 @@ class Runner:
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
         _report_near_misses(self, JOINPOINTS)
-        if self.finished:  # run() again after the end, or after stop(): say why it returns
-            from .._log import get_logger
-
-            get_logger().warning(
-                "runner.finished",
-                reason=self.stop_reason or "max_epochs / max_iters reached",
-                epoch=self.epoch,
-                iter=self.iter,
-                hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
-            )
         if self._interrupted:
             self._report_unfinished_stage()
             self._drop_interrupted_gradients()
@@ -236,6 +226,20 @@ class Runner:
             raise
         finally:
             CURRENT_RUNNER.reset(token)
+
+    def _report_finished(self) -> None:
+        """``run()`` with nothing left to do (called by the loop once ``before_run`` advice,
+        a resume included, has run): after the end, after ``stop()``, or resumed from a
+        checkpoint of a finished or stopped run. Say why it returns at once."""
+        from .._log import get_logger
+
+        get_logger().warning(
+            "runner.finished",
+            reason=self.stop_reason or "max_epochs / max_iters reached",
+            epoch=self.epoch,
+            iter=self.iter,
+            hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
+        )
 
     def _report_unfinished_stage(self) -> None:
         """After a run() that raised in the advice that follows an iteration or an epoch

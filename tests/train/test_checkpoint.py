@@ -596,6 +596,8 @@ def test_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
         "kept": ["epoch_1.pt"],
         "best_score": None,
         "best_file": None,
+        "best_metric": None,
+        "best_rule": None,
     }
     assert "base_seed" in state["aspects"]["dist_sampler_seed"]
     assert payload["grad_scaler"]["scale"] == 512.0
@@ -968,3 +970,77 @@ def test_resume_auto_names_a_checkpoint_of_another_model_it_found(tmp_path: Path
     with pytest.raises(RunnerError, match=r"found '.*epoch_1\.pt', which does not fit this run"):
         runner.run()
     assert runner.iter == 0
+
+
+# -- resuming once, and state judged by its own metric ------------------------------------
+
+
+class _CtrlCAt(Aspect):
+    """Ctrl-C once, before iteration ``at``."""
+
+    name = "ctrl_c_at"
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.fired = at, False
+
+    def before_train_iter(self, ctx: CallContext) -> None:
+        if ctx.runner.iter == self.at and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+def test_a_runner_resumes_once_then_goes_on_from_where_it_is(tmp_path: Path) -> None:
+    """Checkpoint(resume='auto') loads the folder's checkpoint for the first run() only:
+    run() again after Ctrl-C goes on from runner.iter (it used to roll back to the last
+    checkpoint), and a change made between runs (the LR) stays."""
+    make_runner(tmp_path, aspects=[Checkpoint(interval=1)], max_epochs=1).run()  # epoch 1
+    runner = make_runner(
+        tmp_path, aspects=[Checkpoint(interval=1, resume="auto"), _CtrlCAt(13)], max_epochs=3
+    )
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    assert runner.iter == 13
+    runner.optimizer.param_groups[0]["lr"] = 0.001
+    trained: list[float] = []
+    runner.weaver.after("optimizer_step")(
+        lambda ctx: trained.append(ctx.runner.optimizer.param_groups[0]["lr"])
+    )
+    runner.run()
+    assert runner.iter == 24
+    assert trained == [0.001] * 11
+
+
+def test_resume_from_the_latest_file_takes_its_folder(tmp_path: Path) -> None:
+    """resume='<work_dir>/latest' (the manifest, not a checkpoint) resumes from its folder."""
+    make_runner(tmp_path, aspects=[Checkpoint()], max_epochs=1).run()
+    runner = make_runner(tmp_path, aspects=[Checkpoint(resume=tmp_path / "latest")], max_epochs=2)
+    runner.run()
+    assert (runner.epoch, runner.iter) == (2, 16)
+
+
+def test_a_best_score_of_another_metric_is_not_carried_over(tmp_path: Path) -> None:
+    """A run resumed with save_best='val/acc' from checkpoints that kept the best val/loss
+    looks for the best accuracy afresh (it used to compare accuracies with a loss)."""
+    losses = Evaluate(metrics={"loss_metric": lambda outputs, targets: 0.5})
+    first = Checkpoint(save_best="val/loss_metric")
+    make_runner(tmp_path, aspects=[first, losses], val=True, max_epochs=1).run()
+    assert first.best_score == 0.5
+    accuracy = Evaluate(metrics={"acc": lambda outputs, targets: 0.2})
+    second = Checkpoint(save_best="val/acc", resume="auto")
+    make_runner(tmp_path, aspects=[second, accuracy], val=True, max_epochs=2).run()
+    assert (second.best_score, second.best_file) == (0.2, "best_val_acc_epoch_2.pt")
+
+
+def test_a_resume_of_a_stopped_run_says_why_it_returns_at_once(tmp_path: Path) -> None:
+    """Resumed from a run that stop() ended, with larger limits: run() returns at once and
+    says why (the reason comes back with the checkpoint)."""
+    first = make_runner(tmp_path, aspects=[Checkpoint()], max_epochs=1)
+    first.weaver.after("train_epoch")(lambda ctx: ctx.runner.stop("manual stop"))
+    first.run()
+    runner = make_runner(tmp_path, aspects=[Checkpoint(resume="auto")], max_epochs=3)
+    with capture_logs() as logs:
+        runner.run()
+    assert runner.epoch == 1
+    [finished] = [e for e in logs if e["event"] == "runner.finished"]
+    assert finished["reason"] == "manual stop"

@@ -656,3 +656,17 @@ def test_a_checkpoint_with_two_emas_loads_the_live_weights_with_any_of_them(
     loading = _ema_run(max_epochs=2, val=bool(kept), aspects=emas(kept))
     loading.load_state_dict(trained.state_dict())
     assert torch.equal(loading.model.weight, live)
+
+
+def test_early_stopping_state_of_another_metric_starts_afresh() -> None:
+    """A state saved while watching val/loss, loaded into EarlyStopping('val/acc'), keeps
+    neither the best loss nor the patience spent (it used to stop a rising accuracy for not
+    beating the old loss); the same metric's state is kept."""
+    saved = EarlyStopping("val/loss", patience=3)
+    saved.best, saved.wait = 1.07, 2
+    other = EarlyStopping("val/acc", patience=3)
+    other.load_state_dict(saved.state_dict())
+    assert (other.best, other.wait) == (None, 0)
+    same = EarlyStopping("val/loss", patience=3)
+    same.load_state_dict(saved.state_dict())
+    assert (same.best, same.wait) == (1.07, 2)

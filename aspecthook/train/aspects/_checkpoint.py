@@ -179,14 +179,16 @@ class Checkpoint(Aspect):
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
-        self._ran = True
-        if self.resume is not None:
+        # Resumed once, by the first run() (or a test() before it): a later run() of the
+        # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
+        if self.resume is not None and not self._ran:
             self._resume(runner, folder)
+        self._ran = True
 
     def before_test_epoch(self, ctx: CallContext) -> None:
         if self.resume is not None and not self._ran:  # a test before any run()
-            self._ran = True
             self._resume(ctx.runner, _folder(ctx.runner))
+            self._ran = True
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._pending_rng is not None:
@@ -240,14 +242,26 @@ class Checkpoint(Aspect):
     # -- state ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The kept interval checkpoints and the best score and file (part of checkpoints)."""
-        return {"kept": list(self.kept), "best_score": self.best_score, "best_file": self.best_file}
+        """The kept interval checkpoints, and the best score and file with the metric and
+        rule they were judged by (part of checkpoints)."""
+        return {
+            "kept": list(self.kept),
+            "best_score": self.best_score,
+            "best_file": self.best_file,
+            "best_metric": self.save_best,
+            "best_rule": self.rule,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.kept = [str(name) for name in state.get("kept", [])]
         score = state.get("best_score")
         self.best_score = None if score is None else float(score)
         self.best_file = state.get("best_file")
+        judged_by = (state.get("best_metric", self.save_best), state.get("best_rule", self.rule))
+        if judged_by != (self.save_best, self.rule):
+            # A best score of another metric (or rule) means nothing for this one: the best
+            # is looked for afresh, and the old best file stays on disk as it was.
+            self.best_score = self.best_file = None
 
     # -- saving ---------------------------------------------------------------------------
 
@@ -423,6 +437,8 @@ class Checkpoint(Aspect):
 
     def _resume(self, runner: Any, folder: Path) -> None:
         source = folder if self.resume == "auto" else Path(self.resume or folder)
+        if source.name == LATEST and source.is_file():  # the manifest: its folder is meant
+            source = source.parent
         found = _find(source, _checkpoint_names(self.filename_tmpl))
         if found is None:
             get_logger().info("checkpoint.none_found", folder=str(source))

@@ -91,8 +91,14 @@ class EarlyStopping(Aspect):
         return value < self.best - self.min_delta
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "wait": self.wait}
+        """The best value and the validations waited, with the metric and rule they are of."""
+        return {"best": self.best, "wait": self.wait, "monitor": self.monitor, "rule": self.rule}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = state.get("best")
         self.wait = int(state.get("wait", 0))
+        if (state.get("monitor", self.monitor), state.get("rule", self.rule)) != (
+            self.monitor,
+            self.rule,
+        ):  # another metric's best and patience mean nothing for this one: start afresh
+            self.best, self.wait = None, 0
