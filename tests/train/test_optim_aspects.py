@@ -670,3 +670,40 @@ def test_early_stopping_state_of_another_metric_starts_afresh() -> None:
     same = EarlyStopping("val/loss", patience=3)
     same.load_state_dict(saved.state_dict())
     assert (same.best, same.wait) == (1.07, 2)
+
+
+@pytest.mark.parametrize(("at", "exact"), [(4, True), (5, False)])
+def test_a_save_after_a_break_between_backward_and_step_keeps_no_half_iteration(
+    tmp_path: Any, at: int, exact: bool
+) -> None:
+    """Ctrl-C between an iteration's backward and its step, then Checkpoint.save(): the
+    file holds no part of that iteration, which the resumed run trains again. At a
+    group's first iteration nothing of the group is lost (exact); inside a group the
+    gradients cannot be taken apart, so they are left out with a warning (it used to save
+    them and count that batch twice, silently)."""
+    straight = _runner(batch_size=2, max_epochs=None, max_iters=8, aspects=[GradAccumulation(4)])
+    straight.run()
+    checkpoint = Checkpoint(by_epoch=False, interval=100)
+    broken = _runner(
+        batch_size=2,
+        max_epochs=None,
+        max_iters=8,
+        work_dir=tmp_path,
+        aspects=[checkpoint, GradAccumulation(4), _CtrlC(at, "optimizer_step")],
+    )
+    with pytest.raises(KeyboardInterrupt):
+        broken.run()
+    with capture_logs() as logs:
+        checkpoint.save(broken)
+    dropped = [e for e in logs if e["event"] == "grad_accumulation.group_dropped"]
+    assert len(dropped) == (0 if exact else 1)
+    resumed = _runner(
+        batch_size=2,
+        max_epochs=None,
+        max_iters=8,
+        work_dir=tmp_path,
+        aspects=[Checkpoint(by_epoch=False, interval=100, resume="auto"), GradAccumulation(4)],
+    )
+    resumed.run()
+    same = all(torch.equal(a, b) for a, b in zip(_params(straight), _params(resumed), strict=True))
+    assert same is exact

@@ -91,6 +91,7 @@ class GradAccumulation(Aspect):
         self.steps = steps
         self._total: int | None = None  # the run's iterations, when known (before_run)
         self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps
+        self._runner: Any = None  # the run's runner (before_run): where iterations stand
         self._resumed: list[torch.Tensor | None] | None = None  # to put back (resume)
         # The iteration the current group began at; None: not known (a new aspect, or a
         # checkpoint without it), taken as the last multiple of steps (``_start``).
@@ -102,6 +103,7 @@ class GradAccumulation(Aspect):
         runner = ctx.runner
         self._total = planned_iters(runner)
         self._model = runner.model
+        self._runner = runner
 
     def before_backward(self, ctx: CallContext) -> None:
         if self._resumed is not None:  # the first backward after a resume inside a group
@@ -137,9 +139,27 @@ class GradAccumulation(Aspect):
         state: dict[str, Any] = {"group_start": self._group_start}
         model = self._model
         grads = [] if model is None else [p.grad for p in model.parameters()]
-        if any(g is not None for g in grads):
+        if any(g is not None for g in grads) and not self._mixed_in():
             state["grads"] = [None if g is None else g.detach().clone() for g in grads]
         return state
+
+    def _mixed_in(self) -> bool:
+        """Whether the gradients hold a part of an iteration that has not ended (a save
+        after a break between its backward and its step): they cannot be taken apart, so
+        they are not saved, and a warning says the resumed group is not exact."""
+        runner = self._runner
+        if runner is None or self._backward_at != runner.iter:
+            return False
+        if runner.iter <= self._start(runner.iter):
+            return True  # the group's first iteration: no gradient of the group is lost
+        get_logger().warning(
+            "grad_accumulation.group_dropped",
+            iteration=runner.iter,
+            group_start=self._start(runner.iter),
+            reason="saved after iteration's backward and before its step: the group's "
+            "gradients are saved without it, so a run resumed from this file is not exact",
+        )
+        return True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         grads = state.get("grads")
