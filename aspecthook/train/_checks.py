@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,14 +17,13 @@ import torch
 from ..errors import RunnerError
 
 if TYPE_CHECKING:
-    from ._runner import Runner
+    pass
 
 __all__ = [
     "_check_limits",
     "_check_optimizer",
     "_check_scheduler",
     "_check_work_dir",
-    "_report_near_misses",
 ]
 
 
@@ -83,22 +80,3 @@ def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
             "this process can create files in"
         ) from None
     return path
-
-
-def _report_near_misses(runner: Runner, joinpoints: Iterable[str]) -> None:
-    """Warn about advice (this runner's or module-level) for a name that is one typo away
-    from a join point of the run (``after_trian_epoch``): it would never be called.
-    ``joinpoints`` are the runner's own join point names."""
-    from .._describe import near_misses
-    from .._registry import REGISTRY
-    from .._weaver import default_weaver
-
-    own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
-    known = sorted({*joinpoints, *(n for n in own if not n.startswith("@"))})
-    for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
-        warnings.warn(
-            f"{advice.name}: no join point is named {name!r}, so this {advice.kind} advice "
-            f"is never called; did you mean {hint!r}?",
-            UserWarning,
-            stacklevel=3,
-        )

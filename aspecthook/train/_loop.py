@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._reports import report_finished
+
 if TYPE_CHECKING:
     from ._runner import Runner
 
@@ -33,7 +35,7 @@ _NO_BATCH: Any = object()  # what train_epoch's batch is while the loader gave n
 def run(runner: Runner) -> dict[str, Any]:
     """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
     if runner.finished:  # nothing to do (run() again at the end, or resumed there): say why
-        runner._report_finished()
+        report_finished(runner)
     while not runner.finished:
         runner.train_epoch()
         runner.settled_epoch = runner.epoch  # the epoch's advice all ran (run() again)

@@ -29,9 +29,9 @@ from ._checks import (
     _check_optimizer,
     _check_scheduler,
     _check_work_dir,
-    _report_near_misses,
 )
 from ._data import epoch_batches, loader_length
+from ._reports import report_near_misses, report_unfinished_stage
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class Runner:
         self.stop_reason: str | None = None
         self._interrupted = False  # the last run() raised (see _drop_interrupted_gradients)
         #: The iteration and the epoch whose ``train_iter`` / ``train_epoch`` calls last
-        #: returned, advice included (set by ``_loop``; see ``_report_unfinished_stage``).
+        #: returned, advice included (set by ``_loop``; see ``report_unfinished_stage``).
         self.settled_iter = 0
         self.settled_epoch = 0
         self.rank, self.world_size = _dist_info()
@@ -213,9 +213,9 @@ class Runner:
                 "train_loader has no batches (len() == 0; with drop_last=True the dataset "
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
-        _report_near_misses(self, JOINPOINTS)
+        report_near_misses(self, JOINPOINTS)
         if self._interrupted:
-            self._report_unfinished_stage()
+            report_unfinished_stage(self)
             self._drop_interrupted_gradients()
         self.settled_iter, self.settled_epoch = self.iter, self.epoch
         token = CURRENT_RUNNER.set(self)
@@ -226,45 +226,6 @@ class Runner:
             raise
         finally:
             CURRENT_RUNNER.reset(token)
-
-    def _report_finished(self) -> None:
-        """``run()`` with nothing left to do (called by the loop once ``before_run`` advice,
-        a resume included, has run): after the end, after ``stop()``, or resumed from a
-        checkpoint of a finished or stopped run. Say why it returns at once."""
-        from .._log import get_logger
-
-        get_logger().warning(
-            "runner.finished",
-            reason=self.stop_reason or "max_epochs / max_iters reached",
-            epoch=self.epoch,
-            iter=self.iter,
-            hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
-        )
-
-    def _report_unfinished_stage(self) -> None:
-        """After a run() that raised in the advice that follows an iteration or an epoch
-        (Ctrl-C during validation at an epoch's end, say): the counters had moved on, so
-        that iteration or epoch is not trained again, and the advice after the one that
-        raised (an LR step, a checkpoint, a log line) never ran for it. Say so, with the
-        way to an exact continuation."""
-        for stage, done, settled in (
-            ("train_iter", self.iter, self.settled_iter),
-            ("train_epoch", self.epoch, self.settled_epoch),
-        ):
-            if done != settled:
-                from .._log import get_logger
-
-                get_logger().warning(
-                    "runner.stage_unfinished",
-                    stage=stage,
-                    iter=self.iter,
-                    epoch=self.epoch,
-                    reason=f"the last run() stopped in the advice after {stage}, whose "
-                    "later advice (LR step, checkpoint, log...) did not run for it",
-                    hint="resume from the last checkpoint for a run identical to an "
-                    "uninterrupted one",
-                )
-                return
 
     def _drop_interrupted_gradients(self) -> None:
         """After a run() that raised (Ctrl-C in a notebook, say): the iteration it broke
