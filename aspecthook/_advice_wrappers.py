@@ -210,7 +210,9 @@ def _guard_around_sync(advice: Advice, fn: Callable[..., Any]) -> Callable[..., 
         try:
             result = fn(ctx, tracked)
             if type(result) is CoroutineType:  # an async function behind a plain decorator
-                return _guard_around_result(advice, ctx, proceed, result, outcome)
+                # Its late proceed() must go on from this advice's place in the chain.
+                later = ctx.deferred(proceed)
+                return _guard_around_result(advice, ctx, later, result, outcome)
             return result
         except Exception as exc:
             if outcome and not outcome[-1][0] and outcome[-1][1] is exc:

@@ -21,9 +21,10 @@ sees what is emitted on it, so process events do not reach advice registered the
 ``process.exit``
     One ``atexit`` handler. Payload ``pid``, ``time``, ``uptime`` (seconds since the
     ``process.start`` time), ``exc`` (the uncaught exception ending the program: the last
-    one that reached ``sys.excepthook`` in the main thread, whose wrapper below is installed
-    with the subscription, or the one given to ``note_uncaught()``; else ``None``; what a
-    tool left in ``sys.last_value`` for a debugger is not taken for it) and ``exit_code``.
+    one Python stored as ``sys.last_value`` and gave ``sys.excepthook``, whose wrapper below
+    is installed with the subscription; an error a program only shows through
+    ``sys.excepthook``, or a ``last_value`` a tool left for a debugger, is not taken for it;
+    with a later hook that does not chain to ours, ``last_value``) and ``exit_code``.
     Python does not tell atexit handlers the exit status, so ``exit_code`` is ``1`` after
     an uncaught ``Exception``, the value given to ``note_exit_code()`` (``aspecthook run``
     knows the script's status and passes it), and otherwise ``None``: a normal end and
@@ -89,7 +90,6 @@ __all__ = [
     "audit_interest",
     "ensure_sources",
     "note_exit_code",
-    "note_uncaught",
     "start_payload",
     "warn_local_subscriptions",
 ]
@@ -266,13 +266,6 @@ def note_exit_code(code: int | None) -> None:
     _exit_code = code
 
 
-def note_uncaught(exc: BaseException | None) -> None:
-    """Tell ``process.exit`` the exception ending the program, for code that catches and
-    reports it itself instead of letting it reach ``sys.excepthook`` (``aspecthook run``)."""
-    global _uncaught
-    _uncaught = exc
-
-
 def _install_exit() -> None:
     atexit.register(_at_exit)
 
@@ -281,9 +274,21 @@ def _uncaught_at_exit() -> BaseException | None:
     """The exception that ended the program, unless this is an interactive session (where
     one that reached ``sys.excepthook`` was only shown at the prompt).
 
-    Not ``sys.last_value``: tools set it for post-mortem debugging (pytest, for a failed
-    or expected-to-fail test) in programs that then end normally."""
-    return None if hasattr(sys, "ps1") else _uncaught
+    Python stores an uncaught exception as ``sys.last_value`` (``last_exc``) and then
+    hands it to ``sys.excepthook``. Either alone misleads: tools set ``last_value`` for
+    post-mortem debugging in programs that then end normally (pytest, for a failed or
+    expected-to-fail test), and programs call ``sys.excepthook`` to show an error they
+    handled. So while our wrapper is the hook, the exception is the one it was given that
+    is also ``last_value``; a hook installed over ours that does not chain to it leaves
+    ``last_value`` alone to go by."""
+    if hasattr(sys, "ps1"):
+        return None
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(last, BaseException):
+        return None
+    if isinstance(sys.excepthook, ChainedExcepthook):
+        return last if last is _uncaught else None
+    return last
 
 
 def _at_exit() -> None:

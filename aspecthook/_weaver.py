@@ -176,12 +176,7 @@ class Weaver:
                 )
             advice = Advice(kind, func, pc, **opts)
             _copy_metadata(advice, func)
-            try:
-                handle = self.add(advice)
-            except BaseException:
-                if inner is not None:  # the name is never bound: nothing could remove it
-                    inner.remove()
-                raise
+            handle = self.add(advice)
             if inner is not None:
                 self._stack(inner, handle)
             return advice

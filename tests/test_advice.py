@@ -911,6 +911,32 @@ def test_errors_log_covers_around_advice_that_returns_a_coroutine(
     assert [e["event"] for e in logs] == ["advice.failed"]
 
 
+def test_errors_log_around_failing_before_proceed_in_its_coroutine_runs_the_target_once(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A sync around advice returning a coroutine that fails before proceeding, inside
+    another around advice: the guard proceeds for it from its own place (it used to
+    re-enter the chain at the advice itself, until RecursionError)."""
+    calls: list[int] = []
+
+    @weaver.joinpoint(point)
+    @_behind_a_plain_decorator
+    async def fetch(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    weaver.around(point, priority="HIGH")(lambda ctx, proceed: proceed())
+
+    async def fails_first(ctx: Any, proceed: Any) -> Any:
+        raise RuntimeError("advice failed before proceeding")
+
+    advice = weaver.around(point, errors="log")(_behind_a_plain_decorator(fails_first))
+    with capture_logs():
+        assert asyncio.run(fetch(21)) == 42
+    assert calls == [21]
+    assert advice.failures == 1
+
+
 def test_an_object_with_an_async_call_is_async_advice(weaver: ah.Weaver, point: str) -> None:
     """An advice object whose __call__ is async is async advice: at a sync join point it is
     left out and shown as failed in describe(), as an async def is."""

@@ -191,6 +191,36 @@ def test_process_exit_ignores_what_a_tool_left_for_a_debugger(tmp_path: Path) ->
     assert result.stdout.startswith("exit None None ")
 
 
+def test_process_exit_ignores_an_error_a_program_only_shows(tmp_path: Path) -> None:
+    """A handled error shown through sys.excepthook (the program then ends normally) is
+    not the exception that ended the program."""
+    shown = """
+    import sys
+    try:
+        {}["missing"]
+    except KeyError:
+        sys.excepthook(*sys.exc_info())
+    """
+    result = run_script(tmp_path, EXIT_SUBSCRIBER + textwrap.dedent(shown))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("exit None None ")
+
+
+def test_process_exit_reports_a_crash_behind_a_hook_that_does_not_chain(
+    tmp_path: Path,
+) -> None:
+    """A hook installed over ours that does not call it (a pretty-printer): the crash is
+    still the exception that ended the program."""
+    pretty = """
+    import sys
+    sys.excepthook = lambda kind, exc, tb: print("pretty:", kind.__name__, flush=True)
+    raise RuntimeError("boom")
+    """
+    result = run_script(tmp_path, EXIT_SUBSCRIBER + textwrap.dedent(pretty))
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1].startswith("exit 1 RuntimeError ")
+
+
 def test_process_exit_uses_a_noted_exit_code(tmp_path: Path) -> None:
     """note_exit_code() (used by aspecthook run) sets the payload's exit_code."""
     code = EXIT_SUBSCRIBER + "from aspecthook import _process\n_process.note_exit_code(7)\n"

@@ -34,6 +34,7 @@ _NO_BATCH: Any = object()  # what train_epoch's batch is while the loader gave n
 
 def run(runner: Runner) -> dict[str, Any]:
     """Train until ``max_epochs`` / ``max_iters`` or ``runner.stop()``; return the metrics."""
+    runner.settled_iter, runner.settled_epoch = runner.iter, runner.epoch  # after a resume
     if runner.finished:  # nothing to do (run() again at the end, or resumed there): say why
         report_finished(runner)
     while not runner.finished:

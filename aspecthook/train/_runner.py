@@ -217,7 +217,6 @@ class Runner:
         if self._interrupted:
             report_unfinished_stage(self)
             self._drop_interrupted_gradients()
-        self.settled_iter, self.settled_epoch = self.iter, self.epoch
         token = CURRENT_RUNNER.set(self)
         try:
             return _snapshot(self._run_joinpoint())

@@ -1044,3 +1044,40 @@ def test_a_resume_of_a_stopped_run_says_why_it_returns_at_once(tmp_path: Path) -
     assert runner.epoch == 1
     [finished] = [e for e in logs if e["event"] == "runner.finished"]
     assert finished["reason"] == "manual stop"
+
+
+def test_a_checkpoint_given_to_a_new_runner_resumes_it(tmp_path: Path) -> None:
+    """The same Checkpoint(resume='auto') instance given to a second runner (a notebook
+    cell run again) resumes that runner too: resuming is once per runner."""
+    checkpoint = Checkpoint(resume="auto")
+    first = make_runner(tmp_path, aspects=[checkpoint], max_epochs=2)
+    first.run()
+    first.close()
+    epochs: list[int] = []
+    second = make_runner(tmp_path, aspects=[checkpoint], max_epochs=4)
+    second.weaver.before("train_epoch")(lambda ctx: epochs.append(ctx.runner.epoch))
+    second.run()
+    assert epochs == [2, 3]
+
+
+def test_a_break_in_the_first_iteration_after_a_resume_is_no_unfinished_stage(
+    tmp_path: Path,
+) -> None:
+    """Resumed, then Ctrl-C inside the first iteration, then run() again: that iteration is
+    simply trained again, and no runner.stage_unfinished is reported."""
+    make_runner(tmp_path, aspects=[Checkpoint()], max_epochs=2).run()
+    runner = make_runner(tmp_path, aspects=[Checkpoint(resume="auto")], max_epochs=3)
+    fired: list[bool] = []
+
+    def ctrl_c(ctx: CallContext) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    runner.weaver.before("forward")(ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    with capture_logs() as logs:
+        runner.run()
+    assert [e for e in logs if e["event"] == "runner.stage_unfinished"] == []
+    assert runner.epoch == 3

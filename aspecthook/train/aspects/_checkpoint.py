@@ -45,6 +45,7 @@ import math
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,7 +148,9 @@ class Checkpoint(Aspect):
         self._fresh = False  # a validation ran since the last best check
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
         self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
-        self._ran = False  # a run() (or a test() before any) has resumed already
+        # The runners this aspect has resumed (by their first run(), or a test() before
+        # it): weakly, so a runner closed and dropped is let go.
+        self._resumed: weakref.WeakSet[Any] = weakref.WeakSet()
         # The write in flight on the background thread (rank 0), at most one.
         self._write_job: _WriteJob | None = None
 
@@ -181,14 +184,15 @@ class Checkpoint(Aspect):
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
-        if self.resume is not None and not self._ran:
+        if self.resume is not None and runner not in self._resumed:
             self._resume(runner, folder)
-        self._ran = True
+        self._resumed.add(runner)
 
     def before_test_epoch(self, ctx: CallContext) -> None:
-        if self.resume is not None and not self._ran:  # a test before any run()
-            self._resume(ctx.runner, _folder(ctx.runner))
-            self._ran = True
+        runner = ctx.runner
+        if self.resume is not None and runner not in self._resumed:  # a test before run()
+            self._resume(runner, _folder(runner))
+            self._resumed.add(runner)
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._pending_rng is not None:
