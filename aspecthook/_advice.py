@@ -32,19 +32,17 @@ from ._advice_wrappers import (
     current_rank,
     log_own_failure,
 )
+from ._handle import Handle
 from ._pointcut import Pointcut
 from ._priority import resolve_priority
+from ._typing import Self
 from .errors import InvalidOptionError
 
 if TYPE_CHECKING:
-    from typing import Self  # 3.11; only read by type checkers (the package runs on 3.10)
-
     # Type checkers see defaults (PEP 696), so a bare ``Advice`` means
     # ``Advice[..., Any]``; at run time the parameters only make ``Advice[...]`` valid.
     from typing_extensions import ParamSpec as _ParamSpec
     from typing_extensions import TypeVar as _TypeVar
-
-    from ._handle import Handle
 
     P = _ParamSpec("P", default=...)
     R = _TypeVar("R", default=Any)

@@ -15,9 +15,8 @@ from __future__ import annotations
 import itertools
 import types
 import weakref
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from ._advice import KINDS, Advice
 from ._aspect import Aspect
@@ -38,13 +37,12 @@ from ._targets import (
     _unimported_matches,
 )
 from ._torch_hooks import is_module, weave_module
+from ._typing import AdviceFunctions
 from ._weaver import OPTIONS, Weaver, default_weaver
 from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
 
 __all__ = ["WEAVES", "AdviceFunctions", "WeaveRecord", "unweave", "weave", "woven"]
 
-#: ``before=`` / ``after=`` / ``on_error=`` / ``around=`` of ``weave()``: one function or several.
-AdviceFunctions: TypeAlias = Callable[..., Any] | Iterable[Callable[..., Any]] | None
 
 _tokens = itertools.count()
 # The decorators' options; ``name=`` is weave()'s own (a join point alias).

@@ -21,11 +21,11 @@ from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
 from ._pointcut import Pointcut, PointcutLike, as_pointcut
 from ._process import ensure_sources, warn_local_subscriptions
 from ._registry import LOCK, REGISTRY
+from ._typing import AdviceFunctions
 from .errors import AspectDefinitionError, InvalidOptionError
 
 if TYPE_CHECKING:
     from ._describe import Description
-    from ._weave import AdviceFunctions
 
 __all__ = ["AdviceDecorator", "Weaver", "default_weaver"]
 

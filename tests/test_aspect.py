@@ -653,3 +653,23 @@ def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:
 
     with pytest.raises(InvalidOptionError, match="errors='raise' to propagate"):
         Quiet(errors="ignore")
+
+
+def test_the_public_signatures_resolve_at_run_time() -> None:
+    """typing.get_type_hints (what tools that build objects from annotations use) resolves
+    the constructors of the shipped aspects and the typed weaving functions."""
+    import typing
+
+    from aspecthook import aspects
+
+    for obj in (
+        ah.weave,
+        ah.woven,
+        ah.Weaver.weave,
+        ah.Advice.__enter__,
+        aspects.Timed.__init__,
+        aspects.Logged.__init__,
+        aspects.Retry.__init__,
+        aspects.Counted.__init__,
+    ):
+        assert typing.get_type_hints(obj), obj

@@ -21,18 +21,16 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from .._advice import Advice, AdviceKind, OrderNames
 from .._aspect import Aspect, snake_case
 from .._context import CallContext
 from .._pointcut import Name
 from .._priority import PriorityLike
+from .._typing import Unpack
 from ..errors import AdviceSignatureError, AspectDefinitionError
 from ._methods import _GENERIC
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 __all__ = ["AdviceFn", "Plan", "defined_method"]
 

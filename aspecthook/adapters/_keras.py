@@ -8,27 +8,25 @@ keras.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sized
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._context import CallContext
+from .._typing import Unpack
 from ..errors import AspectDefinitionError
 from ._base import (
     _EPOCH,
     _INDEX,
     AdviceFn,
     Plan,
+    _AdapterOptions,
     _check_call,
     _HookAdapter,
     _metrics_prefix,
+    _NamedAdapterOptions,
     _nothing_to_call,
     _refuse,
 )
 from ._methods import KERAS_METHODS
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ._base import _AdapterOptions, _NamedAdapterOptions
 
 __all__ = ["KerasCallback", "from_keras_callback"]
 

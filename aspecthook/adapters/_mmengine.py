@@ -10,11 +10,12 @@ from __future__ import annotations
 import enum
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._advice import AdviceKind
 from .._context import CallContext
 from .._priority import Priority, PriorityLike, resolve_priority
+from .._typing import Unpack
 from ..errors import AspectDefinitionError
 from ._base import (
     _INDEX,
@@ -22,16 +23,13 @@ from ._base import (
     Plan,
     _check_call,
     _HookAdapter,
+    _HookOptions,
     _metrics_prefix,
+    _NamedAdapterOptions,
     _nothing_to_call,
     _refuse,
 )
 from ._methods import _MM, MM_METHODS
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ._base import _HookOptions, _NamedAdapterOptions
 
 __all__ = ["MMHook", "from_mmengine_hook"]
 

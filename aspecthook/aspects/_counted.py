@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from .. import before, on_error
-from .._aspect import Aspect
+from .._aspect import Aspect, AspectOptions
 from .._context import CallContext
 from .._priority import Priority, PriorityLike
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._aspect import AspectOptions
+from .._typing import Unpack
 
 __all__ = ["Counted"]
 

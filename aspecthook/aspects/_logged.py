@@ -39,26 +39,22 @@ from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 import structlog._config
 
 from .. import around
 from .._advice import log_own_failure, runs_as_layer
-from .._aspect import Aspect
+from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint, new_context
+from .._typing import Unpack
 from ..errors import InvalidOptionError
 from ._logging_config import LEVELS, configure_logging
 from ._logging_config import _level as _level  # also aspecthook run's (_cli)
 from ._logging_config import logger_settings as logger_settings  # also aspecthook run's
 from ._summary import _Summary, summarize
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._aspect import AspectOptions
 
 __all__ = ["CALL", "LEVELS", "Logged", "configure_logging", "summarize"]
 

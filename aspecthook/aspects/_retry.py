@@ -15,19 +15,15 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import around
-from .._aspect import Aspect
+from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._log import log_safely
+from .._typing import Unpack
 from ..errors import InvalidOptionError
 from ..registry import _import
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._aspect import AspectOptions
 
 __all__ = ["RETRY_ATTEMPT", "RETRY_GAVE_UP", "Retry"]
 

@@ -21,23 +21,19 @@ from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import CoroutineType, GeneratorType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import around
 from .._advice import log_own_failure, runs_as_layer
-from .._aspect import Aspect
+from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
+from .._typing import Unpack
 from .._units import format_seconds
 from ..errors import InvalidOptionError
 from ._sketch import RELATIVE_ACCURACY, QuantileSketch, _Stats
 from ._trace import chrome_trace, write_atomically
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._aspect import AspectOptions
 
 __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
 

@@ -13,7 +13,7 @@ import random
 import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import torch
 
@@ -21,6 +21,7 @@ from .._aspect import Aspect
 from .._context import CURRENT_RUNNER
 from .._describe import Description
 from .._handle import Handle
+from .._typing import Self
 from .._weaver import Weaver
 from ..errors import RunnerError
 from . import _loop
@@ -33,9 +34,6 @@ from ._checks import (
 from ._data import epoch_batches, loader_length
 from ._reports import report_near_misses, report_unfinished_stage
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
-
-if TYPE_CHECKING:
-    from typing import Self  # 3.11; only read by type checkers (the package runs on 3.10)
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 

@@ -1061,3 +1061,17 @@ def test_tracked_calls_of_advice_the_dispatcher_filters_by_iteration() -> None:
         runner.run()
     calls = {r.advice: r.calls for r in runner.describe() if r.joinpoint == "train_iter"}
     assert calls["logger.after_train_iter"] == 8  # iterations 4, 5, 9, 10, 14, 15, 19, 20
+
+
+def test_the_training_signatures_resolve_at_run_time() -> None:
+    """typing.get_type_hints resolves Runner.from_config and every training aspect's
+    constructor (tools that build objects from annotations read them)."""
+    import typing
+
+    from aspecthook.train import aspects
+
+    assert typing.get_type_hints(Runner.from_config)
+    for name in aspects.__all__:
+        kind = getattr(aspects, name)
+        if isinstance(kind, type):
+            assert typing.get_type_hints(kind.__init__), name

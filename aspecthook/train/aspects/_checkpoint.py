@@ -48,14 +48,15 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._log import get_logger
 from ..._priority import Priority
+from ..._typing import Unpack
 from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
@@ -72,11 +73,6 @@ from ._checkpoint_files import (
     _write_manifest,
     _WriteJob,
 )
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 

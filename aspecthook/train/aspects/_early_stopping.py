@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._log import get_logger
 from ..._priority import Priority
+from ..._typing import Unpack
 from ...errors import InvalidOptionError
 from ._rules import infer_rule
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["EarlyStopping"]
 

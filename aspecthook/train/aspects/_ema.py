@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
+from ..._typing import Unpack
 from ...errors import InvalidOptionError
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["EMA"]
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
+from ..._typing import Unpack
 from ...errors import InvalidOptionError
 from .._data import planned_iters
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["Evaluate"]
 

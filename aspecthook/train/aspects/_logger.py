@@ -7,21 +7,17 @@ import json
 import math
 from collections import deque
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import torch
 
 from ..._advice import handles_own_errors, log_own_failure
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
+from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from ._timer import IterTimer
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["Logger"]
 

@@ -5,21 +5,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
 from ..._log import get_logger
 from ..._priority import Priority
+from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
+from ..._typing import Unpack
 
 __all__ = ["DistSamplerSeed"]
 

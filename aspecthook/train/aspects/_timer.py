@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..._aspect import Aspect
+from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
+from ..._typing import Unpack
 from .._data import planned_iters
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..._aspect import AspectOptions
 
 __all__ = ["IterTimer"]
 
