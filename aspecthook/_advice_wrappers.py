@@ -249,8 +249,10 @@ async def _guard_around_result(
     coroutine: Awaitable[Any],
     outcome: list[Any],
 ) -> Any:
-    """The coroutine a synchronous around advice function returned at an async join point,
-    awaited under the rules of ``_guard_around_async``."""
+    """An around advice's coroutine (an ``async def`` advice's, or one a plain function
+    returned at an async join point), awaited under ``_guard_around``'s rules: the target's
+    own exception propagates; a failure of the advice is logged, and the call goes on with
+    ``proceed()`` when it had not proceeded, or with the result it had."""
     try:
         return await coroutine
     except Exception as exc:
@@ -266,31 +268,15 @@ async def _guard_around_result(
 
 
 def _guard_around_async(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``_guard_around`` for a coroutine function."""
+    """``_guard_around`` for a coroutine function: its coroutine is awaited under the same
+    rules as one a plain function returns (``_guard_around_result``)."""
 
     async def guarded_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
         outcome: list[Any] = []
 
-        async def tracked(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = await proceed(*args, **kwargs)
-            except BaseException as exc:
-                outcome.append((False, exc))
-                raise
-            outcome.append((True, result))
-            return result
+        def tracked(*args: Any, **kwargs: Any) -> Any:
+            return _tracked_outcome(proceed(*args, **kwargs), outcome)
 
-        try:
-            return await fn(ctx, tracked)
-        except Exception as exc:
-            if outcome and not outcome[-1][0] and outcome[-1][1] is exc:
-                raise
-            _log_failure(advice, ctx)
-            if not outcome:
-                return await proceed()
-            ok, value = outcome[-1]
-            if ok:
-                return value
-        _reraise(value)  # outside the handler, as in _guard_around_sync
+        return await _guard_around_result(advice, ctx, proceed, fn(ctx, tracked), outcome)
 
     return guarded_async
