@@ -9,6 +9,7 @@ import os
 import random
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -1081,3 +1082,53 @@ def test_a_break_in_the_first_iteration_after_a_resume_is_no_unfinished_stage(
         runner.run()
     assert [e for e in logs if e["event"] == "runner.stage_unfinished"] == []
     assert runner.epoch == 3
+
+
+@pytest.mark.parametrize("dies", ["before the file is replaced", "after the file is replaced"])
+def test_a_write_that_replaces_a_listed_file_and_dies_leaves_it_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dies: str
+) -> None:
+    """Saving a name the manifest already lists (``save()`` again at the same iteration, or
+    the last save of a run resumed where it had ended) replaces that file: a write cut
+    short on either side of the replace leaves the old or the new file, and the next
+    resume takes whichever it finds without calling it corrupt, even when it is the only
+    checkpoint kept (``max_keep=1``)."""
+    from aspecthook.train.aspects import _checkpoint
+
+    checkpoint = Checkpoint(interval=2, by_epoch=False, max_keep=1)
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[checkpoint])
+    runner.run()
+    assert _manifest(tmp_path)["latest"] == "iter_4.pt"
+    runner.model[0].bias.data += 1.0  # the state the second save holds differs from the first
+    expected = params(runner)
+    real_replace, real_manifest = os.replace, _checkpoint._write_manifest
+    replaced: list[str] = []
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "iter_4.pt":
+            if dies == "before the file is replaced":
+                raise OSError(errno.EIO, "the process died here")
+            replaced.append(Path(dst).name)
+        real_replace(src, dst)
+
+    def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+        if replaced:  # the manifest that would list the new file: never written
+            raise OSError(errno.EIO, "the process died here")
+        real_manifest(folder, manifest)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(_checkpoint, "_write_manifest", write_manifest)
+    with pytest.raises(RunnerError, match=r"could not write iter_4\.pt"):
+        checkpoint.save(runner)
+    monkeypatch.undo()
+    resumed: list[Event] = []
+    again = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[Checkpoint(resume="auto")]
+    )
+    with ah.on("checkpoint.resumed")(resumed.append), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "unusable" warning: neither file is corrupt
+        again.run()
+    assert [Path(e.path).name for e in resumed] == ["iter_4.pt"]
+    if dies == "after the file is replaced":
+        for a, b in zip(params(again), expected, strict=True):
+            assert torch.equal(a, b)

@@ -17,7 +17,9 @@ same way; (4) only then delete what the new manifest dropped (old interval check
 the previous best). The manifest lists those under ``delete``, so a run killed between (3)
 and (4) has them deleted when it resumes. A kill at any moment thus leaves ``latest``
 naming a complete, verifiable file: the newest one whose write had finished (a kill while
-a write is in flight loses that save, not the one before).
+a write is in flight loses that save, not the one before). A save onto a name the manifest
+already lists (saved again at the same step) first writes a manifest that admits the new
+bytes too (``next`` in its record), so a kill after the replace leaves a file it accepts.
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -65,11 +67,12 @@ from ._checkpoint_files import (
     _FORMAT,
     _TMP_SUFFIX,
     LATEST,
+    _atomic_write,
     _checkpoint_names,
     _delete,
+    _digest,
     _find,
     _record,
-    _write_checkpoint,
     _write_manifest,
     _WriteJob,
 )
@@ -374,26 +377,38 @@ class Checkpoint(Aspect):
         while a write is in flight; the training thread waits for it before using them."""
         try:
             folder = job.folder
+            digest = _digest(job.data)
             for name in job.names:
-                record = _write_checkpoint(folder / name, job.data)
-                self._records[name] = {**record, "epoch": job.epoch, "iter": job.iter}
+                listed = self._records.get(name)
+                if listed is not None and listed.get("sha256") != digest["sha256"]:
+                    # Replacing a file the manifest lists (saved again at the same step):
+                    # first the manifest admits the new bytes too, so a write cut short
+                    # after the replace leaves a file it accepts, not one it calls corrupt.
+                    self._records[name] = {**listed, "next": digest}
+                    _write_manifest(folder, self._manifest(job.best, []))
+                _atomic_write(folder / name, job.data)
+                self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
                 self._latest = name
             for name in job.doomed:
                 self._records.pop(name, None)
-            manifest = {
-                "format": _FORMAT,
-                "latest": self._latest,
-                "best": job.best,
-                "checkpoints": self._records,
-                "delete": job.doomed,
-            }
-            _write_manifest(folder, manifest)
+            _write_manifest(folder, self._manifest(job.best, job.doomed))
             _delete(folder, job.doomed)
         except BaseException as exc:  # handed to the training thread (_finish_write)
             job.error = exc
         finally:
             job.data.release()
             job.done.set()
+
+    def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
+        """The ``latest`` manifest of the files written so far; ``delete``: the files it
+        drops, deleted once it is on disk (a resume finishes what a kill cut short)."""
+        return {
+            "format": _FORMAT,
+            "latest": self._latest,
+            "best": best,
+            "checkpoints": self._records,
+            "delete": delete,
+        }
 
     def _finish_write(self) -> None:
         """On the training thread, once the write is done: its events, or its error."""

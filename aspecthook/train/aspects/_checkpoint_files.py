@@ -31,11 +31,12 @@ __all__ = [
     "_FORMAT",
     "_TMP_SUFFIX",
     "_WriteJob",
+    "_atomic_write",
     "_checkpoint_names",
     "_delete",
+    "_digest",
     "_find",
     "_record",
-    "_write_checkpoint",
     "_write_manifest",
 ]
 
@@ -105,8 +106,8 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_checkpoint(path: Path, data: memoryview) -> dict[str, Any]:
-    _atomic_write(path, data)
+def _digest(data: memoryview) -> dict[str, Any]:
+    """The size and sha256 a manifest records for a checkpoint of these bytes."""
     return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -211,10 +212,14 @@ def _load(path: Path, record: Any) -> dict[str, Any]:
     if not path.is_file():
         raise _Unusable("the file is missing")
     if record is not None:
+        # A record may also admit the bytes a write was replacing the file with (``next``):
+        # a write cut short leaves the old file or the new one, and either is whole.
+        versions = [record, record["next"]] if isinstance(record.get("next"), dict) else [record]
         size = path.stat().st_size
-        if size != record.get("size"):
+        sized = [v for v in versions if v.get("size") == size]
+        if not sized:
             raise _Unusable(f"{size} bytes, the manifest says {record.get('size')} (truncated?)")
-        if _sha256(path) != record.get("sha256"):
+        if _sha256(path) not in {v.get("sha256") for v in sized}:
             raise _Unusable("sha256 differs from the manifest (corrupt)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
