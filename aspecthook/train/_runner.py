@@ -467,6 +467,10 @@ class Runner:
             # A run stopped early (EarlyStopping, NaNGuard) must stay stopped when resumed
             # from a checkpoint taken after stop(), or it would train on past its end.
             "stop_reason": self.stop_reason,
+            # Whether the optimizer has stepped, as torch's schedulers track it: a run
+            # resumed before its first step since would otherwise be told its first
+            # scheduler step comes before any optimizer step.
+            "optimizer_stepped": bool(getattr(self.optimizer, "_opt_called", False)),
             "aspects": {},
         }
         if self.scheduler is not None:
@@ -513,6 +517,8 @@ class Runner:
         self.inner_iter = int(counters["inner_iter"])
         self.metrics = dict(state.get("metrics", {}))
         self.stop_reason = state.get("stop_reason")
+        if state.get("optimizer_stepped", self.iter > 0):  # older checkpoints: by the counters
+            self.optimizer._opt_called = True  # type: ignore[attr-defined]  # torch's own flag
         saved = state.get("aspects", {})
         for aspect in self.aspects:
             load = getattr(aspect, "load_state_dict", None)

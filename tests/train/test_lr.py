@@ -264,6 +264,51 @@ def test_a_finished_run_resumed_does_not_report_its_plateau(tmp_path: Any) -> No
         run()
 
 
+def test_a_run_resumed_at_an_epochs_last_batch_is_not_told_it_steps_the_schedule_first(
+    tmp_path: Any,
+) -> None:
+    """A checkpoint taken by iteration at the last batch of the first epoch: the resumed
+    run's first scheduler step (the epoch's end) comes before any optimizer step of the
+    new process. The optimizer had stepped in the run that saved it, so torch's warning
+    about calling ``lr_scheduler.step()`` before ``optimizer.step()`` would be false."""
+    import warnings
+
+    from aspecthook import Aspect, Priority
+    from aspecthook.train.aspects import Checkpoint
+
+    class Killed(Exception):
+        pass
+
+    class KillAfterTheSave(Aspect):
+        priority = Priority.LOWEST
+
+        def after_train_iter(self, ctx: CallContext) -> None:
+            if ctx.runner.iter == 4:
+                raise Killed
+
+    def runner(*aspects: Any) -> Runner:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+        return Runner(
+            model,
+            opt,
+            _loader(4),  # four batches an epoch
+            scheduler=lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=3,
+            work_dir=tmp_path,
+            aspects=list(aspects),
+        )
+
+    with pytest.raises(Killed):
+        runner(Checkpoint(interval=4, by_epoch=False), KillAfterTheSave()).run()
+    resumed = runner(Checkpoint(interval=4, by_epoch=False, resume="auto"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resumed.run()
+    assert resumed.optimizer.param_groups[0]["lr"] == BASE_LR * 0.5**3
+
+
 @pytest.mark.parametrize("kind", ["constant", "linear", "exp"])
 def test_warmup_composes_with_an_epoch_schedule_across_epochs(kind: str) -> None:
     """A per-iteration warm-up longer than an epoch keeps the epoch schedule's steps: the
