@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._config import _kind
 from ..errors import ConfigError
 
 __all__ = ["_a", "_error", "_how_to_write", "_kind", "_number_hint", "_number_text", "_user"]
@@ -77,11 +78,6 @@ def _how_to_write(text: str, *, integer: bool = False) -> str:
 def _user(cfg: Any) -> dict[str, Any]:
     """The parameters a config wrote (for messages), without its ``type``."""
     return {k: v for k, v in cfg.items() if k != "type"} if isinstance(cfg, Mapping) else {}
-
-
-def _kind(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def _error(file: str, key: str, message: str) -> ConfigError:
