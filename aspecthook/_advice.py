@@ -29,9 +29,11 @@ from ._advice_wrappers import (
     _filter,
     _guard,
     _guard_around,
+    _runner_required,
     current_rank,
     log_own_failure,
 )
+from ._context import is_runners_own
 from ._handle import Handle
 from ._pointcut import Pointcut
 from ._priority import resolve_priority
@@ -265,15 +267,19 @@ class Advice(Generic[P, R]):
             return None
         if getattr(key, "counter", None) is None or self.kind == "around":
             return None
+        if self.checks_runner(key):
+            return None  # the check comes first, on every call (see ``_compile``)
         return self.every, self.window, self._tracked(key, self._guarded(self.fn))
 
-    def layer_factory(self) -> Callable[..., Any] | None:
-        """The aspect's layer factory for this around advice (``runs_as_layer``), or
-        ``None`` when it has none or a filter (``every``/``once``/``when``/``rank``) must
-        run per call."""
+    def layer_factory(self, key: object) -> Callable[..., Any] | None:
+        """The aspect's layer factory for this around advice at join point ``key``
+        (``runs_as_layer``), or ``None`` when it has none, or a filter
+        (``every``/``once``/``when``/``rank``) or the runner check must run per call."""
         name = getattr(self.fn, LAYER, None)
         if name is None or self.kind != "around" or self.is_async or _tracking.is_tracking():
             return None  # a layer has no compiled advice to count calls in
+        if self.checks_runner(key):
+            return None
         if self.every or self.once or self.when is not None or self.rank is not None:
             return None
         factory: Callable[..., Any] | None = getattr(getattr(self.fn, "__self__", None), name, None)
@@ -308,7 +314,18 @@ class Advice(Generic[P, R]):
             if counters is None:
                 counters = cache[key] = _Counters()
             fn = _filter(self, fn, counters, numbered=numbered)
+        if self.checks_runner(key):
+            fn = _runner_required(self, fn)
         return fn
+
+    def checks_runner(self, key: object) -> bool:
+        """Whether, compiled at join point ``key``, this advice runs behind the check that
+        the call has a runner (``_runner_required``): advice of an aspect that
+        ``needs_runner``, at a join point that is not a runner's own. A runner's own join
+        points always have their runner, so there the advice runs as it is, at no cost."""
+        if isinstance(key, str) or not getattr(self.aspect, "needs_runner", False):
+            return False  # an event is not a call: ``Event`` has no runner to check
+        return not is_runners_own(key)
 
     def _tracked(self, key: object, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` counted and timed at join point ``key`` while calls are tracked."""

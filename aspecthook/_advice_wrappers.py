@@ -1,5 +1,7 @@
 """The wrappers ``Advice.compiled`` puts around an advice function: its filters
-(``every=``, ``window=``, ``once=``, ``when=``, ``rank=``) and the ``errors='log'`` policy.
+(``every=``, ``window=``, ``once=``, ``when=``, ``rank=``), the ``errors='log'`` policy
+and, for an aspect that ``needs_runner`` away from a runner's own join points, the check
+that the call has a runner.
 
 The closures built here run on every call of a woven function; they are kept apart from
 ``_advice``, whose code runs when advice is registered. Their bodies are as short as the
@@ -15,10 +17,20 @@ from collections.abc import Awaitable, Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .errors import RunnerError
+
 if TYPE_CHECKING:
     from ._advice import Advice
 
-__all__ = ["_Counters", "_filter", "_guard", "_guard_around", "current_rank", "log_own_failure"]
+__all__ = [
+    "_Counters",
+    "_filter",
+    "_guard",
+    "_guard_around",
+    "_runner_required",
+    "current_rank",
+    "log_own_failure",
+]
 
 
 def current_rank() -> int:
@@ -280,3 +292,68 @@ def _guard_around_async(advice: Advice, fn: Callable[..., Any]) -> Callable[...,
         return await _guard_around_result(advice, ctx, proceed, fn(ctx, tracked), outcome)
 
     return guarded_async
+
+
+def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (compiled advice) run only when the call has a runner (``ctx.runner``).
+
+    For advice of an aspect that ``needs_runner`` at a join point that is not a runner's
+    own: called outside a run, it does not run, and ``_no_runner`` reports why (a
+    ``RunnerError`` raised, or logged under ``errors='log'``); around advice then proceeds
+    for it, so the target still runs once. Outermost, so it fails on the first call, not
+    on the first one that passes ``every=``.
+    """
+    if advice.kind == "around":
+        if advice.is_async:
+
+            async def checked_around_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
+                if ctx.runner is None:
+                    _no_runner(advice, ctx)
+                    return await proceed()
+                return await fn(ctx, proceed)
+
+            return checked_around_async
+
+        def checked_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
+            if ctx.runner is None:
+                _no_runner(advice, ctx)
+                return proceed()  # an async join point's coroutine: its dispatcher awaits it
+            return fn(ctx, proceed)
+
+        return checked_around
+    if advice.is_async:
+
+        async def checked_async(ctx: Any) -> Any:
+            if ctx.runner is None:
+                _no_runner(advice, ctx)
+                return None
+            return await fn(ctx)
+
+        return checked_async
+
+    def checked(ctx: Any) -> Any:
+        if ctx.runner is None:
+            _no_runner(advice, ctx)
+            return None
+        return fn(ctx)
+
+    return checked
+
+
+def _no_runner(advice: Advice, ctx: Any) -> None:
+    """Report that ``advice`` cannot run at ``ctx``'s call, which has no runner: raise the
+    ``RunnerError``, or under ``errors='log'`` log it (with its traceback) and count it."""
+    aspect = type(advice.aspect).__name__
+    name = ctx.joinpoint.name
+    error = RunnerError(
+        f"{aspect} needs a training runner: {name!r} was called outside a run, so "
+        f"ctx.runner is None for its advice {advice.name!r}; give the aspect to "
+        f"aspecthook.train.Runner(aspects=[{aspect}(...)]), or call {name!r} from within "
+        "runner.run() (a function of the run, e.g. declared with @runner.joinpoint)"
+    )
+    if advice.errors != "log":
+        raise error
+    try:
+        raise error
+    except RunnerError:
+        _log_failure(advice, ctx)

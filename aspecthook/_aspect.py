@@ -55,6 +55,12 @@ class Aspect:
     ``order_after`` / ``order_before`` (names of other aspects), ``errors``
     (``'raise'`` or ``'log'``) and ``pointcut`` (for advice declared without one). Any of
     them can also be given per instance to ``__init__``.
+
+    ``needs_runner = True`` says the advice reads the run through ``ctx.runner`` (the
+    training aspects do): at a join point that is not a runner's own, a call made outside
+    a run then gets a ``RunnerError`` that says so (under ``errors='log'``, logged) instead
+    of the advice failing on ``None``. A runner's own join points run such advice as it
+    is, with no check.
     """
 
     name: str = "aspect"
@@ -63,6 +69,7 @@ class Aspect:
     order_before: OrderNames = ()
     errors: str = "raise"
     pointcut: PointcutLike | None = None
+    needs_runner: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
 
-__all__ = ["CURRENT_RUNNER", "CallContext", "Event", "Proceed", "RunnerOnRead", "runner_of"]
+__all__ = [
+    "CURRENT_RUNNER",
+    "CallContext",
+    "Event",
+    "Proceed",
+    "RunnerOnRead",
+    "is_runners_own",
+    "runner_of",
+]
 
 #: The runner whose ``run()`` is in progress in this context (thread / task), if any.
 CURRENT_RUNNER: ContextVar[Any] = ContextVar("aspecthook_current_runner", default=None)
@@ -237,6 +245,17 @@ def runner_of(instance: Any) -> Any:
     except Exception:  # a proxy object whose __getattr__ raises: not a runner
         is_runner = False
     return instance if is_runner else CURRENT_RUNNER.get()
+
+
+def is_runners_own(jp: Any) -> bool:
+    """Whether ``jp`` is one of a runner's own join points (its target is a method bound to
+    a runner, see ``Runner._declare_joinpoints``): every call of it has that runner as
+    ``ctx.runner``, never ``None``."""
+    try:
+        owner = getattr(getattr(jp, "target", None), "__self__", None)
+        return bool(getattr(owner, "__aspecthook_runner__", False))
+    except Exception:  # a proxy object whose __getattr__ raises: not a runner
+        return False
 
 
 class RunnerOnRead(CallContext):

@@ -322,7 +322,7 @@ def _layered(jp: JoinPoint, chain: Chain) -> Callable[..., Any] | None:
     """
     if chain.skipped:
         return None
-    factories = [advice.layer_factory() for advice in chain.entries["around"]]
+    factories = [advice.layer_factory(jp) for advice in chain.entries["around"]]
     if not all(factories) or len(factories) != len(chain.around):
         return None
     layer: Callable[..., Any] | None = None

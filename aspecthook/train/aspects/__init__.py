@@ -1,7 +1,9 @@
 """Training aspects: each concern of a training run as an ``Aspect`` on the runner.
 
 OpenMMLab's hook names are accepted as aliases (``CheckpointHook`` is ``Checkpoint``) so
-configs written for that world read naturally. Modules load on first use.
+configs written for that world read naturally. Modules load on first use. Each sets
+``needs_runner = True``: on a join point of your own called outside a run, its advice
+raises a ``RunnerError`` that says so (see ``Aspect``).
 """
 
 from __future__ import annotations

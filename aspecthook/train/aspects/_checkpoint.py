@@ -111,6 +111,7 @@ class Checkpoint(Aspect):
     """
 
     name = "checkpoint"
+    needs_runner = True
     priority = Priority.VERY_LOW
 
     def __init__(

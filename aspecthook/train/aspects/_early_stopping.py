@@ -26,6 +26,7 @@ class EarlyStopping(Aspect):
     """
 
     name = "early_stopping"
+    needs_runner = True
     priority = Priority.LOWEST
 
     def __init__(

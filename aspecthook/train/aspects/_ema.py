@@ -33,6 +33,7 @@ class EMA(Aspect):
     """
 
     name = "ema"
+    needs_runner = True
     priority = Priority.NORMAL
 
     def __init__(

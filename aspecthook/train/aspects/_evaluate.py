@@ -36,6 +36,7 @@ class Evaluate(Aspect):
     """
 
     name = "evaluate"
+    needs_runner = True
     priority = Priority.ABOVE_NORMAL
 
     def __init__(

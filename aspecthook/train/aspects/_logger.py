@@ -16,7 +16,7 @@ from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
-from ...errors import InvalidOptionError, RunnerError
+from ...errors import InvalidOptionError
 from ._timer import IterTimer
 
 __all__ = ["Logger"]
@@ -42,6 +42,7 @@ class Logger(Aspect):
     """
 
     name = "logger"
+    needs_runner = True
     priority = Priority.BELOW_NORMAL
     errors = "log"
 
@@ -107,10 +108,7 @@ class Logger(Aspect):
 
     @handles_own_errors  # errors= applies to the logging below, not to the cheap test
     def after_train_iter(self, ctx: CallContext) -> None:
-        runner = ctx.runner
-        if runner is None:
-            self._without_runner(ctx)
-            return
+        runner = ctx.runner  # never None: see ``needs_runner``
         it = runner.iter
         # Iterations that neither log nor feed the smoothed loss (only the last `window`
         # before a log point do) cost a modulo and a comparison, and nothing else.
@@ -133,22 +131,6 @@ class Logger(Aspect):
         except Exception:
             if self.errors != "log":
                 raise
-            log_own_failure(self, ctx)
-
-    def _without_runner(self, ctx: CallContext) -> None:
-        """A ``train_iter`` called outside a run (a function of the user's own loop named
-        ``train_iter``): there is nothing to read the iteration from. Reported under
-        ``errors=`` like any failure of the logging, so it does not stop training."""
-        error = RunnerError(
-            f"{type(self).__name__} needs a training runner: {ctx.joinpoint.name!r} was "
-            "called outside one (ctx.runner is None); use it on the join points of "
-            "aspecthook.train.Runner"
-        )
-        if self.errors != "log":
-            raise error
-        try:
-            raise error
-        except RunnerError:
             log_own_failure(self, ctx)
 
     def state_dict(self) -> dict[str, Any]:

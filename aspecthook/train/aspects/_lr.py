@@ -45,6 +45,7 @@ class LRSchedule(Aspect):
     """
 
     name = "lr_schedule"
+    needs_runner = True
     priority = Priority.LOW
 
     def __init__(

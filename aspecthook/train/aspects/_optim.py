@@ -36,6 +36,7 @@ class GradClip(Aspect):
     """
 
     name = "grad_clip"
+    needs_runner = True
     priority = Priority.NORMAL
 
     def __init__(
@@ -74,6 +75,7 @@ class GradAccumulation(Aspect):
     """
 
     name = "grad_accumulation"
+    needs_runner = True
     priority = Priority.VERY_HIGH
 
     def __init__(self, steps: int, **options: Unpack[AspectOptions]) -> None:
@@ -216,6 +218,7 @@ class AMP(Aspect):
     """
 
     name = "amp"
+    needs_runner = True
     priority = Priority.HIGH
 
     def __init__(
@@ -304,6 +307,7 @@ class NaNGuard(Aspect):
     """
 
     name = "nan_guard"
+    needs_runner = True
     priority = Priority.VERY_HIGH
 
     def __init__(self, action: str = "skip", **options: Unpack[AspectOptions]) -> None:
@@ -378,6 +382,7 @@ class EmptyCache(Aspect):
     """
 
     name = "empty_cache"
+    needs_runner = True
     priority = Priority.LOWEST
 
     def __init__(self, interval: int | None = None, **options: Unpack[AspectOptions]) -> None:

@@ -17,6 +17,7 @@ class ProgressBar(Aspect):
     """Shows training progress with ``rich.progress``; ``errors='log'``, never stops a run."""
 
     name = "progress_bar"
+    needs_runner = True
     priority = Priority.VERY_LOW
     errors = "log"
 

@@ -28,6 +28,7 @@ class DistSamplerSeed(Aspect):
     """
 
     name = "dist_sampler_seed"
+    needs_runner = True
     priority = Priority.NORMAL
 
     def __init__(self, **options: Unpack[AspectOptions]) -> None:

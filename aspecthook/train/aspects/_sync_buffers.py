@@ -22,6 +22,7 @@ class SyncBuffers(Aspect):
     """
 
     name = "sync_buffers"
+    needs_runner = True
     priority = Priority.HIGH  # before Evaluate validates at the epoch's end
 
     def after_train_epoch(self, ctx: CallContext) -> None:

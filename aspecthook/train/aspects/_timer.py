@@ -28,6 +28,7 @@ class IterTimer(Aspect):
     """
 
     name = "iter_timer"
+    needs_runner = True
     priority = Priority.HIGHEST
 
     def __init__(self, window: int = 50, **options: Unpack[AspectOptions]) -> None:
