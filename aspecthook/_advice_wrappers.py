@@ -301,14 +301,16 @@ def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., An
     own: called outside a run, it does not run, and ``_no_runner`` reports why (a
     ``RunnerError`` raised, or logged under ``errors='log'``); around advice then proceeds
     for it, so the target still runs once. Outermost, so it fails on the first call, not
-    on the first one that passes ``every=``.
+    on the first one that passes ``every=``. Logged once per join point: it is the set-up
+    that is wrong, and the calls go on.
     """
+    reported: list[bool] = []  # logged once already (errors='log')
     if advice.kind == "around":
         if advice.is_async:
 
             async def checked_around_async(ctx: Any, proceed: Callable[..., Any]) -> Any:
                 if ctx.runner is None:
-                    _no_runner(advice, ctx)
+                    _no_runner(advice, ctx, reported)
                     return await proceed()
                 return await fn(ctx, proceed)
 
@@ -316,7 +318,7 @@ def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., An
 
         def checked_around(ctx: Any, proceed: Callable[..., Any]) -> Any:
             if ctx.runner is None:
-                _no_runner(advice, ctx)
+                _no_runner(advice, ctx, reported)
                 return proceed()  # an async join point's coroutine: its dispatcher awaits it
             return fn(ctx, proceed)
 
@@ -325,7 +327,7 @@ def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., An
 
         async def checked_async(ctx: Any) -> Any:
             if ctx.runner is None:
-                _no_runner(advice, ctx)
+                _no_runner(advice, ctx, reported)
                 return None
             return await fn(ctx)
 
@@ -333,16 +335,17 @@ def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., An
 
     def checked(ctx: Any) -> Any:
         if ctx.runner is None:
-            _no_runner(advice, ctx)
+            _no_runner(advice, ctx, reported)
             return None
         return fn(ctx)
 
     return checked
 
 
-def _no_runner(advice: Advice, ctx: Any) -> None:
+def _no_runner(advice: Advice, ctx: Any, reported: list[bool]) -> None:
     """Report that ``advice`` cannot run at ``ctx``'s call, which has no runner: raise the
-    ``RunnerError``, or under ``errors='log'`` log it (with its traceback) and count it."""
+    ``RunnerError``, or under ``errors='log'`` log it (with its traceback) and count it, the
+    first time only (``reported``)."""
     aspect = type(advice.aspect).__name__
     name = ctx.joinpoint.name
     error = RunnerError(
@@ -353,6 +356,9 @@ def _no_runner(advice: Advice, ctx: Any) -> None:
     )
     if advice.errors != "log":
         raise error
+    if reported:
+        return
+    reported.append(True)
     try:
         raise error
     except RunnerError:
