@@ -1132,3 +1132,62 @@ def test_a_write_that_replaces_a_listed_file_and_dies_leaves_it_resumable(
     if dies == "after the file is replaced":
         for a, b in zip(params(again), expected, strict=True):
             assert torch.equal(a, b)
+
+
+def _save_cut_short(
+    checkpoint: Checkpoint, runner: Runner, monkeypatch: pytest.MonkeyPatch, *, replaced: bool
+) -> None:
+    """``checkpoint.save(runner)`` onto ``iter_4.pt``, the process 'dying' just before the
+    file's replace or just after it (before the manifest that would list it)."""
+    from aspecthook.train.aspects import _checkpoint
+
+    real_replace, real_manifest = os.replace, _checkpoint._write_manifest
+    done: list[str] = []
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "iter_4.pt":
+            if not replaced:
+                raise OSError(errno.EIO, "the process died here")
+            done.append(Path(dst).name)
+        real_replace(src, dst)
+
+    def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+        if done:
+            raise OSError(errno.EIO, "the process died here")
+        real_manifest(folder, manifest)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", replace)
+        patch.setattr(_checkpoint, "_write_manifest", write_manifest)
+        with pytest.raises(RunnerError, match=r"could not write iter_4\.pt"):
+            checkpoint.save(runner)
+
+
+def test_a_file_resumed_in_its_new_form_and_cut_short_again_stays_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write cut short after its replace leaves the new bytes, admitted by the record's
+    ``next``; the run resumed from them adopts that record. Saving the name again, cut
+    short before the replace, must still admit the bytes on disk: the record first
+    settles on them, so the new ``next`` does not push them out."""
+    checkpoint = Checkpoint(interval=2, by_epoch=False, max_keep=1)
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[checkpoint])
+    runner.run()
+    runner.model[0].bias.data += 1.0
+    _save_cut_short(checkpoint, runner, monkeypatch, replaced=True)
+    checkpoint = Checkpoint(interval=2, by_epoch=False, max_keep=1, resume="auto")
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[checkpoint])
+    runner.run()  # resumed from the new bytes, at the end of the run
+    on_disk = params(runner)
+    runner.model[0].bias.data += 1.0
+    _save_cut_short(checkpoint, runner, monkeypatch, replaced=False)
+    resumed: list[Event] = []
+    again = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[Checkpoint(resume="auto")]
+    )
+    with ah.on("checkpoint.resumed")(resumed.append), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "unusable" warning: the file is whole
+        again.run()
+    assert [Path(e.path).name for e in resumed] == ["iter_4.pt"]
+    for a, b in zip(params(again), on_disk, strict=True):
+        assert torch.equal(a, b)

@@ -73,6 +73,7 @@ from ._checkpoint_files import (
     _digest,
     _find,
     _record,
+    _settled,
     _write_manifest,
     _WriteJob,
 )
@@ -381,11 +382,14 @@ class Checkpoint(Aspect):
             digest = _digest(job.data)
             for name in job.names:
                 listed = self._records.get(name)
+                if listed is not None:  # its record as the file is (a 'next' settled)
+                    listed = self._records[name] = _settled(folder / name, listed)
                 if listed is not None and listed.get("sha256") != digest["sha256"]:
                     # Replacing a file the manifest lists (saved again at the same step):
                     # first the manifest admits the new bytes too, so a write cut short
                     # after the replace leaves a file it accepts, not one it calls corrupt.
-                    self._records[name] = {**listed, "next": digest}
+                    following = {**digest, "epoch": job.epoch, "iter": job.iter}
+                    self._records[name] = {**listed, "next": following}
                     _write_manifest(folder, self._manifest(job.best, []))
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}

@@ -37,6 +37,7 @@ __all__ = [
     "_digest",
     "_find",
     "_record",
+    "_settled",
     "_write_manifest",
 ]
 
@@ -114,6 +115,30 @@ def _digest(data: memoryview) -> dict[str, Any]:
 def _record(path: Path) -> dict[str, Any]:
     """A manifest record for a file found without one (its iteration unknown)."""
     return {"size": path.stat().st_size, "sha256": _sha256(path), "epoch": None, "iter": -1}
+
+
+def _settled(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` for the bytes ``path`` holds, without ``next``: the new bytes' if a write
+    cut short after its replace left them (a resumed run adopts such records), else the old.
+
+    A write onto the name again puts its own bytes in ``next``: the record must then name
+    the file's current bytes, or a kill before that replace leaves a good file it rejects.
+    Hashes the file only when the record has a ``next`` (a write was cut short).
+    """
+    following = record.get("next")
+    if following is None:
+        return record
+    current = {k: v for k, v in record.items() if k != "next"}
+    if isinstance(following, dict) and _holds(path, following):
+        return {**current, **following}
+    return current
+
+
+def _holds(path: Path, version: dict[str, Any]) -> bool:
+    """Whether ``path`` holds the bytes of this size and sha256."""
+    if not path.is_file() or path.stat().st_size != version.get("size"):
+        return False
+    return _sha256(path) == version.get("sha256")
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
