@@ -1191,3 +1191,38 @@ def test_a_file_resumed_in_its_new_form_and_cut_short_again_stays_resumable(
     assert [Path(e.path).name for e in resumed] == ["iter_4.pt"]
     for a, b in zip(params(again), on_disk, strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_manifest_written_before_a_replace_names_only_files_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save that writes a listed interval file again and a new best file: a kill right
+    after the manifest written before the replace leaves a ``latest`` whose ``best`` is the
+    previous best file, which is on disk, not the new one, which is not written yet."""
+    evaluate = Evaluate(interval=2, by_epoch=False)
+    checkpoint = Checkpoint(interval=2, by_epoch=False, save_best="val/loss")
+    runner = make_runner(
+        tmp_path, n=N, batch_size=BATCH, max_iters=4, val=True, aspects=[evaluate, checkpoint]
+    )
+    runner.run()
+    before = _manifest(tmp_path)["best"]
+    assert before is not None and (tmp_path / before).is_file()
+    runner.metrics["val/loss"] = -1.0  # validated again at iteration 4: a better score
+    checkpoint._fresh = True
+    # As if the best so far were another file: the save then writes the best anew, under
+    # a name the manifest on disk does not list as its best.
+    checkpoint.best_file = before.replace("iter_4", "iter_2")
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "iter_4.pt":
+            raise OSError(errno.EIO, "the process died here")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(RunnerError):
+        checkpoint.save(runner)
+    monkeypatch.undo()
+    manifest = _manifest(tmp_path)
+    assert manifest["best"] in manifest["checkpoints"]
+    assert (tmp_path / manifest["best"]).is_file()

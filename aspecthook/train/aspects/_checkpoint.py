@@ -146,6 +146,7 @@ class Checkpoint(Aspect):
         # Rank 0's view of the folder: manifest records and the newest file.
         self._records: dict[str, dict[str, Any]] = {}
         self._latest: str | None = None
+        self._listed_best: str | None = None  # the best file the manifest on disk names
         self._fresh = False  # a validation ran since the last best check
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
         self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
@@ -375,8 +376,8 @@ class Checkpoint(Aspect):
 
     def _write(self, job: _WriteJob) -> None:
         """On the writer thread: files, then the manifest, then deletions (never delete
-        before ``latest`` moved). Only this thread touches ``_records`` / ``_latest``
-        while a write is in flight; the training thread waits for it before using them."""
+        before ``latest`` moved). Only this thread touches ``_records`` / ``_latest`` /
+        ``_listed_best`` while a write is in flight; the training thread waits for it before using them."""
         try:
             folder = job.folder
             digest = _digest(job.data)
@@ -390,13 +391,14 @@ class Checkpoint(Aspect):
                     # after the replace leaves a file it accepts, not one it calls corrupt.
                     following = {**digest, "epoch": job.epoch, "iter": job.iter}
                     self._records[name] = {**listed, "next": following}
-                    _write_manifest(folder, self._manifest(job.best, []))
+                    _write_manifest(folder, self._manifest(self._listed_best, []))
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
                 self._latest = name
             for name in job.doomed:
                 self._records.pop(name, None)
             _write_manifest(folder, self._manifest(job.best, job.doomed))
+            self._listed_best = job.best
             _delete(folder, job.doomed)
         except BaseException as exc:  # handed to the training thread (_finish_write)
             job.error = exc
@@ -513,6 +515,7 @@ class Checkpoint(Aspect):
         if self.best_file not in self._records:
             self.best_file = self.best_score = None  # its file is gone: track afresh
         self._latest = path.name if path.name in self._records else None
+        self._listed_best = self.best_file
         if writer:  # finish deletions a killed run decided on but did not get to
             pending = (manifest or {}).get("delete") or []
             _delete(folder, [name for name in pending if name not in self._records])
