@@ -1206,7 +1206,8 @@ def test_the_manifest_written_before_a_replace_names_only_files_on_disk(
     )
     runner.run()
     before = _manifest(tmp_path)["best"]
-    assert before is not None and (tmp_path / before).is_file()
+    assert before is not None
+    assert (tmp_path / before).is_file()
     runner.metrics["val/loss"] = -1.0  # validated again at iteration 4: a better score
     checkpoint._fresh = True
     # As if the best so far were another file: the save then writes the best anew, under

@@ -377,7 +377,8 @@ class Checkpoint(Aspect):
     def _write(self, job: _WriteJob) -> None:
         """On the writer thread: files, then the manifest, then deletions (never delete
         before ``latest`` moved). Only this thread touches ``_records`` / ``_latest`` /
-        ``_listed_best`` while a write is in flight; the training thread waits for it before using them."""
+        ``_listed_best`` while a write is in flight; the training thread waits for it
+        before using them."""
         try:
             folder = job.folder
             digest = _digest(job.data)
