@@ -1084,54 +1084,39 @@ def test_a_break_in_the_first_iteration_after_a_resume_is_no_unfinished_stage(
     assert runner.epoch == 3
 
 
-@pytest.mark.parametrize("dies", ["before the file is replaced", "after the file is replaced"])
+@pytest.mark.parametrize("replaced", [False, True], ids=["dies-before", "dies-after"])
 def test_a_write_that_replaces_a_listed_file_and_dies_leaves_it_resumable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dies: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replaced: bool
 ) -> None:
     """Saving a name the manifest already lists (``save()`` again at the same iteration, or
     the last save of a run resumed where it had ended) replaces that file: a write cut
     short on either side of the replace leaves the old or the new file, and the next
     resume takes whichever it finds without calling it corrupt, even when it is the only
     checkpoint kept (``max_keep=1``)."""
-    from aspecthook.train.aspects import _checkpoint
-
     checkpoint = Checkpoint(interval=2, by_epoch=False, max_keep=1)
     runner = make_runner(tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[checkpoint])
     runner.run()
     assert _manifest(tmp_path)["latest"] == "iter_4.pt"
+    old = params(runner)
     runner.model[0].bias.data += 1.0  # the state the second save holds differs from the first
-    expected = params(runner)
-    real_replace, real_manifest = os.replace, _checkpoint._write_manifest
-    replaced: list[str] = []
+    new = params(runner)
+    _save_cut_short(checkpoint, runner, monkeypatch, replaced=replaced)
+    _resumes_cleanly_from_iter_4(tmp_path, new if replaced else old)
 
-    def replace(src: Any, dst: Any) -> None:
-        if Path(dst).name == "iter_4.pt":
-            if dies == "before the file is replaced":
-                raise OSError(errno.EIO, "the process died here")
-            replaced.append(Path(dst).name)
-        real_replace(src, dst)
 
-    def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-        if replaced:  # the manifest that would list the new file: never written
-            raise OSError(errno.EIO, "the process died here")
-        real_manifest(folder, manifest)
-
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(_checkpoint, "_write_manifest", write_manifest)
-    with pytest.raises(RunnerError, match=r"could not write iter_4\.pt"):
-        checkpoint.save(runner)
-    monkeypatch.undo()
+def _resumes_cleanly_from_iter_4(folder: Path, expected: list[torch.Tensor]) -> None:
+    """A new runner resumes from ``iter_4.pt`` with no "unusable" warning, and its
+    parameters are ``expected``."""
     resumed: list[Event] = []
     again = make_runner(
-        tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[Checkpoint(resume="auto")]
+        folder, n=N, batch_size=BATCH, max_iters=4, aspects=[Checkpoint(resume="auto")]
     )
     with ah.on("checkpoint.resumed")(resumed.append), warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "unusable" warning: neither file is corrupt
+        warnings.simplefilter("error")  # no "unusable" warning: the file is whole
         again.run()
     assert [Path(e.path).name for e in resumed] == ["iter_4.pt"]
-    if dies == "after the file is replaced":
-        for a, b in zip(params(again), expected, strict=True):
-            assert torch.equal(a, b)
+    for a, b in zip(params(again), expected, strict=True):
+        assert torch.equal(a, b)
 
 
 def _save_cut_short(
@@ -1181,16 +1166,7 @@ def test_a_file_resumed_in_its_new_form_and_cut_short_again_stays_resumable(
     on_disk = params(runner)
     runner.model[0].bias.data += 1.0
     _save_cut_short(checkpoint, runner, monkeypatch, replaced=False)
-    resumed: list[Event] = []
-    again = make_runner(
-        tmp_path, n=N, batch_size=BATCH, max_iters=4, aspects=[Checkpoint(resume="auto")]
-    )
-    with ah.on("checkpoint.resumed")(resumed.append), warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "unusable" warning: the file is whole
-        again.run()
-    assert [Path(e.path).name for e in resumed] == ["iter_4.pt"]
-    for a, b in zip(params(again), on_disk, strict=True):
-        assert torch.equal(a, b)
+    _resumes_cleanly_from_iter_4(tmp_path, on_disk)
 
 
 def test_the_manifest_written_before_a_replace_names_only_files_on_disk(
