@@ -275,6 +275,47 @@ def test_empty_cache_refuses_an_interval_that_is_not_a_count() -> None:
         EmptyCache(interval="2")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, "float32", "float", torch.int8, "bf16", 3])
+def test_amp_refuses_a_dtype_autocast_does_not_compute_in(dtype: Any) -> None:
+    """AMP(dtype=) takes float16 or bfloat16 only: float32 used to run without mixed
+    precision (torch warning at every forward), a non-dtype to fail at the first forward."""
+    with pytest.raises(InvalidOptionError, match=r"AMP\(dtype=.*'bfloat16' or 'float16'") as info:
+        AMP(dtype)
+    assert info.value.value is dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, "float16", "half", torch.bfloat16, "bfloat16"])
+def test_amp_takes_float16_and_bfloat16_by_dtype_or_name(dtype: Any) -> None:
+    assert AMP(dtype).dtype in (torch.float16, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_norm": float("nan")}, r"max_norm=nan\) must be a positive number"),
+        ({"max_norm": 1.0, "norm_type": 0}, r"norm_type=0\) must be a positive number or 'inf'"),
+        ({"max_norm": 1.0, "norm_type": -2.0}, "norm_type=-2.0"),
+        ({"max_norm": 1.0, "norm_type": "fro"}, "norm_type='fro'"),
+    ],
+)
+def test_grad_clip_refuses_a_nan_max_norm_and_a_norm_that_is_not_one(
+    options: dict[str, Any], match: str
+) -> None:
+    """max_norm=NaN used to be taken (and turn every weight into NaN at the first step);
+    norm_type 0 or below clipped by no norm, a string failed with a bare ValueError."""
+    with pytest.raises(InvalidOptionError, match=match):
+        GradClip(**options)
+
+
+def test_grad_clip_takes_the_infinity_norm_by_name() -> None:
+    assert GradClip(1.0, norm_type="inf").norm_type == float("inf")
+
+
+def test_grad_accumulation_refuses_a_bool_for_steps() -> None:
+    with pytest.raises(InvalidOptionError, match="must be a positive int"):
+        GradAccumulation(True)
+
+
 def test_amp_float16_with_nan_guard_keeps_training_after_a_bad_loss() -> None:
     """A skipped step (NaN loss) does not unscale either: training goes on after it."""
     runner = _runner(train_step=_nan_at(1), aspects=[AMP("float16"), NaNGuard("skip")])

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -21,14 +22,54 @@ __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
 
 def _positive(owner: str, option: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+    # NaN compares false with everything: refused by name, or it would pass ``value <= 0``.
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or math.isnan(value)
+        or value <= 0
+    ):
         raise InvalidOptionError(
             f"{owner}({option}={value!r}) must be a positive number", option=option, value=value
         )
 
 
+def _norm_type(value: Any) -> float:
+    """``GradClip``'s ``norm_type``: a positive number, ``inf`` or ``'inf'`` (as torch's
+    ``clip_grad_norm_`` takes it); 0 or a negative order is no norm to clip by."""
+    if isinstance(value, str) and value == "inf":
+        return float("inf")
+    try:
+        _positive("GradClip", "norm_type", value)
+    except InvalidOptionError:
+        raise InvalidOptionError(
+            f"GradClip(norm_type={value!r}) must be a positive number or 'inf' (2.0: the "
+            "Euclidean norm)",
+            option="norm_type",
+            value=value,
+        ) from None
+    return float(value)
+
+
+def _amp_dtype(dtype: Any) -> torch.dtype | None:
+    """``AMP``'s dtype: None (chosen by device), float16 or bfloat16, or their names."""
+    if dtype is None:
+        return None
+    found = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if found is torch.float16 or found is torch.bfloat16:
+        return found
+    raise InvalidOptionError(
+        f"AMP(dtype={dtype!r}): autocast computes in 'bfloat16' or 'float16'; give one "
+        "of them, or None for bfloat16 on CPU and float16 on CUDA",
+        option="dtype",
+        value=dtype,
+    )
+
+
 class GradClip(Aspect):
     """Clips the gradient norm before each optimizer step (``clip_grad_norm_``).
+
+    ``max_norm`` is a positive number; ``norm_type`` a positive order or ``'inf'``.
 
     The norm before clipping is reported as ``runner.outputs['grad_norm']``. Runs after
     ``AMP`` has unscaled the gradients (its priority is higher), and only before a step
@@ -40,12 +81,12 @@ class GradClip(Aspect):
     priority = Priority.NORMAL
 
     def __init__(
-        self, max_norm: float, norm_type: float = 2.0, **options: Unpack[AspectOptions]
+        self, max_norm: float, norm_type: float | str = 2.0, **options: Unpack[AspectOptions]
     ) -> None:
         super().__init__(**options)
         _positive("GradClip", "max_norm", max_norm)
         self.max_norm = float(max_norm)
-        self.norm_type = float(norm_type)
+        self.norm_type = _norm_type(norm_type)
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
         if ctx.skipped:  # no step this iteration (GradAccumulation, NaNGuard)
@@ -80,7 +121,7 @@ class GradAccumulation(Aspect):
 
     def __init__(self, steps: int, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
-        if not isinstance(steps, int) or steps < 1:
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise InvalidOptionError(
                 f"GradAccumulation(steps={steps!r}) must be a positive int",
                 option="steps",
@@ -225,13 +266,7 @@ class AMP(Aspect):
         self, dtype: torch.dtype | str | None = None, **options: Unpack[AspectOptions]
     ) -> None:
         super().__init__(**options)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype, None)
-            if not isinstance(dtype, torch.dtype):
-                raise InvalidOptionError(
-                    "AMP(dtype=...) must be 'bfloat16' or 'float16'", option="dtype", value=dtype
-                )
-        self.dtype = dtype
+        self.dtype = _amp_dtype(dtype)
         self.scaler: torch.amp.GradScaler | None = None
         self._device = "cpu"
         self._pending: dict[str, Any] | None = None  # a scaler state loaded before it exists
