@@ -301,8 +301,8 @@ def _runner_required(advice: Advice, fn: Callable[..., Any]) -> Callable[..., An
     own: called outside a run, it does not run, and ``_no_runner`` reports why (a
     ``RunnerError`` raised, or logged under ``errors='log'``); around advice then proceeds
     for it, so the target still runs once. Outermost, so it fails on the first call, not
-    on the first one that passes ``every=``. Logged once per join point: it is the set-up
-    that is wrong, and the calls go on.
+    on the first one that passes ``every=``. Logged once per advice and join point: it is
+    the set-up that is wrong, and the calls go on.
     """
     reported: list[bool] = []  # logged once already (errors='log')
     if advice.kind == "around":
@@ -352,7 +352,9 @@ def _no_runner(advice: Advice, ctx: Any, reported: list[bool]) -> None:
         f"{aspect} needs a training runner: {name!r} was called outside a run, so "
         f"ctx.runner is None for its advice {advice.name!r}; give the aspect to "
         f"aspecthook.train.Runner(aspects=[{aspect}(...)]), or call {name!r} from within "
-        "runner.run() (a function of the run, e.g. declared with @runner.joinpoint)"
+        "runner.run() (a function of the run, e.g. declared with @runner.joinpoint), in "
+        "the thread or task that runs it: a thread started during the run is outside it "
+        "unless it calls in a copy of the run's context (contextvars.copy_context().run)"
     )
     if advice.errors != "log":
         raise error

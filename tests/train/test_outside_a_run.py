@@ -5,7 +5,9 @@ the advice as before (the runner's with no check at all)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -224,3 +226,37 @@ def test_a_runners_own_join_points_run_the_advice_unchecked() -> None:
         assert runner.outputs["time"] > 0
         with pytest.raises(RunnerError, match=_outside("IterTimer", "train_iter")):
             point(1)
+
+
+def test_a_thread_started_during_a_run_is_told_it_is_outside_the_run() -> None:
+    """A run is per thread and task: a join point of the run called from a thread started
+    in train_step gets a RunnerError that says so (not only "call it within runner.run()",
+    which it was) and the way in: the call made in a copy of the run's context runs the
+    advice with the runner."""
+    timer = IterTimer()
+    runner = make_runner(None, aspects=[timer], max_iters=1)
+    augment = runner.joinpoint("train_iter")(_users_step)
+    outcomes: list[Any] = []
+
+    def call(run: Callable[..., Any]) -> None:
+        try:
+            outcomes.append(run(augment, 1))
+        except RunnerError as exc:
+            outcomes.append(exc)
+
+    def train_step(r: Runner, batch: Any) -> torch.Tensor:
+        for run in (lambda f, x: f(x), contextvars.copy_context().run):
+            thread = threading.Thread(target=call, args=(run,))
+            thread.start()
+            thread.join()
+        x, y = batch
+        return torch.nn.functional.cross_entropy(r.model(x), y)
+
+    runner.train_step = train_step
+    runner.run()
+    error, result = outcomes
+    assert isinstance(error, RunnerError)
+    assert re.search(_outside("IterTimer", "train_iter"), str(error))
+    assert "a thread started during the run is outside it" in str(error)
+    assert "contextvars.copy_context().run" in str(error)
+    assert result == 2
