@@ -94,7 +94,8 @@ def _nan_at(k: int) -> Any:
 
 
 def test_nan_guard_skips_the_bad_step_and_names_it() -> None:
-    """A NaN loss at iteration 2 leaves the weights as they were and is recorded."""
+    """A NaN loss in the third iteration (``runner.iter`` 2 as it starts) leaves the weights
+    as they were and is recorded as iteration 3, as Logger would number it."""
     seen: dict[int, list[torch.Tensor]] = {}
     runner = _runner(train_step=_nan_at(2), aspects=[NaNGuard("skip")])
     runner.weaver.before("train_iter")(lambda ctx: seen.update({ctx.runner.iter: _params(runner)}))
@@ -104,7 +105,7 @@ def test_nan_guard_skips_the_bad_step_and_names_it() -> None:
     runner.run()
     guard = runner.get_aspect(NaNGuard)
     assert guard is not None
-    assert guard.skipped == [2]
+    assert guard.skipped == [3]
     for a, b in zip(seen[2], seen[300], strict=True):
         assert torch.equal(a, b)
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
@@ -120,7 +121,7 @@ def test_nan_guard_with_grad_accumulation_drops_the_whole_group(bad: int) -> Non
         batch_size=2, train_step=_nan_at(bad), aspects=[GradAccumulation(2), NaNGuard("skip")]
     )
     small.run()
-    assert small.get_aspect(NaNGuard).skipped == [bad]  # type: ignore[union-attr]
+    assert small.get_aspect(NaNGuard).skipped == [bad + 1]  # type: ignore[union-attr]
     for a, b in zip(_params(big), _params(small), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
@@ -140,7 +141,7 @@ def test_nan_guard_stop_ends_the_run_with_the_iteration_in_the_reason() -> None:
     runner = _runner(train_step=_nan_at(1), aspects=[NaNGuard("stop")], max_epochs=3)
     runner.run()
     assert runner.stop_reason is not None
-    assert "iteration 1" in runner.stop_reason
+    assert "iteration 2 (epoch 1)" in runner.stop_reason
     assert runner.iter == 2
 
 
@@ -323,7 +324,7 @@ def test_amp_float16_with_nan_guard_keeps_training_after_a_bad_loss() -> None:
     assert runner.iter == 4
     guard = runner.get_aspect(NaNGuard)
     assert guard is not None
-    assert guard.skipped == [1]
+    assert guard.skipped == [2]
 
 
 def test_grad_clip_with_accumulation_clips_the_accumulated_gradient_once() -> None:
@@ -748,3 +749,21 @@ def test_a_save_after_a_break_between_backward_and_step_keeps_no_half_iteration(
     resumed.run()
     same = all(torch.equal(a, b) for a, b in zip(_params(straight), _params(resumed), strict=True))
     assert same is exact
+
+
+def test_nan_guard_names_the_iteration_as_logger_numbers_it(tmp_path: Any) -> None:
+    """The warning, ``skipped`` and the stop reason give the iteration and epoch that
+    Logger's record of that same iteration gives (both counted from 1)."""
+    import structlog
+
+    from aspecthook.train.aspects import Logger
+
+    logger = Logger(interval=1, json_file=None)
+    runner = _runner(train_step=_nan_at(2), aspects=[NaNGuard("stop"), logger], work_dir=tmp_path)
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    [warning] = [e for e in logs if e["event"] == "nan_guard.non_finite_loss"]
+    last = logger.records[-1]
+    assert (warning["iteration"], warning["epoch"]) == (last["iter"], last["epoch"])
+    assert runner.get_aspect(NaNGuard).skipped == [last["iter"]]  # type: ignore[union-attr]
+    assert f"iteration {last['iter']} (epoch {last['epoch']})" in str(runner.stop_reason)

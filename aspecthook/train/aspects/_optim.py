@@ -333,7 +333,9 @@ class AMP(Aspect):
 class NaNGuard(Aspect):
     """Watches the loss for NaN/inf: ``action='skip'`` drops that step, ``'stop'`` ends the run.
 
-    Either way the iteration is named in a warning (and in ``runner.stop_reason``). The bad
+    Either way the iteration is named in a warning (and in ``runner.stop_reason``);
+    ``skipped`` lists those iterations. Iterations and epochs are counted from 1, as
+    ``Logger``'s lines and ``metrics.jsonl`` count them. The bad
     loss is never back-propagated. In a distributed run a bad loss on any rank counts for
     all of them, so the ranks skip (or stop) together. With ``GradAccumulation`` the step
     dropped is that of the whole group the bad batch is in: the group's gradients are
@@ -371,15 +373,15 @@ class NaNGuard(Aspect):
         if not bool(bad):
             return
         self._bad = True
+        # Counted from 1, as Logger's lines and metrics.jsonl count them (``runner.iter``
+        # is the number of iterations done before this one).
+        iteration, epoch = runner.iter + 1, runner.epoch + 1
         get_logger().warning(
-            "nan_guard.non_finite_loss",
-            iteration=runner.iter,
-            epoch=runner.epoch,
-            action=self.action,
+            "nan_guard.non_finite_loss", iteration=iteration, epoch=epoch, action=self.action
         )
-        self.skipped.append(runner.iter)
+        self.skipped.append(iteration)
         if self.action == "stop":
-            runner.stop(f"non-finite loss at iteration {runner.iter}")
+            runner.stop(f"non-finite loss in iteration {iteration} (epoch {epoch})")
         ctx.skip()
 
     def before_optimizer_step(self, ctx: CallContext) -> None:
