@@ -19,13 +19,14 @@ keyword parameters, checked against the constructor's signature before it is cal
     max_epochs: 2
     aspects: [IterTimerHook, {type: CheckpointHook, interval: 1}]   # ASPECTS
 
-YAML is read with ``yaml.safe_load`` only, and a ``'package.module:Name'`` path must name a
-class of the part's kind (a ``torch.nn.Module`` for ``model`` and ``loss_fn``, an
-``Aspect`` or hook class for ``aspects``...): the module is imported (as ``import`` would,
-running its top-level code) and nothing in it is called unless it is such a class, so a
-file never calls an arbitrary function. A factory function (``torchvision.models:resnet18``)
-is registered in code first (``MODELS.register(resnet18)``) and named; ``train_step`` and
-``val_step`` are given in code (``Runner.from_config(path, train_step=fn)``).
+YAML is read with ``yaml.safe_load``'s loader only (a key written twice is refused), and
+a ``'package.module:Name'`` path must name a class of the part's kind (a
+``torch.nn.Module`` for ``model`` and ``loss_fn``, an ``Aspect`` or hook class for
+``aspects``...): the module is imported (as ``import`` would, running its top-level code)
+and nothing in it is called unless it is such a class, so a file never calls an arbitrary
+function. A factory function (``torchvision.models:resnet18``) is registered in code first
+(``MODELS.register(resnet18)``) and named; ``train_step`` and ``val_step`` are given in
+code (``Runner.from_config(path, train_step=fn)``).
 Every problem is a ``ConfigError`` naming the key path of the bad value
 (``aspects[2].type``) and, when the config came from a file, the file.
 
