@@ -145,7 +145,7 @@ def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str,
         if length is not None and length not in overrides and overrides[key] is not None:
             data.pop(length, None)
     data.update(overrides)
-    build = _Builder(file)
+    build = _Builder(file, overridden=frozenset(overrides) if file else frozenset())
     build.check_keys("", data, KEYS)
     return build.runner_kwargs({k: v for k, v in data.items() if v is not None})
 
@@ -182,8 +182,9 @@ def read_config(config: ConfigLike) -> tuple[str, dict[str, Any]]:
 class _Builder:
     """Builds the parts of one config; every error names ``file`` and the key path."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, *, overridden: frozenset[str] = frozenset()) -> None:
         self.file = file
+        self.overridden = overridden  # top-level keys an override replaced in the file
         self.written: dict[str, str] = {}  # train_loader & co. -> the key the config used
 
     def error(self, key: str, message: str) -> ConfigError:
@@ -506,9 +507,17 @@ class _Builder:
                 raise self.error(type_key, str(exc)) from exc
             label = kind.strip()
         else:
+            top = type_key.partition(".")[0].partition("[")[0]
+            replaced = (
+                f" (the override {top}= replaces the file's {top}: whole, it is not merged "
+                "into it: give the type too)"
+                if kind is None and top in self.overridden
+                else ""
+            )
             raise self.error(
                 type_key,
-                f"must name the {registry.kind} type, e.g. {{type: Name}}, not {_kind(kind)}",
+                f"must name the {registry.kind} type, e.g. {{type: Name}}, not "
+                f"{_kind(kind)}{replaced}",
             )
         return factory, label
 
