@@ -1,10 +1,10 @@
 """The ``aspecthook run`` configuration file: read, check, and turn into aspects.
 
-A file is YAML (``.yaml`` / ``.yml``, read with ``yaml.safe_load`` only, so a file can
-never build arbitrary Python objects) or TOML (``.toml``, ``tomllib``). Every problem is
-a ``ConfigError`` that names the file, the key path of the bad value
-(``weave[1].aspects[0].type``) and what is valid there, because the person reading it is
-editing that file, not our code::
+A file is YAML (``.yaml`` / ``.yml``, read with ``yaml.safe_load``'s loader only, so a file
+can never build arbitrary Python objects; a key written twice in one mapping is refused) or
+TOML (``.toml``, ``tomllib``). Every problem is a ``ConfigError`` that names the file, the
+key path of the bad value (``weave[1].aspects[0].type``) and what is valid there, because
+the person reading it is editing that file, not our code::
 
     strict: false            # a missing target is an error instead of a warning
     trace: trace.json        # write the Timed Chrome trace here at exit
@@ -21,6 +21,7 @@ editing that file, not our code::
 from __future__ import annotations
 
 import difflib
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -146,7 +147,8 @@ def _parse_yaml(file: str, text: str) -> Any:
             file, "", "reading YAML needs PyYAML: pip install 'aspecthook[yaml]', or use TOML"
         ) from None
     try:
-        return yaml.safe_load(text)
+        # safe_load with one check more: a SafeLoader, which builds no Python object
+        return yaml.load(text, Loader=_unique_keys_loader(yaml))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None)
@@ -157,6 +159,33 @@ def _parse_yaml(file: str, text: str) -> Any:
         else:
             detail = str(exc)
         raise _error(file, "", f"is not valid YAML: {detail}") from None
+
+
+@functools.cache
+def _unique_keys_loader(yaml: Any) -> type[Any]:
+    """PyYAML's ``SafeLoader`` (the one ``safe_load`` uses) refusing a key written twice
+    in one mapping, which ``safe_load`` silently reads as the last one (``lr:`` twice, two
+    ``optimizer:`` blocks). Keys a merge (``<<: *base``) brings in may be written again."""
+
+    class UniqueKeySafeLoader(yaml.SafeLoader):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in getattr(node, "value", ()):
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        f"in the mapping starting on line {node.start_mark.line + 1}",
+                        node.start_mark,
+                        f"the key {key!r} is written twice (first on line "
+                        f"{seen[key].line + 1}): YAML would keep only the last; remove one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeySafeLoader
 
 
 def _parse_toml(file: str, text: str) -> Any:

@@ -229,6 +229,15 @@ class Registry:
                 known=tuple(self.names()),
                 suggestion=None,
             ) from exc
+        except Exception as exc:  # the module's own top-level code failed (a plugin's bug)
+            raise UnknownAspectError(
+                f"{self.kind} type {what} cannot be loaded: importing it raised "
+                f"{type(exc).__name__}: {exc}; fix that module, or uninstall the package "
+                "that provides it",
+                name=name,
+                known=tuple(self.names()),
+                suggestion=None,
+            ) from exc
         if not callable(value):
             raise UnknownAspectError(
                 f"{self.kind} type {what} is {value!r}, which cannot be called; "

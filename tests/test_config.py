@@ -156,6 +156,42 @@ def test_yaml_python_tags_are_refused(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_yaml_key_written_twice_is_refused(tmp_path: Path) -> None:
+    """A key written twice in one mapping is an error naming both lines, not the last one
+    silently kept (safe_load's behaviour)."""
+    path = write(
+        tmp_path,
+        "twice.yaml",
+        """\
+        weave:
+          - target: json.dumps
+            aspects: [Timed]
+            target: json.loads
+        """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"twice\.yaml: is not valid YAML: line 4, column 5: the key 'target' is written "
+        r"twice \(first on line 2\)",
+    ):
+        load_config(path)
+
+
+def test_yaml_merge_keys_may_be_written_again(tmp_path: Path) -> None:
+    """Anchors and merge keys work, and a key the merge brought in may be set again."""
+    path = write(
+        tmp_path,
+        "merge.yaml",
+        """\
+        weave:
+          - &base {target: json.dumps, aspects: [Timed]}
+          - {<<: *base, target: json.loads}
+        """,
+    )
+    config = load_config(path)
+    assert [w.targets for w in config.weaves] == [("json.dumps",), ("json.loads",)]
+
+
 # -- checking the structure ----------------------------------------------------------------------
 
 

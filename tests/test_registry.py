@@ -433,3 +433,35 @@ def test_a_lazily_registered_class_may_register_itself_as_its_module_loads(
 
     selfreg_registry.REGISTRY.register("selfreg_mod:Traced")
     assert selfreg_registry.REGISTRY.get("Traced").__name__ == "Traced"
+
+
+def test_plugin_failing_at_import_is_reported_and_others_still_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plugin_module: str
+) -> None:
+    """A plugin whose module raises while importing (not an ImportError) is an
+    UnknownAspectError naming the plugin and the exception; the other plugins still load."""
+    (tmp_path / "ah_raising_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    bad = importlib.metadata.EntryPoint("Bad", "ah_raising_mod:Thing", "test.group")
+    good = importlib.metadata.EntryPoint("Plugged", f"{plugin_module}:Plugged", "test.group")
+    _fake_entry_points(monkeypatch, bad, good)
+    registry = Registry("aspect", group="test.group")
+    with pytest.raises(
+        UnknownAspectError,
+        match=r"'Bad' \(plugin 'ah_raising_mod:Thing' of entry-point group 'test.group'\) "
+        r"cannot be loaded: importing it raised RuntimeError: boom at import",
+    ) as caught:
+        registry.get("Bad")
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert registry.get("Plugged") is sys.modules[plugin_module].Plugged
+    sys.modules.pop("ah_raising_mod", None)
+
+
+def test_path_whose_module_raises_at_import_is_reported(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit 'package.module:Name' whose module raises (a SyntaxError, say) is an
+    UnknownAspectError naming the path, not the module's bare exception."""
+    (tmp_path / "ah_syntax_mod.py").write_text("def broken(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnknownAspectError, match=r"'ah_syntax_mod:X' cannot be loaded: .*Syntax"):
+        registry.get("ah_syntax_mod:X")

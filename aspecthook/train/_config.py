@@ -19,13 +19,14 @@ keyword parameters, checked against the constructor's signature before it is cal
     max_epochs: 2
     aspects: [IterTimerHook, {type: CheckpointHook, interval: 1}]   # ASPECTS
 
-YAML is read with ``yaml.safe_load`` only, and a ``'package.module:Name'`` path must name a
-class of the part's kind (a ``torch.nn.Module`` for ``model`` and ``loss_fn``, an
-``Aspect`` or hook class for ``aspects``...): the module is imported (as ``import`` would,
-running its top-level code) and nothing in it is called unless it is such a class, so a
-file never calls an arbitrary function. A factory function (``torchvision.models:resnet18``)
-is registered in code first (``MODELS.register(resnet18)``) and named; ``train_step`` and
-``val_step`` are given in code (``Runner.from_config(path, train_step=fn)``).
+YAML is read with ``yaml.safe_load``'s loader only (a key written twice is refused), and
+a ``'package.module:Name'`` path must name a class of the part's kind (a
+``torch.nn.Module`` for ``model`` and ``loss_fn``, an ``Aspect`` or hook class for
+``aspects``...): the module is imported (as ``import`` would, running its top-level code)
+and nothing in it is called unless it is such a class, so a file never calls an arbitrary
+function. A factory function (``torchvision.models:resnet18``) is registered in code first
+(``MODELS.register(resnet18)``) and named; ``train_step`` and ``val_step`` are given in
+code (``Runner.from_config(path, train_step=fn)``).
 Every problem is a ``ConfigError`` naming the key path of the bad value
 (``aspects[2].type``) and, when the config came from a file, the file.
 
@@ -144,7 +145,7 @@ def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str,
         if length is not None and length not in overrides and overrides[key] is not None:
             data.pop(length, None)
     data.update(overrides)
-    build = _Builder(file)
+    build = _Builder(file, overridden=frozenset(overrides) if file else frozenset())
     build.check_keys("", data, KEYS)
     return build.runner_kwargs({k: v for k, v in data.items() if v is not None})
 
@@ -181,8 +182,9 @@ def read_config(config: ConfigLike) -> tuple[str, dict[str, Any]]:
 class _Builder:
     """Builds the parts of one config; every error names ``file`` and the key path."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, *, overridden: frozenset[str] = frozenset()) -> None:
         self.file = file
+        self.overridden = overridden  # top-level keys an override replaced in the file
         self.written: dict[str, str] = {}  # train_loader & co. -> the key the config used
 
     def error(self, key: str, message: str) -> ConfigError:
@@ -505,9 +507,17 @@ class _Builder:
                 raise self.error(type_key, str(exc)) from exc
             label = kind.strip()
         else:
+            top = type_key.partition(".")[0].partition("[")[0]
+            replaced = (
+                f" (the override {top}= replaces the file's {top}: whole, it is not merged "
+                "into it: give the type too)"
+                if kind is None and top in self.overridden
+                else ""
+            )
             raise self.error(
                 type_key,
-                f"must name the {registry.kind} type, e.g. {{type: Name}}, not {_kind(kind)}",
+                f"must name the {registry.kind} type, e.g. {{type: Name}}, not "
+                f"{_kind(kind)}{replaced}",
             )
         return factory, label
 

@@ -341,6 +341,25 @@ def test_yaml_is_read_with_safe_load_only(tmp_path: Path) -> None:
         Runner.from_config(path)
 
 
+def test_yaml_key_written_twice_is_refused(tmp_path: Path) -> None:
+    """Two `optimizer:` blocks are an error, not the second one silently used."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        max_iters: 1
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {type: SGD, lr: 0.1}
+        train_loader: {dataset: RandomClassification}
+        optimizer: {type: Adam, lr: 0.001}
+        """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"run\.yaml: is not valid YAML: line 5.*'optimizer' is written twice"
+    ):
+        Runner.from_config(path)
+
+
 def test_number_written_as_text_gets_a_yaml_hint(tmp_path: Path) -> None:
     """`lr: 1e-3` is text in YAML 1.1; the error says to write 1.0e-3."""
     path = _write(
@@ -757,3 +776,26 @@ def test_a_seed_torch_cannot_take_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"^seed: ") as info:
         Runner.from_config(_config(seed=2**64))
     assert info.value.key == "seed"
+
+
+def test_override_without_type_says_it_replaces_the_files_entry(tmp_path: Path) -> None:
+    """`from_config(path, optimizer={'lr': 0.5})` replaces the file's optimizer whole; the
+    error at the missing type says so instead of only asking for a type."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        max_iters: 1
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {type: SGD, lr: 0.1}
+        train_loader: {dataset: RandomClassification}
+        """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"optimizer\.type: must name the optimizer type.*the override optimizer= "
+        r"replaces the file's optimizer: whole, it is not merged into it: give the type too",
+    ):
+        Runner.from_config(path, optimizer={"lr": 0.5})
+    runner = Runner.from_config(path, optimizer={"type": "SGD", "lr": 0.5})
+    assert runner.optimizer.param_groups[0]["lr"] == 0.5
