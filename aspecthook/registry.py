@@ -47,6 +47,14 @@ ENTRY_POINT_GROUP = "aspecthook.aspects"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _Ambiguous:
+    """A plugin name that installed packages give for different objects (see
+    ``Registry._read_plugins``)."""
+
+    def __init__(self, points: list[importlib.metadata.EntryPoint]) -> None:
+        self.points = points
+
+
 class Registry:
     """Names of aspect types (or of any other kind of factory) for configuration files.
 
@@ -114,7 +122,7 @@ class Registry:
         key = _registered_name(obj, name)
         with self._lock:
             old = self._entries.get(key)
-            if isinstance(old, importlib.metadata.EntryPoint):
+            if isinstance(old, (importlib.metadata.EntryPoint, _Ambiguous)):
                 old = None  # what is registered in code wins over a plugin of that name
             if old is not None and not replace and not _same(old, obj, self._loaded.get(key)):
                 raise InvalidOptionError(
@@ -140,6 +148,8 @@ class Registry:
                 return self._loaded[name]
             if name in self._entries:
                 entry = self._entries[name]
+                if isinstance(entry, _Ambiguous):
+                    raise self._ambiguous(name, entry)
                 if isinstance(entry, (str, importlib.metadata.EntryPoint)):
                     entry = self._loaded[name] = self._load(name, entry)
                 return entry  # type: ignore[no-any-return]
@@ -202,11 +212,33 @@ class Registry:
     # -- internals -------------------------------------------------------------------------
 
     def _read_plugins(self) -> None:
-        """Add the entry points of ``group`` (not imported yet); registered names win."""
+        """Add the entry points of ``group`` (not imported yet); registered names win.
+
+        Two installed packages naming different objects under one name make that name
+        ambiguous: using it is an error listing both (which one would win depends on the
+        order of ``sys.path``), not a silent pick.
+        """
         self._plugins_read = True
         assert self.group is not None
+        found: dict[str, list[importlib.metadata.EntryPoint]] = {}
         for ep in importlib.metadata.entry_points(group=self.group):
-            self._entries.setdefault(ep.name, ep)
+            same = found.setdefault(ep.name, [])
+            if all(other.value != ep.value for other in same):  # one package seen twice
+                same.append(ep)
+        for name, points in found.items():
+            self._entries.setdefault(name, points[0] if len(points) == 1 else _Ambiguous(points))
+
+    def _ambiguous(self, name: str, entry: _Ambiguous) -> UnknownAspectError:
+        values = ", ".join(repr(ep.value) for ep in entry.points)
+        return UnknownAspectError(
+            f"{self.kind} type {name!r} is ambiguous: installed packages give it as {values} "
+            f"(entry-point group {self.group!r}); register the one you mean in code "
+            f"(registry.register('package.module:Name', name={name!r})), which wins over "
+            "plugins, or uninstall one of them",
+            name=name,
+            known=tuple(self.names()),
+            suggestion=None,
+        )
 
     def _fallbacks(self) -> dict[str, Callable[..., Any]]:
         if self._fallback is None:

@@ -334,6 +334,24 @@ def test_broken_plugin_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         registry.get("Broken")
 
 
+def test_a_plugin_name_two_packages_give_is_refused_on_use(
+    monkeypatch: pytest.MonkeyPatch, plugin_module: str
+) -> None:
+    """Two installed packages giving one name for different objects: using the name is an
+    error naming both, not whichever ``sys.path`` lists first; registering the one meant
+    in code settles it. One package seen twice (the same object) is no conflict."""
+    first = importlib.metadata.EntryPoint("Twin", f"{plugin_module}:Plugged", "test.group")
+    second = importlib.metadata.EntryPoint("Twin", "other_pkg.aspects:Twin", "test.group")
+    again = importlib.metadata.EntryPoint("Plugged", f"{plugin_module}:Plugged", "test.group")
+    _fake_entry_points(monkeypatch, first, second, again, again)
+    registry = Registry("aspect", group="test.group")
+    with pytest.raises(UnknownAspectError, match=r"'Twin' is ambiguous.*other_pkg\.aspects:Twin"):
+        registry.get("Twin")
+    assert registry.build({"type": "Plugged"}).size == 1
+    registry.register(f"{plugin_module}:Plugged", name="Twin")
+    assert registry.get("Twin") is registry.get("Plugged")
+
+
 # -- the shipped registry ----------------------------------------------------------------------
 
 
