@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from ..._aspect import Aspect, AspectOptions
@@ -46,10 +47,11 @@ class EarlyStopping(Aspect):
                 option="patience",
                 value=patience,
             )
+        delta: Any = min_delta  # from a config or numpy: checked as any value
         if (
-            not isinstance(min_delta, (int, float))
-            or isinstance(min_delta, bool)
-            or not 0 <= min_delta < math.inf
+            isinstance(delta, bool)
+            or not isinstance(delta, numbers.Real)
+            or not 0 <= float(delta) < math.inf
         ):
             raise InvalidOptionError(
                 f"EarlyStopping(min_delta={min_delta!r}) must be a finite number >= 0",
