@@ -201,6 +201,44 @@ def test_plateau_steps_after_validation_by_iteration() -> None:
     assert runner.optimizer.param_groups[0]["lr"] == BASE_LR / 4
 
 
+@pytest.mark.parametrize(
+    ("monitor", "mode", "warns"),
+    [
+        ("val/acc", "min", True),
+        ("val/loss", "max", True),
+        ("val/acc", "max", False),
+        ("val/loss", "min", False),
+        ("val/flat", "min", False),
+    ],
+)
+def test_a_plateau_mode_against_its_metric_is_reported(
+    monitor: str, mode: str, warns: bool
+) -> None:
+    """torch's default mode='min' on an accuracy lowers the LR while it rises: said when the
+    run starts (a name that tells nothing says nothing)."""
+    import warnings
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[
+            Evaluate(metrics={"acc": lambda o, t: 1.0, "flat": lambda o, t: 1.0}),
+            LRSchedule(lr_scheduler.ReduceLROnPlateau(opt, mode=mode), monitor=monitor),
+        ],
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner.run()
+    said = [w for w in caught if "ReduceLROnPlateau(mode=" in str(w.message)]
+    assert len(said) == int(warns)
+
+
 def test_plateau_without_validation_data_is_refused_before_training() -> None:
     """A plateau schedule needs a validation metric: no val_loader is an error up front."""
     model = _model()

@@ -172,12 +172,71 @@ def test_early_stopping_options_are_checked() -> None:
 
 
 @pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("patience", True),
+        ("min_delta", float("nan")),
+        ("min_delta", float("inf")),
+        ("min_delta", "0.1"),
+        ("min_delta", True),
+    ],
+)
+def test_early_stopping_refuses_options_that_are_not_counts_or_margins(
+    option: str, value: Any
+) -> None:
+    """patience=True would be a patience of 1, min_delta=nan a run stopped after
+    ``patience`` validations whatever they say; a text fails only at the first check."""
+    with pytest.raises(InvalidOptionError, match=option):
+        EarlyStopping(**{option: value})
+
+
+def test_early_stopping_without_check_finite_never_takes_nan_as_the_best() -> None:
+    """check_finite=False: a NaN at the first validation is no improvement (as every
+    later comparison with it would fail), so a run whose loss then falls is not stopped."""
+    values = iter([float("nan"), 1.0, 0.5, 0.25, 0.1])
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=5,
+        aspects=[EarlyStopping("val/loss", patience=2, check_finite=False)],
+    )
+    runner.weaver.after("val_epoch", priority="BELOW_NORMAL")(  # after Evaluate
+        lambda ctx: ctx.runner.metrics.update({"val/loss": next(values)})
+    )
+    runner.run()
+    assert runner.stop_reason is None
+    assert runner.epoch == 5
+    early = runner.get_aspect(EarlyStopping)
+    assert (early.best, early.wait) == (0.1, 0)
+
+
+@pytest.mark.parametrize(
     ("metric", "rule"),
-    [("val/mape", "less"), ("val/smape", "less"), ("val/mAP", "greater"), ("val/nll", "less")],
+    [
+        ("val/mape", "less"),
+        ("val/smape", "less"),
+        ("val/mAP", "greater"),
+        ("val/nll", "less"),
+        ("coco/bbox_mAP_50", "greater"),
+        ("val/mIoU", "greater"),
+        ("acc/top1", "greater"),
+        ("val/top-5", "greater"),
+        ("val/topk", "greater"),
+        ("val/mDice", "greater"),
+    ],
 )
 def test_metric_direction_is_inferred_from_the_name(metric: str, rule: str) -> None:
     """An error such as MAPE goes down even though its name contains 'map' (a precision)."""
     assert EarlyStopping(metric).rule == rule
+
+
+@pytest.mark.parametrize(
+    "metric", ["val/heatmap_dist", "val/stop_dist", "val/remap_l1", "val/topology_dist"]
+)
+def test_a_score_stem_inside_another_word_does_not_decide_the_rule(metric: str) -> None:
+    """'map' in heatmap, 'top' in stop or topology: these name no score, so the rule is
+    asked for instead of taken as 'greater' (which would keep the worst model)."""
+    with pytest.raises(InvalidOptionError, match="rule"):
+        EarlyStopping(metric)
 
 
 def test_ema_tracks_torch_averaged_model_and_is_used_for_validation() -> None:

@@ -1004,6 +1004,64 @@ def test_evaluate_by_iteration_validates_the_end_of_a_run_over_a_loader_without_
     assert seen == [4, 8, 9]
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (
+            lambda outputs, targets: (outputs.argmax(1) == targets).float(),
+            r"Tensor of shape \(4,\)",
+        ),
+        (lambda outputs, targets: None, "NoneType"),
+        (lambda outputs, targets: "0.5", "str"),
+    ],
+)
+def test_a_metric_that_gives_no_number_is_refused_naming_it(value: Any, shown: str) -> None:
+    """A per-sample tensor, None or a text for a batch: the error names the metric and
+    what it gave (torch's own says only that a tensor has 4 elements)."""
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    runner = _runner(val_loader=val, max_epochs=1, aspects=[Evaluate(metrics={"acc": value})])
+    with pytest.raises(RunnerError, match=f"'acc' gave {shown}"):
+        runner.run()
+
+
+def test_metric_values_may_be_numbers_numpy_scalars_or_one_element_tensors() -> None:
+    """Each is averaged as a float."""
+    np = pytest.importorskip("numpy")
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    metrics = {
+        "a_int": lambda o, t: 1,
+        "b_numpy": lambda o, t: np.float32(0.5),
+        "c_tensor": lambda o, t: torch.tensor([0.25]),
+        "d_bool": lambda o, t: True,
+    }
+    runner = _runner(val_loader=val, max_epochs=1, aspects=[Evaluate(metrics=metrics)])
+    found = runner.run()
+    assert [found[f"val/{name}"] for name in metrics] == [1.0, 0.5, 0.25, 1.0]
+
+
+def test_a_metric_named_loss_beside_the_steps_loss_is_refused() -> None:
+    """Both would be val/loss: the metric used to replace the step's loss silently."""
+    val = DataLoader(TensorDataset(torch.randn(4, 4), torch.randint(0, 3, (4,))), batch_size=4)
+    evaluate = Evaluate(metrics={"loss": lambda outputs, targets: 123.0})
+    runner = _runner(val_loader=val, max_epochs=1, aspects=[evaluate])
+    with pytest.raises(RunnerError, match="rename the metric"):
+        runner.run()
+    # Without a loss from the step (no loss_fn, a model giving logits) it is the loss.
+    runner = _runner(val_loader=val, max_epochs=1, aspects=[evaluate], train_step=_ce_step)
+    runner.loss_fn = None
+    assert runner.run()["val/loss"] == 123.0
+
+
+def _ce_step(runner: Runner, batch: Any) -> Any:
+    return CE(runner.model(batch[0]), batch[1])
+
+
+def test_evaluate_interval_true_is_refused() -> None:
+    """Evaluate(True) is not an interval of one."""
+    with pytest.raises(ah.errors.InvalidOptionError, match="interval"):
+        Evaluate(True)
+
+
 def test_a_validation_loader_with_no_batches_is_reported() -> None:
     """A generator used up by the first validation: the next one warns instead of letting
     early stopping and the best checkpoint judge the old figures again."""

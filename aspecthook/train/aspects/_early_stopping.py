@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from ..._aspect import Aspect, AspectOptions
@@ -22,7 +23,7 @@ class EarlyStopping(Aspect):
     ``rule`` is ``'greater'`` or ``'less'`` (inferred from the metric name when omitted);
     an improvement must beat the best by more than ``min_delta``. After ``patience``
     validations without one, ``runner.stop()`` ends the run. With ``check_finite`` a NaN
-    or infinite metric stops at once.
+    or infinite metric stops at once; without it, a NaN counts as no improvement.
     """
 
     name = "early_stopping"
@@ -40,15 +41,20 @@ class EarlyStopping(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        if not isinstance(patience, int) or patience < 1:
+        if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
             raise InvalidOptionError(
                 f"EarlyStopping(patience={patience!r}) must be a positive int",
                 option="patience",
                 value=patience,
             )
-        if min_delta < 0:
+        delta: Any = min_delta  # from a config or numpy: checked as any value
+        if (
+            isinstance(delta, bool)
+            or not isinstance(delta, numbers.Real)
+            or not 0 <= float(delta) < math.inf
+        ):
             raise InvalidOptionError(
-                f"EarlyStopping(min_delta={min_delta!r}) must be >= 0",
+                f"EarlyStopping(min_delta={min_delta!r}) must be a finite number >= 0",
                 option="min_delta",
                 value=min_delta,
             )
@@ -81,6 +87,10 @@ class EarlyStopping(Aspect):
             )
 
     def _improved(self, value: float) -> bool:
+        # NaN never improves (with check_finite=False): as a first best, no later value
+        # would beat it, and a run that recovered would be stopped after ``patience``.
+        if math.isnan(value):
+            return False
         if self.best is None:
             return True
         if self.rule == "greater":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,7 +13,7 @@ from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
-from ...errors import InvalidOptionError
+from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
 
 __all__ = ["Evaluate"]
@@ -49,7 +50,7 @@ class Evaluate(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        if not isinstance(interval, int) or interval < 1:
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
             raise InvalidOptionError(
                 f"Evaluate(interval={interval!r}) must be a positive int",
                 option="interval",
@@ -131,12 +132,16 @@ class Evaluate(Aspect):
         self._count += size
         values: dict[str, Any] = {}
         if "loss" in result:
+            if "loss" in self.metrics:  # one name, two values: neither may win silently
+                raise RunnerError(
+                    "Evaluate: the step returns a 'loss' and metrics= has one named 'loss' "
+                    "too; both would be reported as the same metric: rename the metric"
+                )
             values["loss"] = result["loss"]
         for name, fn in self.metrics.items():
             values[name] = fn(outputs, targets)
         for name, value in values.items():
-            number = float(value.item() if isinstance(value, torch.Tensor) else value)
-            self._sums[name] = self._sums.get(name, 0.0) + number * size
+            self._sums[name] = self._sums.get(name, 0.0) + _number(name, value) * size
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         self._publish(ctx.runner, self.prefix)
@@ -166,6 +171,24 @@ class Evaluate(Aspect):
                 )
             return
         runner.metrics.update({f"{prefix}/{k}": v / count for k, v in sums.items()})
+
+
+def _number(name: str, value: Any) -> float:
+    """A metric's (or the loss's) value for one batch as a float: a number, a numpy
+    scalar or a one-element tensor. Anything else is refused naming the metric."""
+    try:
+        number = value.item() if hasattr(value, "item") else value  # tensors, numpy values
+    except (ValueError, RuntimeError):  # more than one element
+        number = None
+    if isinstance(number, numbers.Real):
+        return float(number)
+    shape = f" of shape {tuple(value.shape)}" if hasattr(value, "shape") else ""
+    raise RunnerError(
+        f"Evaluate: {name!r} gave {type(value).__name__}{shape} for a batch, not a number: "
+        "a metric returns one number per batch (a float, a numpy scalar or a one-element "
+        "tensor), e.g. (outputs.argmax(1) == targets).float().mean(); the step's 'loss' "
+        "too (reduction='mean')"
+    )
 
 
 def _over_ranks(sums: dict[str, float], count: int) -> tuple[dict[str, float], int]:

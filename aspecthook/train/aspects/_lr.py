@@ -24,6 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
+from ._rules import infer_rule
 
 __all__ = ["LRSchedule"]
 
@@ -124,6 +125,8 @@ class LRSchedule(Aspect):
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
                 "runner has no val_loader: pass Runner(val_loader=...) or use another scheduler"
             )
+        if self._plateau:
+            _check_plateau_mode(main, self.monitor)
         self._iter_step = None
         if self.warmup is None:
             self._main = main
@@ -272,6 +275,27 @@ def _check_options(
             f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
             option="warmup_ratio",
             value=warmup_ratio,
+        )
+
+
+def _check_plateau_mode(plateau: Any, monitor: str) -> None:
+    """Warn when the plateau's ``mode`` goes against the way ``monitor`` improves (as its
+    name tells, the rule checkpoints and early stopping infer): torch's default ``'min'``
+    on an accuracy cuts the LR while the accuracy rises. Said only, since a name can
+    mislead; an uninformative name says nothing."""
+    try:
+        rule = infer_rule(monitor, None)
+    except InvalidOptionError:
+        return
+    expected = "max" if rule == "greater" else "min"
+    mode = getattr(plateau, "mode", expected)
+    if mode != expected:
+        warnings.warn(
+            f"ReduceLROnPlateau(mode={mode!r}) watches {monitor!r}, which by its "
+            f"name is better when {rule}: build it with mode={expected!r}, or it lowers the "
+            "LR while the metric improves",
+            RuntimeWarning,
+            stacklevel=2,
         )
 
 

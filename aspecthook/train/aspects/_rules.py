@@ -8,7 +8,12 @@ from ...errors import InvalidOptionError
 
 __all__ = ["infer_rule"]
 
-_GREATER = ("acc", "top", "ar@", "auc", "precision", "map", "iou", "dice", "f1", "recall")
+_GREATER = ("acc", "ar@", "auc", "precision", "dice", "f1", "recall")
+# Short stems found inside other words are taken only where a word starts (``bbox_mAP``,
+# ``mIoU``: an ``m`` for "mean" may come first), and ``top`` only before a k, a digit or
+# a separator (``top1``, ``top-5``, ``topk``): ``heatmap_dist``, ``stop_dist`` and
+# ``topology_dist`` are not scores.
+_GREATER_WORDS = re.compile(r"(?<![a-z])m?(?:map|iou)|(?<![a-z])top(?=[\dk@_\-]|$)")
 # Checked first: "mape" (an error) would otherwise match "map" (a precision).
 _LESS = ("loss", "error", "mse", "mae", "mape", "nll", "perplexity")
 # "err" only where a word starts (``top1err``, ``val_err``), not inside one (``terrain``).
@@ -42,7 +47,7 @@ def infer_rule(metric: str, rule: str | None) -> str:
     for key in (metric.rsplit("/", 1)[-1].lower(), metric.lower()):
         if any(p in key for p in _LESS) or _ERR.search(key):
             return "less"
-        if any(p in key for p in _GREATER):
+        if any(p in key for p in _GREATER) or _GREATER_WORDS.search(key):
             return "greater"
     raise InvalidOptionError(
         f"cannot tell whether {metric!r} should go up or down: give rule='greater' or rule='less'",
