@@ -215,6 +215,27 @@ def test_iter_timer_splits_the_wait_for_data_from_the_iteration(tmp_path: Path) 
     assert all(data >= 0.03 and took >= 0.01 for data, took in times)
 
 
+def test_iter_timer_eta_counts_the_wait_for_data(tmp_path: Path) -> None:
+    """A loader that takes 30 ms a batch and a step of about 1 ms: after iteration 4 of 6,
+    the ETA is the two iterations left at the period of the last two, data included."""
+    timer = IterTimer(window=2)  # iterations 3 and 4: no first-iteration warm-up
+    model = torch.nn.Linear(4, 3)
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        _SlowBatches(0.03),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        aspects=[timer],
+    )
+    etas: list[float] = []
+    runner.weaver.after("train_iter", priority="LOWEST")(
+        lambda ctx: etas.append(timer.eta(ctx.runner) or 0.0)
+    )
+    runner.run()
+    assert etas[3] >= 2 * 0.03
+
+
 def test_iter_timer_does_not_count_a_validation_as_data_time(tmp_path: Path) -> None:
     """Validation every 2 iterations (taking 50 ms here) between two iterations: the next
     iteration's data_time is the wait for its batch, not the validation."""
