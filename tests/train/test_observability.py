@@ -149,6 +149,24 @@ def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_loss(
     assert resumed == whole
 
 
+def test_metrics_jsonl_marks_where_each_run_starts(tmp_path: Path) -> None:
+    """The file is appended to: a run broken off at iteration 10 and resumed from its
+    checkpoint at 6 logs 8 and 10 again, after a 'run' line at 6, so a reader can keep the
+    last record of each iteration; a new run in the same folder starts at a 'run' line at 0."""
+    first = _runner(tmp_path, [Checkpoint(), Logger(interval=2)])
+    first.weaver.after("train_iter")(lambda ctx: ctx.runner.iter < 10 or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        first.run()
+    _runner(tmp_path, [Checkpoint(resume="auto"), Logger(interval=2)]).run()
+    _runner(tmp_path, [Logger(interval=6)], max_epochs=1).run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r["iter"]) for r in lines if r["mode"] != "val"] == [
+        ("run", 0), ("train", 2), ("train", 4), ("train", 6), ("train", 8),
+        ("run", 6), ("train", 8), ("train", 10), ("train", 12),
+        ("run", 0), ("train", 6),
+    ]  # fmt: skip
+
+
 def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:
     """file_interval=2 writes every second iteration to metrics.jsonl; the console every 6."""
     runner = _runner(tmp_path, [Logger(interval=6, file_interval=2)], max_epochs=1)
@@ -213,6 +231,27 @@ def test_iter_timer_splits_the_wait_for_data_from_the_iteration(tmp_path: Path) 
     runner.run()
     assert len(times) == 6
     assert all(data >= 0.03 and took >= 0.01 for data, took in times)
+
+
+def test_iter_timer_eta_counts_the_wait_for_data(tmp_path: Path) -> None:
+    """A loader that takes 30 ms a batch and a step of about 1 ms: after iteration 4 of 6,
+    the ETA is the two iterations left at the period of the last two, data included."""
+    timer = IterTimer(window=2)  # iterations 3 and 4: no first-iteration warm-up
+    model = torch.nn.Linear(4, 3)
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        _SlowBatches(0.03),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        aspects=[timer],
+    )
+    etas: list[float] = []
+    runner.weaver.after("train_iter", priority="LOWEST")(
+        lambda ctx: etas.append(timer.eta(ctx.runner) or 0.0)
+    )
+    runner.run()
+    assert etas[3] >= 2 * 0.03
 
 
 def test_iter_timer_does_not_count_a_validation_as_data_time(tmp_path: Path) -> None:
@@ -369,6 +408,7 @@ def test_logger_records_count_epochs_from_one_and_agree_with_validation(tmp_path
     runner.run()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["mode"], r["iter"], r["epoch"]) for r in lines] == [
+        ("run", 0, 0),
         ("train", 3, 1),
         ("train", 6, 1),
         ("val", 6, 1),
@@ -398,7 +438,7 @@ def test_logger_file_is_strict_json_with_a_nan_loss_and_a_tensor_lr(tmp_path: Pa
         aspects=[Logger(interval=2, errors="raise")],
     )
     runner.run()
-    text = (tmp_path / "metrics.jsonl").read_text()
+    text = (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]  # after the run line
     record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the file"))
     assert record["loss"] is None
     assert record["lr"] == pytest.approx(0.1)

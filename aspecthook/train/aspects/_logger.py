@@ -23,6 +23,7 @@ __all__ = ["Logger"]
 
 TRAIN_EVENT = "train"
 VAL_EVENT = "val"
+RUN_EVENT = "run"
 
 
 class Logger(Aspect):
@@ -37,6 +38,9 @@ class Logger(Aspect):
     data/iteration time and ETA (when ``IterTimer`` runs). Every logged
     scalar also goes to ``work_dir/metrics.jsonl`` (one JSON object per line) and, with
     ``tensorboard=True``, to a ``torch.utils.tensorboard`` writer in ``work_dir/tb``.
+    The file is appended to; each run first writes ``{"mode": "run", "epoch": e,
+    "iter": n}``, ``n`` the iteration it starts after, so a reader can tell a resumed
+    run's records of iterations trained again (and a new run's) from the ones before.
     Validation metrics are logged after each validation. Failures never stop training
     (``errors='log'``).
     """
@@ -94,6 +98,9 @@ class Logger(Aspect):
         if runner.work_dir is not None and self.json_file:
             path = Path(runner.work_dir) / self.json_file
             self._file = path.open("a", encoding="utf-8")
+            start = {"mode": RUN_EVENT, "epoch": _epoch(runner), "iter": runner.iter}
+            self._file.write(json.dumps(start) + "\n")
+            self._file.flush()
         if self.tensorboard and runner.work_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -22,9 +22,11 @@ class IterTimer(Aspect):
 
     ``runner.outputs['data_time']`` and ``['time']`` hold the latest values (seconds);
     ``eta(runner)`` estimates the time left from the mean over the last ``window``
-    iterations. Its priority is the highest: its ``before`` starts the clock after nothing
-    else and its ``after`` stops it before any other after advice runs, so the figures are
-    there for ``Logger`` and the other aspects to read.
+    iterations of the time each took from the end of the one before (the wait for its
+    batch included, a validation in between left out). Its priority is the highest: its
+    ``before`` starts the clock after nothing else and its ``after`` stops it before any
+    other after advice runs, so the figures are there for ``Logger`` and the other aspects
+    to read.
     """
 
     name = "iter_timer"
@@ -53,16 +55,19 @@ class IterTimer(Aspect):
 
     def after_train_iter(self, ctx: CallContext) -> None:
         # Per iteration: two clock readings, one append, two stores; nothing allocated
-        # but the floats. The data time comes from the same readings (start - last end).
+        # but the floats. The data time comes from the same readings (start - last end),
+        # and the ETA from the whole period (data and iteration): a run waiting on its
+        # loader spends that wait on every iteration left too.
         now = _clock()
         start = self._start
         elapsed = now - start
-        self.times.append(elapsed)
         outputs = ctx.runner.outputs  # this iteration's dict (train_iter makes a new one)
         outputs["time"] = elapsed
         last_end = self._last_end
         if last_end is not None:
             outputs["data_time"] = start - last_end
+            elapsed = now - last_end
+        self.times.append(elapsed)
         self._last_end = now
 
     def eta(self, runner: Any) -> float | None:
