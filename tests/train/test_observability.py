@@ -291,6 +291,31 @@ def test_progress_bar_advances_to_the_total(tmp_path: Path) -> None:
     assert bar._progress is None
 
 
+def test_progress_bar_reads_the_loss_when_it_draws_not_every_iteration(tmp_path: Path) -> None:
+    """On an accelerator reading a loss waits for the device: the bar reads it only when it
+    draws the loss (here once, at the end, to a file), not in each of the 12 iterations;
+    what it shows is the last iteration's loss."""
+
+    class Counted(torch.Tensor):
+        reads = 0
+
+        def __float__(self) -> float:
+            Counted.reads += 1
+            return float(self.as_subclass(torch.Tensor))
+
+    def train_step(runner: Runner, batch: Any) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(runner.model(batch[0]), batch[1])
+        return loss.as_subclass(Counted)
+
+    out = io.StringIO()
+    bar = ProgressBar(console=Console(file=out, force_terminal=False, width=100))
+    runner = _runner(tmp_path, [bar], train_step=train_step)
+    runner.run()
+    assert 1 <= Counted.reads < 12
+    shown = float(runner.outputs["loss"].detach().as_subclass(torch.Tensor))
+    assert f"loss {shown:.4f}" in out.getvalue()
+
+
 @pytest.mark.parametrize("bar_first", [True, False], ids=["bar-first", "checkpoint-first"])
 def test_progress_bar_of_a_resumed_run_starts_where_the_run_does(
     tmp_path: Path, bar_first: bool
@@ -451,3 +476,20 @@ def test_logger_intervals_and_window_must_be_positive_ints(option: str, value: A
     when it is made."""
     with pytest.raises(InvalidOptionError, match=option):
         Logger(**{option: value})
+
+
+def test_logger_keeps_only_the_latest_records_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``records`` is bounded (a long run logged every iteration must not grow without
+    end): the latest ones stay, and the file still has every record."""
+    from aspecthook.train.aspects import _logger
+
+    monkeypatch.setattr(_logger, "_KEPT_RECORDS", 5)
+    logger = Logger(interval=1)
+    _runner(tmp_path, [logger]).run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in lines if r["mode"] == "train"] == list(range(1, 13))
+    assert [(r["mode"], r["iter"]) for r in logger.records] == [
+        (r["mode"], r["iter"]) for r in lines[-5:]
+    ]

@@ -179,13 +179,17 @@ def test_early_stopping_options_are_checked() -> None:
         ("min_delta", float("inf")),
         ("min_delta", "0.1"),
         ("min_delta", True),
+        ("monitor", None),
+        ("monitor", ""),
+        ("check_finite", "no"),
     ],
 )
 def test_early_stopping_refuses_options_that_are_not_counts_or_margins(
     option: str, value: Any
 ) -> None:
     """patience=True would be a patience of 1, min_delta=nan a run stopped after
-    ``patience`` validations whatever they say; a text fails only at the first check."""
+    ``patience`` validations whatever they say; a text fails only at the first check; a
+    monitor that names no metric, or check_finite='no' (a true value), are refused too."""
     with pytest.raises(InvalidOptionError, match=option):
         EarlyStopping(**{option: value})
 

@@ -58,6 +58,18 @@ class EarlyStopping(Aspect):
                 option="min_delta",
                 value=min_delta,
             )
+        if not isinstance(monitor, str) or not monitor:
+            raise InvalidOptionError(
+                f"EarlyStopping(monitor={monitor!r}) must name a metric, such as 'val/loss'",
+                option="monitor",
+                value=monitor,
+            )
+        if not isinstance(check_finite, bool):
+            raise InvalidOptionError(
+                f"EarlyStopping(check_finite={check_finite!r}) must be True or False",
+                option="check_finite",
+                value=check_finite,
+            )
         self.monitor = monitor
         self.rule = infer_rule(monitor, rule)
         self.patience = patience

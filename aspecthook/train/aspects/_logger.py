@@ -24,6 +24,8 @@ __all__ = ["Logger"]
 TRAIN_EVENT = "train"
 VAL_EVENT = "val"
 RUN_EVENT = "run"
+#: How many of the latest records ``Logger.records`` keeps.
+_KEPT_RECORDS = 1000
 
 
 class Logger(Aspect):
@@ -41,8 +43,8 @@ class Logger(Aspect):
     The file is appended to; each run first writes ``{"mode": "run", "epoch": e,
     "iter": n}``, ``n`` the iteration it starts after, so a reader can tell a resumed
     run's records of iterations trained again (and a new run's) from the ones before.
-    Validation metrics are logged after each validation. Failures never stop training
-    (``errors='log'``).
+    Validation metrics are logged after each validation; ``records`` holds the latest
+    1,000 records as dicts. Failures never stop training (``errors='log'``).
     """
 
     name = "logger"
@@ -68,7 +70,9 @@ class Logger(Aspect):
         self.json_file = json_file
         self.tensorboard = tensorboard
         self.losses: deque[float | torch.Tensor] = deque(maxlen=window)
-        self.records: list[dict[str, Any]] = []
+        # The latest records, for code to read after a run (the file has them all): bounded,
+        # so a long run logged every iteration does not grow without end.
+        self.records: deque[dict[str, Any]] = deque(maxlen=_KEPT_RECORDS)
         self._file: IO[str] | None = None
         self._writer: Any = None
         self._log: Any = None

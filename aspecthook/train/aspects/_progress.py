@@ -77,10 +77,26 @@ class ProgressBar(Aspect):
         if self._progress is None:
             return
         loss = ctx.runner.outputs.get("loss")
-        shown = f"{float(loss.detach()):.4f}" if loss is not None else "-"
+        shown = _Shown(loss.detach()) if loss is not None else "-"
         self._progress.update(self._task, completed=ctx.runner.iter, loss=shown)
 
     def _stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+class _Shown:
+    """A loss read when the bar draws it (about ten times a second), not every iteration:
+    reading a tensor on an accelerator waits for the device."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return f"{float(self.value):.4f}"
+
+    def __str__(self) -> str:
+        return format(self, "")
