@@ -186,6 +186,8 @@ def test_save_best_keeps_only_the_best_by_the_inferred_rule(
         ("val/DiceLoss", "less"),
         ("mae_finetune/acc", "greater"),  # the last part decides
         ("val/prauc", "greater"),
+        ("val/auroc", "greater"),
+        ("val/auprc", "greater"),
         ("val/macroF1", "greater"),
     ],
 )

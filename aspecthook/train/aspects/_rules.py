@@ -8,7 +8,7 @@ from ...errors import InvalidOptionError
 
 __all__ = ["infer_rule"]
 
-_GREATER = ("acc", "ar@", "auc", "precision", "dice", "f1", "recall")
+_GREATER = ("acc", "ar@", "auc", "auroc", "auprc", "precision", "dice", "f1", "recall")
 # Short stems found inside other words are taken only where a word starts (``bbox_mAP``,
 # ``mIoU``: an ``m`` for "mean" may come first), and ``top`` only before a k, a digit or
 # a separator (``top1``, ``top-5``, ``topk``): ``heatmap_dist``, ``stop_dist`` and
