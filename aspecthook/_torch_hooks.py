@@ -27,13 +27,15 @@ How advice reaches them:
 
 The call context: for ``forward``, ``ctx.instance`` and ``ctx.target`` are the module,
 ``ctx.args`` / ``ctx.kwargs`` the inputs (before advice may edit them: the pre-hook
-returns the new ones) and ``ctx.result`` the output (after advice may replace it). Before
-and after advice of one forward call share one context (and so ``ctx.data``), kept on a
-per-thread stack that a third, ``always_call`` forward hook pops even when ``forward``
-raises. For ``backward``, ``ctx.args`` is ``grad_output`` (the gradients with respect to
-the module's outputs; before advice may replace them) and, for after advice,
-``ctx.result`` is ``grad_input`` (after advice may replace it); each stage gets its own
-context.
+returns the new ones) and ``ctx.result`` the output (after advice may replace it, though
+not with ``None``, which means "unchanged" to torch). Before and after advice of one
+forward call share one context (and so ``ctx.data``), kept on a per-thread stack that a
+third, ``always_call`` forward hook pops even when ``forward`` raises an ``Exception``; the
+entry of a call that ``KeyboardInterrupt`` ended is dropped at the module's next call on
+that thread (``_drop_stale``). For ``backward``, ``ctx.args`` is ``grad_output`` (the
+gradients with respect to the module's outputs; before advice may replace them) and, for
+after advice, ``ctx.result`` is ``grad_input`` (after advice may replace it); each stage
+gets its own context.
 
 Torch hooks run before and after ``forward`` / ``backward``, never around them, and do not
 see their exceptions: ``around`` and ``on_error`` advice, and ``ctx.skip()``, raise
@@ -64,6 +66,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ._advice import Advice
@@ -182,6 +185,29 @@ def _stack(local: threading.local) -> list[CallContext]:
     return stack
 
 
+def _drop_stale(stack: list[CallContext], module: Any) -> None:
+    """Empty ``stack`` when no other call of ``module`` is running on this thread.
+
+    Its entries then belong to calls that a ``BaseException`` such as ``KeyboardInterrupt``
+    ended: torch runs ``always_call`` hooks for an ``Exception`` only. Looking at the frames
+    costs a walk up the stack, paid only when a call finds the stack not empty, never by a
+    plain call. A compiled graph leaves no entry behind (its list mutations are applied
+    once it completes) and cannot walk frames, so it does not look.
+    """
+    torch = sys.modules["torch"]
+    if torch.compiler.is_compiling():
+        return
+    call_impl = torch.nn.Module._call_impl.__code__
+    running = 0  # this call's own _call_impl frame included
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is call_impl and frame.f_locals.get("self") is module:
+            running += 1
+        frame = frame.f_back
+    if running <= 1:
+        stack.clear()
+
+
 class _Hook:
     """One of our torch hooks, as the module holds it.
 
@@ -221,7 +247,10 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
 
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ctx = _context(jp, module, args, kwargs)
-        _stack(local).append(ctx)  # first: the cleanup hook pops it even if advice raises
+        stack = _stack(local)
+        if stack:  # a nested call, or one after a call that Ctrl-C ended
+            _drop_stale(stack, module)
+        stack.append(ctx)  # before the advice: the cleanup hook pops it even if advice raises
         for fn in jp._chain.before:
             fn(ctx)
         if ctx._skipped:

@@ -295,6 +295,55 @@ def test_an_exception_in_forward_leaves_no_context_behind() -> None:
         assert ref() is None
 
 
+class _Interrupted(torch.nn.Module):
+    """Raises KeyboardInterrupt (a Ctrl-C) from forward while ``interrupt`` is set."""
+
+    interrupt = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return x * 2
+
+
+def test_an_interrupted_forward_frees_its_inputs_at_the_next_call() -> None:
+    """Ctrl-C skips torch's always-called hook; the next call drops the stale context."""
+    module = _Interrupted()
+    x = torch.ones(2)
+    ref = weakref.ref(x)
+    with ah.weave(module, before=lambda ctx: None, after=lambda ctx: None):
+        module.interrupt = True
+        with pytest.raises(KeyboardInterrupt):
+            module(x)
+        module.interrupt = False
+        del x
+        module(torch.ones(1))
+        gc.collect()
+        assert ref() is None
+
+
+def test_a_stale_context_is_kept_apart_from_a_live_outer_call() -> None:
+    """After an interrupt, nested calls still pair each after with its own before."""
+    module = _Interrupted()
+    pairs: list[tuple[int, int]] = []
+
+    def start(ctx: ah.CallContext) -> None:
+        ctx.data["n"] = ctx.args[0].shape[0]
+        if ctx.data["n"] == 3:
+            module(torch.ones(1))  # a nested call of the same module
+
+    def end(ctx: ah.CallContext) -> None:
+        pairs.append((ctx.data["n"], ctx.result.shape[0]))
+
+    with ah.weave(module, before=start, after=end):
+        module.interrupt = True
+        with pytest.raises(KeyboardInterrupt):
+            module(torch.ones(5))
+        module.interrupt = False
+        module(torch.ones(3))
+    assert pairs == [(1, 1), (3, 3)]
+
+
 def test_a_woven_module_can_be_garbage_collected() -> None:
     """Weaving keeps no strong reference to the module; the handle then removes nothing."""
     module = torch.nn.Linear(2, 2)
