@@ -40,8 +40,9 @@ class KerasCallback(_HookAdapter):
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
     are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
     outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
-    the epoch validated, ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` ->
-    ``'val_loss'``, so a callback monitoring ``'val_loss'`` finds it); at test end the
+    the epoch validated, that validation's metrics named as Keras's ``fit`` names them
+    (``'val/loss'`` -> ``'val_loss'``, whatever prefix the runner's ``Evaluate`` uses, so a
+    callback monitoring ``'val_loss'`` finds it; no ``test/`` metrics); at test end the
     metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
     the runner's ``Evaluate`` uses); at train end the last epoch's logs.
 
@@ -225,8 +226,13 @@ class KerasCallback(_HookAdapter):
         if self._loss_count:
             logs["loss"] = float(self._loss_sum) / self._loss_count
         if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
-            metrics = getattr(ctx.runner, "metrics", None) or {}
-            logs.update({k.replace("/", "_"): v for k, v in _scalars(metrics).items()})
+            # This validation's metrics only (not a test pass's still in runner.metrics),
+            # named as Keras's fit names them: 'val_' and the metric's name.
+            metrics = _scalars(getattr(ctx.runner, "metrics", None) or {})
+            prefix = _metrics_prefix(ctx.runner, "val")
+            logs.update(
+                {f"val_{k[len(prefix) :]}": v for k, v in metrics.items() if k.startswith(prefix)}
+            )
         self._epoch_logs = logs
         method = self._calls.get("on_epoch_end")
         if method is not None:

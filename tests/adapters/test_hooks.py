@@ -571,6 +571,28 @@ def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> No
     assert ends == [validated]
 
 
+@pytest.mark.parametrize("prefix", ["val", "valid"])
+def test_keras_epoch_logs_have_this_validations_metrics_named_as_keras_does(prefix: str) -> None:
+    """Epoch-end logs have 'val_<name>' for the validation's metrics, whatever Evaluate's
+    prefix, and none of a test pass's metrics still in runner.metrics (Keras's fit puts
+    only the loss, the metrics and their val_ versions there)."""
+    from aspecthook.train.aspects import Evaluate
+
+    epochs: list[Any] = []
+
+    class Epochs(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            epochs.append(sorted(logs))
+
+    runner = _runner([Evaluate(prefix=prefix), Epochs()], max_epochs=1)
+    runner.test_loader = runner.val_loader
+    runner.test()  # leaves 'test/loss' in runner.metrics
+    runner.run()
+    assert f"{prefix}/loss" in runner.metrics
+    assert "test/loss" in runner.metrics
+    assert epochs == [["loss", "val_loss"]]
+
+
 def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> None:
     """Only a base class named Hook/Callback marks no-op methods: a user's own class of
     that name has its methods called."""
