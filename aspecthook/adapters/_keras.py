@@ -7,6 +7,7 @@ keras.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
@@ -30,6 +31,14 @@ from ._methods import KERAS_METHODS
 
 __all__ = ["KerasCallback", "from_keras_callback"]
 
+#: Keras callback methods with no join point here (see ``KerasCallback._warn_unsupported``).
+_UNSUPPORTED = (
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+)
+
 
 class KerasCallback(_HookAdapter):
     """A Keras-style callback (``on_epoch_end(epoch, logs)`` ...) as an aspect.
@@ -52,7 +61,8 @@ class KerasCallback(_HookAdapter):
     before a test or validation pass outside a run (``runner.test()``), with one epoch of
     that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
-    through ``runner.stop()`` after the current iteration.
+    through ``runner.stop()`` after the current iteration. ``on_predict_*`` have no join
+    point here: a callback that defines them is warned about when adapted.
     """
 
     _base_name = "Callback"
@@ -76,6 +86,20 @@ class KerasCallback(_HookAdapter):
         self._calls = self._bind_methods()
         if not self._calls:
             raise _nothing_to_call(self, KERAS_METHODS)
+        self._warn_unsupported()
+
+    def _warn_unsupported(self) -> None:
+        """Say which of the callback's own methods have no join point here (prediction's),
+        rather than leave them silently uncalled next to the ones that run."""
+        unsupported = [m for m in _UNSUPPORTED if self._method(m) is not None]
+        if unsupported:
+            warnings.warn(
+                f"KerasCallback({type(self.target).__name__}): {', '.join(unsupported)} will "
+                "not be called: the runner has no predict loop. Call them yourself around "
+                "your own inference, or write an Aspect for it",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _bind_methods(self) -> dict[str, Callable[..., Any]]:
         calls: dict[str, Callable[..., Any]] = {}

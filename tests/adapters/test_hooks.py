@@ -593,6 +593,21 @@ def test_keras_epoch_logs_have_this_validations_metrics_named_as_keras_does(pref
     assert epochs == [["loss", "val_loss"]]
 
 
+def test_a_callback_with_predict_methods_is_told_they_will_not_be_called() -> None:
+    """A callback overriding on_predict_* next to methods that run is adapted with a
+    warning naming them, as MMHook warns about checkpoint methods."""
+
+    class Predicts(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            pass
+
+        def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+            pass
+
+    with pytest.warns(UserWarning, match=r"on_predict_batch_end will not be called"):
+        KerasCallback(Predicts())
+
+
 def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> None:
     """Only a base class named Hook/Callback marks no-op methods: a user's own class of
     that name has its methods called."""
