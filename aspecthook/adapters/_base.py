@@ -40,6 +40,7 @@ Plan = list[tuple[str, AdviceKind, str, AdviceFn]]
 
 _INDEX = "aspecthook.adapters.batch_idx"  # ctx.data keys shared by before and after advice
 _EPOCH = "aspecthook.adapters.epoch"
+_ITER = "aspecthook.adapters.iter"
 
 
 class _HookOptions(TypedDict, total=False):
@@ -137,6 +138,7 @@ class _HookAdapter(Aspect):
 
             def train_index(ctx: CallContext) -> None:
                 ctx.data[_INDEX] = getattr(ctx.runner, "inner_iter", 0)
+                ctx.data[_ITER] = getattr(ctx.runner, "iter", 0)  # before the loop counts it
 
             return [("batch_index", "before", "train_iter", train_index)]
 

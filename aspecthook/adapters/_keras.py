@@ -7,6 +7,7 @@ keras.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
@@ -30,6 +31,14 @@ from ._methods import KERAS_METHODS
 
 __all__ = ["KerasCallback", "from_keras_callback"]
 
+#: Keras callback methods with no join point here (see ``KerasCallback._warn_unsupported``).
+_UNSUPPORTED = (
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+)
+
 
 class KerasCallback(_HookAdapter):
     """A Keras-style callback (``on_epoch_end(epoch, logs)`` ...) as an aspect.
@@ -40,8 +49,9 @@ class KerasCallback(_HookAdapter):
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
     are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
     outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
-    the epoch validated, ``runner.metrics`` with ``'/'`` as ``'_'`` (``'val/loss'`` ->
-    ``'val_loss'``, so a callback monitoring ``'val_loss'`` finds it); at test end the
+    the epoch validated, that validation's metrics named as Keras's ``fit`` names them
+    (``'val/loss'`` -> ``'val_loss'``, whatever prefix the runner's ``Evaluate`` uses, so a
+    callback monitoring ``'val_loss'`` finds it; no ``test/`` metrics); at test end the
     metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
     the runner's ``Evaluate`` uses); at train end the last epoch's logs.
 
@@ -51,7 +61,8 @@ class KerasCallback(_HookAdapter):
     before a test or validation pass outside a run (``runner.test()``), with one epoch of
     that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
-    through ``runner.stop()`` after the current iteration.
+    through ``runner.stop()`` after the current iteration. ``on_predict_*`` have no join
+    point here: a callback that defines them is warned about when adapted.
     """
 
     _base_name = "Callback"
@@ -75,6 +86,20 @@ class KerasCallback(_HookAdapter):
         self._calls = self._bind_methods()
         if not self._calls:
             raise _nothing_to_call(self, KERAS_METHODS)
+        self._warn_unsupported()
+
+    def _warn_unsupported(self) -> None:
+        """Say which of the callback's own methods have no join point here (prediction's),
+        rather than leave them silently uncalled next to the ones that run."""
+        unsupported = [m for m in _UNSUPPORTED if self._method(m) is not None]
+        if unsupported:
+            warnings.warn(
+                f"KerasCallback({type(self.target).__name__}): {', '.join(unsupported)} will "
+                "not be called: the runner has no predict loop. Call them yourself around "
+                "your own inference, or write an Aspect for it",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _bind_methods(self) -> dict[str, Callable[..., Any]]:
         calls: dict[str, Callable[..., Any]] = {}
@@ -225,8 +250,13 @@ class KerasCallback(_HookAdapter):
         if self._loss_count:
             logs["loss"] = float(self._loss_sum) / self._loss_count
         if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
-            metrics = getattr(ctx.runner, "metrics", None) or {}
-            logs.update({k.replace("/", "_"): v for k, v in _scalars(metrics).items()})
+            # This validation's metrics only (not a test pass's still in runner.metrics),
+            # named as Keras's fit names them: 'val_' and the metric's name.
+            metrics = _scalars(getattr(ctx.runner, "metrics", None) or {})
+            prefix = _metrics_prefix(ctx.runner, "val")
+            logs.update(
+                {f"val_{k[len(prefix) :]}": v for k, v in metrics.items() if k.startswith(prefix)}
+            )
         self._epoch_logs = logs
         method = self._calls.get("on_epoch_end")
         if method is not None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import enum
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
+
+import wrapt
 
 from .._advice import AdviceKind
 from .._context import CallContext
@@ -18,7 +20,9 @@ from .._priority import Priority, PriorityLike, resolve_priority
 from .._typing import Unpack
 from ..errors import AspectDefinitionError
 from ._base import (
+    _EPOCH,
     _INDEX,
+    _ITER,
     AdviceFn,
     Plan,
     _check_call,
@@ -68,9 +72,13 @@ class MMHook(_HookAdapter):
     their prefix (``'val/acc'`` -> ``'acc'``; the runner's ``Evaluate`` prefix, ``'test/'``
     in a test pass), as OpenMMLab's evaluator returns them.
 
-    ``runner`` is the aspecthook runner: its ``epoch`` / ``iter`` count completed epochs
-    and iterations, so in ``after_train_iter`` / ``after_train_epoch`` they are already one
-    higher than OpenMMLab's (which increments after those hooks); validation runs inside
+    ``runner`` is the aspecthook runner as OpenMMLab's hooks read it (``_MMRunner``): in
+    ``after_train_iter`` / ``after_train_epoch`` its ``iter`` / ``epoch`` are the index of
+    the iteration / epoch that just ran, as in OpenMMLab (which counts it after those
+    hooks; aspecthook's own counters have counted it already), so ``every_n_train_iters``,
+    ``every_n_epochs``, ``is_last_train_iter`` and ``is_last_train_epoch`` hold where they
+    would there; ``max_iters`` of a run by epochs is ``max_epochs`` times the training
+    loader's length, as OpenMMLab's epoch loop gives it. Validation runs inside
     ``after_train_epoch`` (the ``Evaluate`` aspect, ahead of NORMAL priority) rather than
     after it. The checkpoint hooks (``before_save_checkpoint``, ``after_load_checkpoint``)
     have no join point here: a hook that defines them is warned about when adapted.
@@ -143,7 +151,60 @@ class MMHook(_HookAdapter):
         for mode in ("train", "val", "test"):
             if any(label.endswith(f"_{mode}_iter") for label, *_ in self._calls):
                 plan.extend(self._counting(mode))
+        if any(label == "after_train_epoch" for label, *_ in self._calls):
+            plan.append(("epoch_index", "before", "train_epoch", _epoch_index))
         return plan + list(self._calls)
+
+
+class _MMRunner(wrapt.ObjectProxy[Any]):
+    """The runner as OpenMMLab's hooks read it; everything but these counters is its own.
+
+    ``iter`` / ``epoch`` are ``at_iter`` / ``at_epoch`` when given: the index of the
+    iteration / epoch whose ``after_*`` hooks run, which OpenMMLab counts only after them
+    (aspecthook's loop has counted it already). ``max_iters`` of a run by epochs is
+    ``max_epochs`` x the training loader's length, as OpenMMLab's epoch loop sets it.
+    Read-only, as OpenMMLab's runner has them.
+    """
+
+    def __init__(self, runner: Any, at_iter: int | None = None, at_epoch: int | None = None):
+        super().__init__(runner)
+        self._self_at_iter = at_iter
+        self._self_at_epoch = at_epoch
+
+    @property
+    def iter(self) -> Any:
+        at = self._self_at_iter
+        return self.__wrapped__.iter if at is None else at
+
+    @property
+    def epoch(self) -> Any:
+        at = self._self_at_epoch
+        return self.__wrapped__.epoch if at is None else at
+
+    @property
+    def max_iters(self) -> Any:
+        runner = self.__wrapped__
+        limit = getattr(runner, "max_iters", None)
+        epochs, loader = getattr(runner, "max_epochs", None), getattr(runner, "train_loader", None)
+        if limit is None and isinstance(epochs, int) and isinstance(loader, Sized):
+            return epochs * len(loader)
+        return limit
+
+
+def _epoch_index(ctx: CallContext) -> None:
+    ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)  # before the loop counts it
+
+
+def _mm_runner(ctx: CallContext, name: str) -> Any:
+    """``ctx.runner`` for hook method ``name`` (see ``_MMRunner``); None stays None."""
+    runner = ctx.runner
+    if runner is None:
+        return None
+    if name == "after_train_iter":
+        return _MMRunner(runner, at_iter=ctx.data.get(_ITER))
+    if name == "after_train_epoch":
+        return _MMRunner(runner, at_epoch=ctx.data.get(_EPOCH))
+    return _MMRunner(runner)
 
 
 def _hook_priority(hook: Any, given: PriorityLike | None) -> PriorityLike:
@@ -170,12 +231,17 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         style = "runner"  # an mmcv 1.x hook: runner only
 
     if style == "runner":
-        return lambda ctx: method(ctx.runner)
+        return lambda ctx: method(_mm_runner(ctx, name))
     if style == "iter":
-        return lambda ctx: method(ctx.runner, batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx))
+        return lambda ctx: method(
+            _mm_runner(ctx, name), batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx)
+        )
     if style == "outputs":
         return lambda ctx: method(
-            ctx.runner, batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx), outputs=ctx.result
+            _mm_runner(ctx, name),
+            batch_idx=ctx.data[_INDEX],
+            data_batch=_batch(ctx),
+            outputs=ctx.result,
         )
     # A fresh dict of this loop's metrics (as OpenMMLab passes its evaluator's results),
     # not runner.metrics itself: a hook that keeps it keeps this epoch's values.
@@ -185,7 +251,7 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         metrics = getattr(ctx.runner, "metrics", None) or {}
         prefix = _metrics_prefix(ctx.runner, mode)
         mine = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
-        return method(ctx.runner, metrics=mine)
+        return method(_mm_runner(ctx, name), metrics=mine)
 
     return with_metrics
 

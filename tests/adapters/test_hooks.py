@@ -231,7 +231,7 @@ def test_without_a_hook_base_any_method_with_the_name_counts() -> None:
     hook = Plain()
     hook.before_run = lambda runner: seen.append(-1)  # type: ignore[attr-defined]
     _runner([hook]).run()
-    assert seen == [-1, 1, 2]
+    assert seen == [-1, 0, 1]  # the epoch that just ran, as OpenMMLab counts it
 
 
 class _MMPriority(enum.Enum):
@@ -571,6 +571,43 @@ def test_keras_epoch_logs_have_val_metrics_only_when_the_epoch_validated() -> No
     assert ends == [validated]
 
 
+@pytest.mark.parametrize("prefix", ["val", "valid"])
+def test_keras_epoch_logs_have_this_validations_metrics_named_as_keras_does(prefix: str) -> None:
+    """Epoch-end logs have 'val_<name>' for the validation's metrics, whatever Evaluate's
+    prefix, and none of a test pass's metrics still in runner.metrics (Keras's fit puts
+    only the loss, the metrics and their val_ versions there)."""
+    from aspecthook.train.aspects import Evaluate
+
+    epochs: list[Any] = []
+
+    class Epochs(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            epochs.append(sorted(logs))
+
+    runner = _runner([Evaluate(prefix=prefix), Epochs()], max_epochs=1)
+    runner.test_loader = runner.val_loader
+    runner.test()  # leaves 'test/loss' in runner.metrics
+    runner.run()
+    assert f"{prefix}/loss" in runner.metrics
+    assert "test/loss" in runner.metrics
+    assert epochs == [["loss", "val_loss"]]
+
+
+def test_a_callback_with_predict_methods_is_told_they_will_not_be_called() -> None:
+    """A callback overriding on_predict_* next to methods that run is adapted with a
+    warning naming them, as MMHook warns about checkpoint methods."""
+
+    class Predicts(Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            pass
+
+        def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+            pass
+
+    with pytest.warns(UserWarning, match=r"on_predict_batch_end will not be called"):
+        KerasCallback(Predicts())
+
+
 def test_a_hook_class_that_happens_to_be_named_hook_is_not_its_own_base() -> None:
     """Only a base class named Hook/Callback marks no-op methods: a user's own class of
     that name has its methods called."""
@@ -688,6 +725,54 @@ def test_a_hook_reads_the_loaders_by_openmmlab_names() -> None:
     runner = _runner([Sizes()], max_epochs=1)
     runner.run()
     assert seen == [runner.train_loader, runner.val_loader, runner.test_loader]
+
+
+class CountingHelpers(Hook):
+    """mmengine ``Hook``'s counter helpers, with its formulas."""
+
+    def every_n_train_iters(self, runner: Any, n: int) -> bool:
+        return bool((runner.iter + 1) % n == 0)
+
+    def every_n_epochs(self, runner: Any, n: int) -> bool:
+        return bool((runner.epoch + 1) % n == 0)
+
+    def is_last_train_iter(self, runner: Any) -> bool:
+        return bool(runner.iter + 1 == runner.max_iters)
+
+    def is_last_train_epoch(self, runner: Any) -> bool:
+        return bool(runner.epoch + 1 == runner.max_epochs)
+
+
+@pytest.mark.parametrize("limit", [{"max_epochs": 2}, {"max_iters": 6}])
+def test_openmmlab_counter_helpers_hold_where_they_would_in_openmmlab(
+    limit: dict[str, int],
+) -> None:
+    """In after_train_iter / after_train_epoch, runner.iter / epoch are the index that just
+    ran (OpenMMLab counts it after those hooks), and max_iters of a run by epochs is
+    max_epochs x the loader's length: every_n_* and is_last_* fire where mmengine's do."""
+    seen: list[tuple[Any, ...]] = []
+
+    class Probe(CountingHelpers):
+        def after_train_iter(
+            self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        ) -> None:
+            seen.append(("iter", runner.iter, self.every_n_train_iters(runner, 3)))
+            if self.is_last_train_iter(runner):
+                seen.append(("last iter", runner.iter))
+
+        def after_train_epoch(self, runner: Any) -> None:
+            seen.append(("epoch", runner.epoch, self.every_n_epochs(runner, 2)))
+            if self.is_last_train_epoch(runner):
+                seen.append(("last epoch", runner.epoch))
+
+    runner = _runner([Probe()], **limit)
+    runner.run()
+    assert (runner.iter, runner.epoch) == (6, 2)  # the runner's own counters are unchanged
+    assert [row for row in seen if row[0] == "iter"] == [("iter", i, i in (2, 5)) for i in range(6)]
+    assert ("last iter", 5) in seen
+    assert [row for row in seen if row[0] == "epoch"] == [("epoch", 0, False), ("epoch", 1, True)]
+    if "max_epochs" in limit:
+        assert seen[-1] == ("last epoch", 1)
 
 
 def test_a_hooks_own_state_dict_goes_into_the_runners_state() -> None:
