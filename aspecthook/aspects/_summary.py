@@ -43,6 +43,11 @@ class _Summary(reprlib.Repr):
             array = _array_summary(x)
             if array is not None:
                 return array
+            # Long text or bytes of a subclass (reprlib repr()s those whole): capped alike.
+            if isinstance(x, str) and len(x) > self.maxstring:
+                return self.repr_str(x, level)
+            if isinstance(x, (bytes, bytearray)) and len(x) > self.maxstring:
+                return self.repr_bytes(x, level)
             # reprlib sorts sets and dict keys before slicing: never on big ones.
             if isinstance(x, self._SIZED) and len(x) > self.maxlist:
                 return f"<{type(x).__qualname__} len={len(x)}>"
@@ -53,7 +58,7 @@ class _Summary(reprlib.Repr):
     def repr_str(self, x: str, level: int) -> str:
         if len(x) <= self.maxstring:
             return repr(x)
-        return f"<str len={len(x)} {super().repr_str(x, level)}>"
+        return f"<{type(x).__qualname__} len={len(x)} {super().repr_str(x, level)}>"
 
     def repr_bytes(self, x: bytes | bytearray, level: int) -> str:
         if len(x) <= self.maxstring:
@@ -101,9 +106,23 @@ def _array_summary(x: Any) -> str | None:
         shape = tuple(shape)
     except TypeError:
         pass
-    if shape == ():  # a scalar (numpy.float32(1.5)): its value says more
+    if shape == () and _on_host(x):  # a scalar (numpy.float32(1.5)): its value says more
         return None
     return f"<{type(x).__qualname__} shape={shape} dtype={x.dtype}>"
+
+
+def _on_host(x: Any) -> bool:
+    """Whether array-like ``x`` is in host memory, so reading its value is cheap.
+
+    A 0-d tensor on an accelerator (a loss on ``cuda``) is read by its ``repr``, a copy to
+    the host that waits for the device: such a scalar keeps its shape-and-dtype summary.
+    ``device`` is a str for numpy arrays, a ``torch.device`` (``type``) or a JAX device
+    (``platform``); an object without one (a numpy scalar) is taken to be on the host.
+    """
+    device = getattr(x, "device", "cpu")
+    if not isinstance(device, str):
+        device = getattr(device, "type", None) or getattr(device, "platform", None)
+    return device == "cpu"
 
 
 _DEFAULT_SUMMARY = _Summary(max_length=80, max_items=8)
@@ -112,9 +131,11 @@ _DEFAULT_SUMMARY = _Summary(max_length=80, max_items=8)
 def summarize(value: Any, *, max_length: int = 80, max_items: int = 8) -> str:
     """The capped text ``Logged`` shows for ``value``; never raises, never dumps big data.
 
-    Strings over ``max_length`` and containers over ``max_items`` items are summarised
-    with their type and length, objects with ``shape`` and ``dtype`` (tensors, arrays) by
-    type, shape and dtype, and a ``repr`` that raises as ``'<unrepresentable T>'``.
+    Strings and bytes over ``max_length`` (subclasses too) and containers over
+    ``max_items`` items are summarised with their type and length, objects with ``shape``
+    and ``dtype`` (tensors, arrays) by type, shape and dtype (a 0-d one in host memory by
+    its value; on an accelerator, reading it would wait for the device), and a ``repr``
+    that raises as ``'<unrepresentable T>'``.
     """
     if max_length == 80 and max_items == 8:
         return _DEFAULT_SUMMARY.summary(value)

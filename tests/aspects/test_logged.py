@@ -494,6 +494,61 @@ def test_a_many_dimensional_memoryview_is_summarised_by_its_bytes() -> None:
     assert peak < 1_000_000
 
 
+class _Cuda:
+    """A device as torch names it (``torch.device('cuda:0').type``)."""
+
+    type = "cuda"
+
+
+class FakeDeviceScalar:
+    """A 0-d tensor on an accelerator (a loss): reading it by repr waits for the device."""
+
+    shape = ()
+    dtype = "float32"
+    device = _Cuda()
+
+    def __repr__(self) -> str:
+        raise AssertionError("a device scalar's repr copies it to the host")
+
+
+def test_a_scalar_on_an_accelerator_is_summarised_without_reading_its_value() -> None:
+    """A 0-d tensor on 'cuda' (a loss passed or returned) shows type, shape and dtype: its
+    repr would copy it to the host and wait for the device on every logged call."""
+    with ah.weave(echo, Logged()), capture_logs() as logs:
+        echo(FakeDeviceScalar())
+    assert logs[0]["args"] == {"value": "<FakeDeviceScalar shape=() dtype=float32>"}
+
+
+def test_a_scalar_in_host_memory_shows_its_value() -> None:
+    """A numpy scalar or 0-d array (device 'cpu', or none) is cheap to read: its repr."""
+    np = pytest.importorskip("numpy")
+    assert summarize(np.float32(1.5)) == "np.float32(1.5)"
+    assert summarize(np.array(2.0)) == "array(2.)"
+
+
+class Text(str):
+    """A str subclass (as markup and path-like strings are)."""
+
+
+class Blob(bytes):
+    """A bytes subclass."""
+
+
+def test_long_text_and_bytes_of_a_subclass_are_capped_from_a_slice() -> None:
+    """A 20 MB str or bytes subclass is summarised like str and bytes, with its type name,
+    not repr'd whole and then cut (which copied the whole value)."""
+    text, blob = Text("x" * 20_000_000), Blob(b"x" * 20_000_000)
+    tracemalloc.start()
+    try:
+        summaries = summarize(text), summarize(blob)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert summaries[0].startswith("<Text len=20000000 'xxx")
+    assert summaries[1].startswith("<Blob len=20000000 b'xxx")
+    assert peak < 1_000_000
+
+
 def test_summarize_caps_deep_nesting_and_custom_sizes() -> None:
     """Nesting deeper than three levels is elided and max_length/max_items are honoured."""
     assert summarize([[[[1]]]]) == "[[[[...]]]]"
