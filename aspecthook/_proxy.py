@@ -144,13 +144,27 @@ def _bound_instance(proxy: JoinPointProxy) -> Any:
 
 
 def find_proxy(obj: object) -> JoinPointProxy | None:
-    """Our proxy in ``obj``'s wrapper chain (under foreign wrappers too), or ``None``."""
+    """Our proxy in ``obj``'s wrapper chain (under foreign wrappers too), or ``None``.
+
+    A plain wrapper put on a woven method taken from its class (``Cls.m =
+    deco(Cls.m)``, as ``torch.optim.Optimizer`` does to each subclass's ``step`` when the
+    first one is made) holds the proxy bound to no instance, not the proxy itself: that
+    stands for the proxy too, or weaving again would stack a second one.
+    """
     if type(obj) is JoinPointProxy:
         return obj
-    found: JoinPointProxy | None = wrapt.find_wrapper(
-        obj, predicate=lambda e: type(e) is JoinPointProxy
-    )
-    return found
+    found = wrapt.find_wrapper(obj, predicate=_ours)
+    if type(found) is _BoundJoinPointProxy:
+        parent: JoinPointProxy = found._self_parent
+        return parent
+    return found if type(found) is JoinPointProxy else None
+
+
+def _ours(entry: object) -> bool:
+    """Our proxy, or our proxy bound by a class's attribute access (no instance)."""
+    if type(entry) is _BoundJoinPointProxy:
+        return entry._self_instance is None and type(entry._self_parent) is JoinPointProxy
+    return type(entry) is JoinPointProxy
 
 
 def make_proxy(wrapped: Any, jp: JoinPoint) -> JoinPointProxy:
