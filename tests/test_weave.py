@@ -1493,6 +1493,20 @@ def test_a_woven_instance_pickles_and_the_copy_acts_on_itself() -> None:
     assert original.n == 1
 
 
+def test_a_function_woven_where_it_was_imported_pickles_by_that_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A function woven in a module that imported it, or under an alias, pickles as the
+    attribute it was woven at (its qualified name there finds the original, not it)."""
+    monkeypatch.setattr(targets, "alias_of_add_one", targets.add_one, raising=False)
+    with ah.woven(f"{MOD}.dumps", before=lambda ctx: None):
+        assert pickle.loads(pickle.dumps(targets.dumps)) is targets.dumps
+    with ah.woven(f"{MOD}.alias_of_add_one", before=lambda ctx: None):
+        woven = targets.alias_of_add_one  # type: ignore[attr-defined]
+        assert pickle.loads(pickle.dumps(woven)) is woven
+        assert pickle.loads(pickle.dumps(targets.add_one)) is targets.add_one
+
+
 def test_a_callable_instance_is_woven_like_any_instance() -> None:
     """An instance whose class defines __call__ is still an instance: its methods are woven."""
     seen: list[str] = []
