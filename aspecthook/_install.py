@@ -142,12 +142,29 @@ def _remove_proxy(jp: JoinPoint) -> None:
     proxy = jp.proxy_ref()
     if parent is not None and proxy is not None:
         try:
-            wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
+            removed = wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
         except wrapt.WrapperNotOutermostError as exc:
             # A plain wrapper on top (functools.wraps) calls our proxy directly, so it cannot
             # be spliced out: it stays in place as a join point with whatever advice is left.
-            get_logger().warning("weave.unwrap_failed", target=jp.name, reason=str(exc))
-            REGISTRY.add_joinpoint(jp)
+            _keep(jp, str(exc))
+        else:
+            if removed is None and _held_bound(parent, attr, proxy):
+                _keep(jp, f"a plain wrapper at {attr} holds it bound (Class.{attr})")
+
+
+def _keep(jp: JoinPoint, reason: str) -> None:
+    get_logger().warning("weave.unwrap_failed", target=jp.name, reason=reason)
+    REGISTRY.add_joinpoint(jp)
+
+
+def _held_bound(parent: Any, attr: str, proxy: Any) -> bool:
+    """Whether a plain wrapper at ``parent.attr`` calls ``proxy`` bound by a class's
+    attribute access (``Cls.m = deco(Cls.m)``), where ``unwrap_object`` cannot see it."""
+    try:
+        _, _, current = wrapt.resolve_path(parent, attr)
+        return find_proxy(current) is proxy
+    except Exception:  # removal must not fail on whatever a patch put there
+        return False
 
 
 # -- names -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ bound method it wraps (``getattr(owner, name)`` or the target's qualified name).
 from __future__ import annotations
 
 import copy
+import importlib
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,15 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         instance = _bound_instance(self)
         if instance is not None:  # woven on one instance: the method of the unpickled one
             return getattr, (instance, str(self.__wrapped__.__name__))
+        holder, attr = self._self_joinpoint.site or (lambda: None, "")
+        module = holder()
+        if isinstance(module, types.ModuleType) and (module.__name__, attr) != (
+            self.__module__,
+            self.__qualname__,
+        ):
+            # Woven where another module imported it (``from a import f``) or under an
+            # alias: its qualified name finds the original there, not this proxy.
+            return getattr, (_ModuleByName(module.__name__), attr)
         return str(self.__qualname__)
 
     def __reduce__(self) -> str | tuple[Any, tuple[Any, str]]:
@@ -121,6 +131,19 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         if _bound_instance(self) is not None:
             return copy.deepcopy(self.__wrapped__, memo)
         return self
+
+
+class _ModuleByName:
+    """Pickles as ``importlib.import_module(name)``: a module by reference, which plain
+    pickle refuses; unpickling needs only the module, not aspecthook."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return importlib.import_module, (self.name,)
 
 
 def _bound_instance(proxy: JoinPointProxy) -> Any:
@@ -144,13 +167,27 @@ def _bound_instance(proxy: JoinPointProxy) -> Any:
 
 
 def find_proxy(obj: object) -> JoinPointProxy | None:
-    """Our proxy in ``obj``'s wrapper chain (under foreign wrappers too), or ``None``."""
+    """Our proxy in ``obj``'s wrapper chain (under foreign wrappers too), or ``None``.
+
+    A plain wrapper put on a woven method taken from its class (``Cls.m =
+    deco(Cls.m)``, as ``torch.optim.Optimizer`` does to each subclass's ``step`` when the
+    first one is made) holds the proxy bound to no instance, not the proxy itself: that
+    stands for the proxy too, or weaving again would stack a second one.
+    """
     if type(obj) is JoinPointProxy:
         return obj
-    found: JoinPointProxy | None = wrapt.find_wrapper(
-        obj, predicate=lambda e: type(e) is JoinPointProxy
-    )
-    return found
+    found = wrapt.find_wrapper(obj, predicate=_ours)
+    if type(found) is _BoundJoinPointProxy:
+        parent: JoinPointProxy = found._self_parent
+        return parent
+    return found if type(found) is JoinPointProxy else None
+
+
+def _ours(entry: object) -> bool:
+    """Our proxy, or our proxy bound by a class's attribute access (no instance)."""
+    if type(entry) is _BoundJoinPointProxy:
+        return entry._self_instance is None and type(entry._self_parent) is JoinPointProxy
+    return type(entry) is JoinPointProxy
 
 
 def make_proxy(wrapped: Any, jp: JoinPoint) -> JoinPointProxy:

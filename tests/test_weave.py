@@ -909,6 +909,39 @@ def test_plain_wrapper_on_top_does_not_break_removal() -> None:
         targets.add_one = original
 
 
+def test_plain_wrapper_on_a_method_taken_from_its_class_keeps_one_proxy() -> None:
+    """``Cls.m = deco(Cls.m)`` on a woven method (what torch.optim.Optimizer does to each
+    subclass's ``step``) holds our proxy bound: weaving again reaches the same proxy, advice
+    by name runs once per call, and the last removal leaves the proxy in place, logged."""
+    original = vars(Model)["forward"]
+    log: list[Any] = []
+    first = ah.weave(f"{MOD}.Model.forward", before=record(log, "first"))
+    bound = Model.forward
+
+    @functools.wraps(bound)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return bound(*args, **kwargs)
+
+    Model.forward = plain  # type: ignore[method-assign]
+    try:
+        by_name = ah.before(f"{MOD}.Model.forward")(record(log, "by name"))
+        second = ah.weave(f"{MOD}.Model.forward", before=record(log, "second"))
+        assert Model().forward(1) == 11
+        assert sorted(log) == ["by name", "first", "second"]
+        proxies = [e for e in chain(Model.forward) if type(e).__name__ == "JoinPointProxy"]
+        assert len(proxies) <= 1
+        with capture_logs() as logs:
+            first.remove()
+            second.remove()
+        assert [entry["event"] for entry in logs] == ["weave.unwrap_failed"]
+        log.clear()
+        assert Model().forward(1) == 11
+        assert log == ["by name"]
+        by_name.remove()
+    finally:
+        Model.forward = original  # type: ignore[method-assign]
+
+
 # -- modules imported later ------------------------------------------------------------------
 
 _module_numbers = itertools.count()
@@ -1458,6 +1491,20 @@ def test_a_woven_instance_pickles_and_the_copy_acts_on_itself() -> None:
         restored = pickle.loads(pickle.dumps(original))
     assert restored.inc() == 2
     assert original.n == 1
+
+
+def test_a_function_woven_where_it_was_imported_pickles_by_that_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A function woven in a module that imported it, or under an alias, pickles as the
+    attribute it was woven at (its qualified name there finds the original, not it)."""
+    monkeypatch.setattr(targets, "alias_of_add_one", targets.add_one, raising=False)
+    with ah.woven(f"{MOD}.dumps", before=lambda ctx: None):
+        assert pickle.loads(pickle.dumps(targets.dumps)) is targets.dumps
+    with ah.woven(f"{MOD}.alias_of_add_one", before=lambda ctx: None):
+        woven = targets.alias_of_add_one  # type: ignore[attr-defined]
+        assert pickle.loads(pickle.dumps(woven)) is woven
+        assert pickle.loads(pickle.dumps(targets.add_one)) is targets.add_one
 
 
 def test_a_callable_instance_is_woven_like_any_instance() -> None:
