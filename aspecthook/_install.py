@@ -109,7 +109,10 @@ def _revive(jp: JoinPoint, parent: Any, attr: str) -> None:
 def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoint:
     jp = JoinPoint(_dotted(parent, attr), current, declared=False)
     factory: Any = make_proxy
-    proxy = wrapt.wrap_object(parent, attr, factory, (jp,))
+    try:
+        proxy = wrapt.wrap_object(parent, attr, factory, (jp,))
+    except (AttributeError, TypeError) as exc:  # the holder refuses the new attribute
+        raise _unsettable(parent, attr, exc) from exc
     jp.site = (_weak(parent), attr)
     jp.proxy_ref = weakref.ref(proxy)
     try:
@@ -182,3 +185,18 @@ def _weak(obj: Any) -> Callable[[], Any]:
         return weakref.ref(obj)
     except TypeError:
         return lambda: obj
+
+
+def _unsettable(parent: Any, attr: str, exc: BaseException) -> WeaveTargetError:
+    """The error for a holder that refuses our proxy in ``attr`` (a frozen dataclass
+    instance, a builtin type, a ``__setattr__`` that raises)."""
+    if inspect.isclass(parent) or inspect.ismodule(parent):
+        where = f"{getattr(parent, '__qualname__', parent.__name__)}.{attr}"
+        hint = "weave the callers' reference to it, or a subclass you own"
+    else:
+        where = f"this {type(parent).__qualname__} instance's {attr}"
+        hint = f"weave the class {type(parent).__qualname__} instead (all its instances)"
+    return WeaveTargetError(
+        f"cannot put a proxy in {where}: {type(exc).__name__}: {exc}; {hint}",
+        target=f"{type(parent).__qualname__}.{attr}",
+    )

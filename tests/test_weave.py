@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import gc
 import importlib
@@ -1546,6 +1547,24 @@ def test_an_instance_without_a_dict_is_refused_with_the_class_to_weave() -> None
     """A __slots__ instance has nowhere to hold per-instance proxies: weave the class."""
     with pytest.raises(WeaveTargetError, match=r"uses __slots__.*weave the class Slotted"):
         ah.weave(Slotted(), before=lambda ctx: None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    n: int
+
+    def total(self) -> int:
+        return self.n
+
+
+def test_an_instance_that_refuses_new_attributes_is_refused_with_the_class_to_weave() -> None:
+    """A frozen dataclass instance cannot hold a proxy: a WeaveTargetError that says to
+    weave the class, not the dataclass's own error, and nothing is left registered."""
+    frozen = Frozen(1)
+    with pytest.raises(WeaveTargetError, match=r"FrozenInstanceError.*weave the class Frozen"):
+        ah.weave(frozen, before=lambda ctx: None)
+    assert vars(frozen) == {"n": 1}
+    assert ah.describe(ah.Glob("*Frozen*")) == []
 
 
 SINGLETON = Tally()
