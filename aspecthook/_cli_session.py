@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
 from ._cli_report import PROG, _is_timer, _print_summary, _warn, _write_trace
 from ._config import RunConfig, WeaveSpec, load_config
+from ._install import ENDING
 from .errors import AspectHookError, WeaveTargetError
 
 if TYPE_CHECKING:
@@ -133,8 +134,12 @@ class Session:
         Unweaving first keeps our own exit work (the trace is written with ``json``) out
         of the timings and logs of a config that instruments ``json.*``.
         """
-        for handle in self.handles:
-            handle.remove()
+        ending = ENDING.set(True)  # an idle proxy left under a wrapper no longer matters
+        try:
+            for handle in self.handles:
+                handle.remove()
+        finally:
+            ENDING.reset(ending)
         problems = [(key, p) for key, r in self.records if (p := self._problem(r)) is not None]
         for key, problem in problems:
             where = f"{self.config.file}: {key}: {problem}"

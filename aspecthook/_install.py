@@ -12,6 +12,7 @@ import inspect
 import types
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import wrapt
@@ -155,8 +156,14 @@ def _remove_proxy(jp: JoinPoint) -> None:
                 _keep(jp, f"a plain wrapper at {attr} holds it bound (Class.{attr})")
 
 
+#: Set while weaves are removed at the end of a process (``aspecthook run``): a proxy left
+#: idle under a plain wrapper then changes nothing, so it goes unreported.
+ENDING: ContextVar[bool] = ContextVar("aspecthook_ending", default=False)
+
+
 def _keep(jp: JoinPoint, reason: str) -> None:
-    get_logger().warning("weave.unwrap_failed", target=jp.name, reason=reason)
+    if not ENDING.get():
+        get_logger().warning("weave.unwrap_failed", target=jp.name, reason=reason)
     REGISTRY.add_joinpoint(jp)
 
 
