@@ -128,7 +128,7 @@ class Runner:
         self._register_aspects(aspects, default_aspects)
 
     def _start_counters(self) -> None:
-        """The counters and state of a run that has not started; the process's rank."""
+        """The counters and state of a run that has not started."""
         self.epoch = 0
         self.iter = 0
         self.inner_iter = 0
@@ -140,7 +140,6 @@ class Runner:
         #: returned, advice included (set by ``_loop``; see ``report_unfinished_stage``).
         self.settled_iter = 0
         self.settled_epoch = 0
-        self.rank, self.world_size = _dist_info()
 
     def _declare_joinpoints(self) -> None:
         """Declare the loop's functions (``_loop``) as this runner's join points."""
@@ -329,6 +328,17 @@ class Runner:
         return defaults
 
     # -- the protocol aspects use --------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the default process group (0 without one). Read when
+        asked, so a group initialised after the runner was built counts too."""
+        return _dist_info()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the default process group (1 without one)."""
+        return _dist_info()[1]
 
     # OpenMMLab's names of the loaders, which its hooks read (``runner.train_dataloader``).
     @property
