@@ -34,6 +34,7 @@ from ._checks import (
 from ._data import epoch_batches, loader_length
 from ._reports import report_near_misses, report_unfinished_stage
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
+from ._wrappers import unwrapped, without_wrapper_prefix
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 
@@ -128,7 +129,7 @@ class Runner:
         self._register_aspects(aspects, default_aspects)
 
     def _start_counters(self) -> None:
-        """The counters and state of a run that has not started; the process's rank."""
+        """The counters and state of a run that has not started."""
         self.epoch = 0
         self.iter = 0
         self.inner_iter = 0
@@ -140,7 +141,6 @@ class Runner:
         #: returned, advice included (set by ``_loop``; see ``report_unfinished_stage``).
         self.settled_iter = 0
         self.settled_epoch = 0
-        self.rank, self.world_size = _dist_info()
 
     def _declare_joinpoints(self) -> None:
         """Declare the loop's functions (``_loop``) as this runner's join points."""
@@ -330,6 +330,17 @@ class Runner:
 
     # -- the protocol aspects use --------------------------------------------------------
 
+    @property
+    def rank(self) -> int:
+        """This process's rank in the default process group (0 without one). Read when
+        asked, so a group initialised after the runner was built counts too."""
+        return _dist_info()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the default process group (1 without one)."""
+        return _dist_info()[1]
+
     # OpenMMLab's names of the loaders, which its hooks read (``runner.train_dataloader``).
     @property
     def train_dataloader(self) -> Iterable[Any]:
@@ -458,9 +469,14 @@ class Runner:
     # -- state --------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer, scheduler, counters and every aspect's own state."""
+        """Model, optimizer, scheduler, counters and every aspect's own state.
+
+        The model's state is the one inside a ``DistributedDataParallel`` / ``DataParallel``
+        wrapper (no ``module.`` before its keys), so a checkpoint of a distributed run
+        loads into the bare model, and one of a single process into a wrapped one.
+        """
         state: dict[str, Any] = {
-            "model": self.model.state_dict(),
+            "model": unwrapped(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "counters": {"epoch": self.epoch, "iter": self.iter, "inner_iter": self.inner_iter},
             "metrics": dict(self.metrics),
@@ -507,7 +523,8 @@ class Runner:
                 state = unpack(state)
         for name in [n for n in state.get("aspects", {}) if n not in aspects]:
             state = unpack_orphan(state, name)  # a state saved without "packed"
-        self.model.load_state_dict(state["model"])
+        model = unwrapped(self.model)
+        model.load_state_dict(without_wrapper_prefix(state["model"], model))
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])

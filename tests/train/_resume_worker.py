@@ -403,3 +403,21 @@ def nan_guard_rank_main(rank: int, init_file: str, out_file: str) -> None:
         torch.save({"skipped": guard.skipped, "weights": weights}, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def late_group_rank_main(rank: int, init_file: str, work_dir: str, out_file: str) -> None:
+    """One of two gloo ranks whose runner is built before the process group is joined:
+    it must still see its rank and the world size when it runs (rank 0 alone writes, the
+    metric is the whole set's)."""
+    torch.set_num_threads(1)
+    checkpoint = Checkpoint(save_last=True)
+    runner = _scored_runner("r", [float(rank)], checkpoint, max_epochs=1, work_dir=work_dir)
+    dist = _gloo(rank, init_file)
+    try:
+        saved: list[str] = []
+        with ah.on("checkpoint.saved")(lambda event: saved.append(Path(event.path).name)):
+            runner.run()
+        result = {"rank": runner.rank, "world": runner.world_size, "saved": saved}
+        torch.save({**result, "val/r": runner.metrics["val/r"]}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

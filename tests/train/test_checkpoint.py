@@ -956,6 +956,77 @@ def test_with_ema_the_best_checkpoint_holds_the_weights_its_score_was_measured_o
         assert torch.equal(a, b)
 
 
+def _wrapped_runner(work_dir: Path, model: torch.nn.Module, **kwargs: Any) -> Runner:
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        make_loader(make_dataset(N), BATCH),
+        val_loader=make_loader(make_dataset(8, seed=1), BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        work_dir=work_dir,
+        **kwargs,
+    )
+
+
+def test_a_checkpoint_of_a_wrapped_model_loads_into_the_bare_one_and_back(tmp_path: Path) -> None:
+    """A model in a data-parallel wrapper (DataParallel here, DistributedDataParallel
+    alike) is saved without its ``module.`` prefix, the EMA average too: the file loads
+    into the bare model for inference and resumes a run without the wrapper, and back."""
+    from _fixtures import make_model
+
+    wrapped = torch.nn.DataParallel(make_model())
+    first = _wrapped_runner(
+        tmp_path, wrapped, max_epochs=1, aspects=[aspects.EMA(0.5), Checkpoint()]
+    )
+    first.run()
+    saved = torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
+    assert not any(key.startswith("module.") for key in saved["model"])
+    make_model().load_state_dict(saved["model"])  # the EMA weights, ready for inference
+    bare = make_model()
+    second = _wrapped_runner(
+        tmp_path, bare, max_epochs=2, aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")]
+    )
+    second.run()
+    assert second.epoch == 2
+    third = _wrapped_runner(
+        tmp_path,
+        torch.nn.DataParallel(make_model()),
+        max_epochs=3,
+        aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")],
+    )
+    third.run()
+    assert third.epoch == 3
+
+
+def test_a_model_state_saved_with_the_wrapper_prefix_still_loads(tmp_path: Path) -> None:
+    """A state whose keys all start with ``module.`` (saved from a wrapped model) loads
+    into the bare model, and the EMA state saved around the wrapper too."""
+    from _fixtures import make_model
+
+    runner = _wrapped_runner(tmp_path, make_model(), max_epochs=1, aspects=[aspects.EMA(0.5)])
+    runner.run()
+    state = runner.state_dict()
+    ema = state["aspects"]["ema"]
+    prefixed = {
+        **state,
+        "model": {f"module.{k}": v for k, v in state["model"].items()},
+        "aspects": {
+            **state["aspects"],
+            "ema": {
+                **ema,
+                "averaged": {
+                    k.replace("module.", "module.module.", 1): v for k, v in ema["averaged"].items()
+                },
+                "swapped": [f"module.{k}" for k in ema["swapped"]],
+            },
+        },
+    }
+    live = [p.detach().clone() for p in params(runner)]
+    runner.load_state_dict(prefixed)
+    for a, b in zip(params(runner), live, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_resume_auto_names_a_checkpoint_of_another_model_it_found(tmp_path: Path) -> None:
     """A work_dir reused with a changed model: the error names the file resume='auto'
     picked up and says what to do, instead of torch's bare state-dict mismatch."""

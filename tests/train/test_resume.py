@@ -523,6 +523,22 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank(
         assert torch.equal(a, b)
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_a_runner_built_before_the_process_group_sees_its_rank_when_it_runs(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """rank and world_size are read from the process group when asked: a runner built
+    before init_process_group gathers the shards' metrics and saves on rank 0 only."""
+    args = (str(tmp_path / "init"), str(tmp_path / "run"), str(tmp_path / "out"))
+    _two_ranks(forkserver, _resume_worker.late_group_rank_main, *args)
+    got = [torch.load(f"{args[2]}.{r}", weights_only=True) for r in (0, 1)]
+    assert [(g["rank"], g["world"]) for g in got] == [(0, 2), (1, 2)]
+    assert [g["val/r"] for g in got] == [0.5, 0.5]
+    assert [g["saved"] for g in got] == [["epoch_1.pt"], []]
+
+
 # -- RNG states --------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
+from .._wrappers import unwrapped, without_wrapper_prefix
 
 __all__ = ["EMA"]
 
@@ -29,7 +30,9 @@ class EMA(Aspect):
     afterwards. Its state (the averaged weights, the update and step counts) is part of
     checkpoints. With ``use_for_eval``, a checkpoint's ``model`` holds the EMA weights (the
     ones validated, so ``save_best`` keeps the weights its score was measured on, ready to
-    load for inference) and EMA's state the live ones; a resume swaps them back.
+    load for inference) and EMA's state the live ones; a resume swaps them back. A model in
+    a ``DistributedDataParallel`` / ``DataParallel`` wrapper is averaged without it, so
+    the EMA weights saved fit the bare model, as the checkpoint's ``model`` does.
     """
 
     name = "ema"
@@ -67,7 +70,7 @@ class EMA(Aspect):
 
     def before_run(self, ctx: CallContext) -> None:
         if self.averaged is None:
-            self._build(ctx.runner.model)
+            self._build(unwrapped(ctx.runner.model))
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._started:
@@ -77,7 +80,7 @@ class EMA(Aspect):
         if runner.iter and not self._loaded and self.averaged is not None:
             # Resumed from a checkpoint without this aspect's state (EMA added on resume):
             # the average starts from the weights trained so far, not the initial ones.
-            _copy(self._tensors(self.averaged.module), self._tensors(runner.model))
+            _copy(self._tensors(self.averaged.module), self._tensors(unwrapped(runner.model)))
 
     def _build(self, model: torch.nn.Module) -> AveragedModel:
         self.averaged = AveragedModel(
@@ -86,7 +89,7 @@ class EMA(Aspect):
             use_buffers=self.use_buffers,
         )
         if self._pending is not None:
-            self.averaged.load_state_dict(self._pending)
+            self._load_averaged(self._pending)
             self._pending = None
         return self.averaged
 
@@ -95,10 +98,11 @@ class EMA(Aspect):
         if self.averaged is None or ctx.skipped:
             return
         self._steps += 1
+        model = unwrapped(runner.model)
         if runner.iter < self.start_iter:  # not started: follow the live weights
-            _copy(self._tensors(self.averaged.module), self._tensors(runner.model))
+            _copy(self._tensors(self.averaged.module), self._tensors(model))
         elif self._steps % self.update_every == 0:
-            self.averaged.update_parameters(runner.model)
+            self.averaged.update_parameters(model)
 
     def around_val_epoch(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Validation on the EMA weights (``use_for_eval``); the live ones are back after
@@ -106,7 +110,7 @@ class EMA(Aspect):
         reverse order of their swaps and the live weights come back last."""
         if not self.use_for_eval:
             return proceed()
-        model = ctx.runner.model
+        model = unwrapped(ctx.runner.model)
         if self.averaged is None:  # a runner that loaded a checkpoint and tests, unrun
             self._build(model)
         backup = self._swap_in(model)
@@ -142,10 +146,19 @@ class EMA(Aspect):
         if "averaged" in state:
             self._loaded = True
             if self.averaged is not None:
-                self.averaged.load_state_dict(state["averaged"])
+                self._load_averaged(state["averaged"])
             else:  # applied when the average is built (before_run, or a test without run)
                 self._pending = state["averaged"]
         self._steps = int(state.get("steps", self._steps))
+
+    def _load_averaged(self, state: Mapping[str, Any]) -> None:
+        """Load an ``AveragedModel`` state, one saved around a wrapped model included
+        (``module.module.`` keys)."""
+        assert self.averaged is not None
+        inner = {k[len("module.") :]: v for k, v in state.items() if k.startswith("module.")}
+        inner = dict(without_wrapper_prefix(inner, self.averaged.module))
+        rest = {k: v for k, v in state.items() if not k.startswith("module.")}
+        self.averaged.load_state_dict({**rest, **{f"module.{k}": v for k, v in inner.items()}})
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The runner's state with the EMA weights as its ``model`` and the live weights in
