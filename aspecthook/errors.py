@@ -130,10 +130,12 @@ class UnsupportedAdviceError(AspectHookError, TypeError):
 
 
 class RunnerError(AspectHookError, ValueError):
-    """A training runner was given parts it cannot train with.
+    """A training runner was given parts it cannot train with, or its run cannot go on.
 
-    Raised before any training starts (limits, scheduler, work_dir, resume path) or at the
-    first step whose result is not a loss.
+    Raised before any training starts (limits, scheduler, work_dir, resume path), at the
+    first step whose result is not a loss, or during the run when a part fails there (a
+    metric that is not a number, a checkpoint write that failed, a training aspect called
+    outside a run).
     """
 
 
@@ -188,7 +190,7 @@ class AspectParameterError(AspectHookError, TypeError):
 
 
 class ConfigError(AspectHookError, ValueError):
-    """A configuration file (``aspecthook run --aspects FILE``) cannot be used.
+    """A config file (``aspecthook run --aspects FILE``, ``Runner.from_config``) cannot be used.
 
     ``file`` is the file, ``key`` the key path of the bad value (``weave[1].aspects[0].type``,
     empty for the whole file); the message says what is valid there.
