@@ -8,6 +8,9 @@ iteration: ``_runner`` imports them, so each stays one global lookup there.
 
 from __future__ import annotations
 
+import collections
+import copy
+import dataclasses
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -60,13 +63,39 @@ def _snapshot(metrics: Any) -> dict[str, Any]:
     return dict(metrics) if type(metrics) is dict else metrics
 
 
-def _move(batch: Any, device: torch.device) -> Any:
+def _move(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``batch`` with its tensors on ``device``: tensors, mappings (their type kept),
+    namedtuples, tuples, lists and dataclass instances (a shallow copy) are gone through;
+    any other value is kept as it is. ``non_blocking`` only for a CUDA target: a copy to
+    the host (or to MPS) may be read before it is complete (torch's ``pin_memory`` and
+    ``non_blocking`` guide)."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):
-        return {k: _move(v, device) for k, v in batch.items()}
+        return _moved_mapping(batch, device, non_blocking)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(_move(v, device) for v in batch))
+        return type(batch)(*(_move(v, device, non_blocking) for v in batch))
     if isinstance(batch, (tuple, list)):
-        return type(batch)(_move(v, device) for v in batch)
+        return type(batch)(_move(v, device, non_blocking) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        moved = copy.copy(batch)
+        for field in dataclasses.fields(batch):
+            value = getattr(batch, field.name)
+            object.__setattr__(moved, field.name, _move(value, device, non_blocking))  # frozen too
+        return moved
     return batch
+
+
+def _moved_mapping(batch: Mapping[Any, Any], device: torch.device, non_blocking: bool) -> Any:
+    """A mapping of the same type (``OrderedDict``, ``defaultdict``, a ``UserDict``)
+    with its values moved; a plain dict where the type cannot be made from one."""
+    moved = {k: _move(v, device, non_blocking) for k, v in batch.items()}
+    kind: Any = type(batch)
+    if kind is dict:
+        return moved
+    try:
+        if isinstance(batch, collections.defaultdict):
+            return kind(batch.default_factory, moved)
+        return kind(moved)
+    except TypeError:
+        return moved
