@@ -43,11 +43,22 @@ def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
         loss = result
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise RunnerError(
-            f"{where} returned {type(result).__name__}, not a loss: return a scalar loss "
+            f"{where} returned {type(result).__name__}{_what(result, loss)}, not a loss: "
+            "return a scalar loss "
             "tensor or a dict with a 'loss' tensor, or give loss_fn= (called as "
             "loss_fn(model(x), y)) or train_step=(runner, batch) -> loss"
         )
     return outputs
+
+
+def _what(result: Any, loss: Any) -> str:
+    """What is wrong with a step's result, for the error: a dict's keys, a tensor's shape."""
+    if isinstance(result, Mapping) and "loss" not in result:
+        return f" without 'loss' (keys: {', '.join(map(repr, result))})"
+    which = " of" if loss is result else " whose 'loss' has"
+    if isinstance(loss, torch.Tensor):
+        return f"{which} shape {tuple(loss.shape)} (reduce it, e.g. .mean())"
+    return "" if loss is result else f" whose 'loss' is {type(loss).__name__}"
 
 
 def _is_scalar(value: Any) -> bool:

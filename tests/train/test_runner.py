@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -575,9 +576,25 @@ def test_a_loss_of_one_element_is_a_loss_and_a_vector_is_not() -> None:
     runner.run()
     assert runner.iter == 2
     runner = _runner(max_iters=2, loss_fn=lambda out, y: CE(out, y, reduction="none"))
-    with pytest.raises(RunnerError, match="returned Tensor, not a loss"):
+    with pytest.raises(RunnerError, match=r"returned Tensor of shape \(4,\) \(reduce it"):
         runner.run()
     assert runner.iter == 0
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        ({"loss_cls": torch.ones(())}, "returned dict without 'loss' (keys: 'loss_cls')"),
+        ({"loss": 0.5}, "returned dict whose 'loss' is float"),
+        (0.5, "returned float, not a loss"),
+        ({"loss": torch.ones(3)}, "returned dict whose 'loss' has shape (3,) (reduce it"),
+    ],
+)
+def test_a_step_result_that_is_no_loss_is_named_in_the_error(result: Any, said: str) -> None:
+    """The error says what the step gave: a dict's keys, the type of its 'loss'."""
+    runner = _runner(max_iters=1, train_step=lambda r, b: result)
+    with pytest.raises(RunnerError, match=re.escape(said)):
+        runner.run()
 
 
 def test_a_device_moves_every_batch_before_the_step() -> None:
