@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "_check_can_run",
     "_check_limits",
     "_check_optimizer",
     "_check_scheduler",
@@ -80,3 +81,20 @@ def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
             "this process can create files in"
         ) from None
     return path
+
+
+def _check_can_run(method: str, *, closed: bool, running: bool) -> None:
+    """``run()`` / ``test()`` of a closed runner, or ``run()`` inside its own run."""
+    if closed:
+        raise RunnerError(
+            f"runner.{method}() on a closed runner: close() removed its aspects "
+            "(checkpoints, logging, evaluation...), so it would go on without them; build "
+            "a new Runner, or call close() only when done with this one"
+        )
+    if running:
+        raise RunnerError(
+            "runner.run() was called from advice of this runner's own run(): a nested run "
+            "would train to the end, run before_run / after_run advice again and leave the "
+            "outer run's epoch half done; call runner.stop(reason) to end the run, or "
+            "run() again after it returns"
+        )

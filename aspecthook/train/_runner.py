@@ -26,6 +26,7 @@ from .._weaver import Weaver
 from ..errors import RunnerError
 from . import _loop
 from ._checks import (
+    _check_can_run,
     _check_limits,
     _check_optimizer,
     _check_scheduler,
@@ -124,6 +125,8 @@ class Runner:
         if seed is not None:
             seed_everything(seed)
         self._start_counters()
+        self._running = False  # inside run(): a second, nested run() is refused
+        self._closed = False  # close() removed the aspects: run() and test() are refused
         self.weaver = Weaver(f"runner@{id(self):x}", local=True)
         self._declare_joinpoints()
         self._register_aspects(aspects, default_aspects)
@@ -206,6 +209,7 @@ class Runner:
         Calls the ``run`` join point with this runner as ``ctx.runner`` for every advised
         call made meanwhile, including the user's own join points (``Runner.joinpoint``).
         """
+        _check_can_run("run", closed=self._closed, running=self._running)
         if loader_length(self.train_loader) == 0:
             raise RunnerError(
                 "train_loader has no batches (len() == 0; with drop_last=True the dataset "
@@ -216,12 +220,14 @@ class Runner:
             report_unfinished_stage(self)
             self._drop_interrupted_gradients()
         token = CURRENT_RUNNER.set(self)
+        self._running = True
         try:
             return _snapshot(self._run_joinpoint())
         except BaseException:
             self._interrupted = True
             raise
         finally:
+            self._running = False
             CURRENT_RUNNER.reset(token)
 
     def _drop_interrupted_gradients(self) -> None:
@@ -240,6 +246,7 @@ class Runner:
     def test(self) -> dict[str, Any]:
         """Run the test loop over ``test_loader`` once; return the metrics (``Evaluate``
         puts its results there as ``'test/<name>'``), a copy as ``run()`` returns."""
+        _check_can_run("test", closed=self._closed, running=False)
         if self.test_loader is None:
             raise RunnerError("runner.test() needs a test_loader: give Runner(test_loader=...)")
         token = CURRENT_RUNNER.set(self)
@@ -405,9 +412,10 @@ class Runner:
 
     def to_device(self, batch: Any) -> Any:
         """Move the tensors in ``batch`` to the runner's device (if one was given)."""
-        if self.device is None:
+        device = self.device
+        if device is None:
             return batch
-        return _move(batch, self.device)
+        return _move(batch, device, device.type == "cuda")
 
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[None]:
@@ -547,7 +555,9 @@ class Runner:
         return self.weaver.describe()
 
     def close(self) -> None:
-        """Unregister this runner's aspects."""
+        """Unregister this runner's aspects; ``run()`` and ``test()`` are refused after it.
+        Calling it again does nothing."""
+        self._closed = True
         for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()

@@ -8,6 +8,9 @@ iteration: ``_runner`` imports them, so each stays one global lookup there.
 
 from __future__ import annotations
 
+import collections
+import copy
+import dataclasses
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -40,11 +43,22 @@ def _as_outputs(result: Any, *, where: str) -> dict[str, Any]:
         loss = result
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise RunnerError(
-            f"{where} returned {type(result).__name__}, not a loss: return a scalar loss "
+            f"{where} returned {type(result).__name__}{_what(result, loss)}, not a loss: "
+            "return a scalar loss "
             "tensor or a dict with a 'loss' tensor, or give loss_fn= (called as "
             "loss_fn(model(x), y)) or train_step=(runner, batch) -> loss"
         )
     return outputs
+
+
+def _what(result: Any, loss: Any) -> str:
+    """What is wrong with a step's result, for the error: a dict's keys, a tensor's shape."""
+    if isinstance(result, Mapping) and "loss" not in result:
+        return f" without 'loss' (keys: {', '.join(map(repr, result))})"
+    which = " of" if loss is result else " whose 'loss' has"
+    if isinstance(loss, torch.Tensor):
+        return f"{which} shape {tuple(loss.shape)} (reduce it, e.g. .mean())"
+    return "" if loss is result else f" whose 'loss' is {type(loss).__name__}"
 
 
 def _is_scalar(value: Any) -> bool:
@@ -60,13 +74,39 @@ def _snapshot(metrics: Any) -> dict[str, Any]:
     return dict(metrics) if type(metrics) is dict else metrics
 
 
-def _move(batch: Any, device: torch.device) -> Any:
+def _move(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``batch`` with its tensors on ``device``: tensors, mappings (their type kept),
+    namedtuples, tuples, lists and dataclass instances (a shallow copy) are gone through;
+    any other value is kept as it is. ``non_blocking`` only for a CUDA target: a copy to
+    the host (or to MPS) may be read before it is complete (torch's ``pin_memory`` and
+    ``non_blocking`` guide)."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):
-        return {k: _move(v, device) for k, v in batch.items()}
+        return _moved_mapping(batch, device, non_blocking)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(_move(v, device) for v in batch))
+        return type(batch)(*(_move(v, device, non_blocking) for v in batch))
     if isinstance(batch, (tuple, list)):
-        return type(batch)(_move(v, device) for v in batch)
+        return type(batch)(_move(v, device, non_blocking) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        moved = copy.copy(batch)
+        for field in dataclasses.fields(batch):
+            value = getattr(batch, field.name)
+            object.__setattr__(moved, field.name, _move(value, device, non_blocking))  # frozen too
+        return moved
     return batch
+
+
+def _moved_mapping(batch: Mapping[Any, Any], device: torch.device, non_blocking: bool) -> Any:
+    """A mapping of the same type (``OrderedDict``, ``defaultdict``, a ``UserDict``)
+    with its values moved; a plain dict where the type cannot be made from one."""
+    moved = {k: _move(v, device, non_blocking) for k, v in batch.items()}
+    kind: Any = type(batch)
+    if kind is dict:
+        return moved
+    try:
+        if isinstance(batch, collections.defaultdict):
+            return kind(batch.default_factory, moved)
+        return kind(moved)
+    except TypeError:
+        return moved

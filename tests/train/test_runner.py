@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,66 @@ def test_namedtuple_batches_move_to_the_device() -> None:
     )
     runner.run()
     assert seen == [sample, sample]
+
+
+def _batches_seen_on(device: str, batches: list[Any]) -> list[Any]:
+    """The batches a step is given by a runner with ``device=`` (``'meta'`` shows, on a
+    machine without an accelerator, which tensors were moved)."""
+    model, opt, _ = _parts()
+    seen: list[Any] = []
+
+    def train_step(runner: Runner, batch: Any) -> torch.Tensor:
+        seen.append(batch)
+        return torch.zeros((), requires_grad=True)
+
+    Runner(model, opt, batches, train_step=train_step, max_iters=len(batches), device=device).run()
+    return seen
+
+
+def test_dataclass_batches_move_to_the_device() -> None:
+    """A dataclass batch (frozen too) comes to the step as a copy with its tensor fields
+    moved; the loader's batch is left as it was."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Sample:
+        x: torch.Tensor
+        ids: list[int]
+
+    given = Sample(torch.ones(2), [1, 2])
+    [seen] = _batches_seen_on("meta", [given])
+    assert type(seen) is Sample
+    assert seen.x.device == torch.device("meta")
+    assert seen.ids == [1, 2]
+    assert given.x.device == torch.device("cpu")
+
+
+def test_mapping_batches_keep_their_type_on_the_device() -> None:
+    """An OrderedDict or a defaultdict batch comes to the step as that type, moved."""
+    import collections
+
+    ordered = collections.OrderedDict(x=torch.ones(2))
+    default = collections.defaultdict(list, x=torch.ones(2))
+    seen = _batches_seen_on("meta", [ordered, default])
+    assert [type(b) for b in seen] == [collections.OrderedDict, collections.defaultdict]
+    assert seen[1].default_factory is list
+    assert all(b["x"].device == torch.device("meta") for b in seen)
+
+
+def test_batches_are_copied_to_a_host_device_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """non_blocking=True only for a CUDA target: a non-blocking copy to the host may be
+    read before it is complete."""
+    calls: list[bool] = []
+    to = torch.Tensor.to
+
+    def spy(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(kwargs.get("non_blocking", False))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    _batches_seen_on("cpu", [(torch.ones(2), torch.ones(2))])
+    assert len(calls) >= 2  # the model's parameters and the batch
+    assert not any(calls)
 
 
 def test_a_run_cut_inside_an_epoch_does_not_end_it() -> None:
@@ -515,9 +576,25 @@ def test_a_loss_of_one_element_is_a_loss_and_a_vector_is_not() -> None:
     runner.run()
     assert runner.iter == 2
     runner = _runner(max_iters=2, loss_fn=lambda out, y: CE(out, y, reduction="none"))
-    with pytest.raises(RunnerError, match="returned Tensor, not a loss"):
+    with pytest.raises(RunnerError, match=r"returned Tensor of shape \(4,\) \(reduce it"):
         runner.run()
     assert runner.iter == 0
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        ({"loss_cls": torch.ones(())}, "returned dict without 'loss' (keys: 'loss_cls')"),
+        ({"loss": 0.5}, "returned dict whose 'loss' is float"),
+        (0.5, "returned float, not a loss"),
+        ({"loss": torch.ones(3)}, "returned dict whose 'loss' has shape (3,) (reduce it"),
+    ],
+)
+def test_a_step_result_that_is_no_loss_is_named_in_the_error(result: Any, said: str) -> None:
+    """The error says what the step gave: a dict's keys, the type of its 'loss'."""
+    runner = _runner(max_iters=1, train_step=lambda r, b: result)
+    with pytest.raises(RunnerError, match=re.escape(said)):
+        runner.run()
 
 
 def test_a_device_moves_every_batch_before_the_step() -> None:
@@ -552,6 +629,42 @@ def test_close_removes_the_aspects_given_at_construction_and_added_later() -> No
     assert runner.describe().advice_names("train_iter", "after") == names[:2]
     runner.close()
     assert runner.describe().advice_names("train_iter", "after") == []
+
+
+def test_a_closed_runner_refuses_to_run_or_test() -> None:
+    """After close() its aspects are gone: run() and test() say so instead of going on
+    without them; a second close() does nothing."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, loss_fn=CE, max_iters=2, test_loader=loader)
+    runner.run()
+    runner.close()
+    runner.close()
+    runner.max_iters = 4
+    with pytest.raises(RunnerError, match=r"closed runner: close\(\) removed its aspects"):
+        runner.run()
+    with pytest.raises(RunnerError, match=r"runner.test\(\) on a closed runner"):
+        runner.test()
+    assert runner.iter == 2
+
+
+def test_run_called_from_advice_of_its_own_run_is_refused() -> None:
+    """A nested run() would train to the end inside one iteration's advice: it raises, and
+    the run goes on to its limit once the advice has caught it; run() works after it."""
+    runner = _runner(max_iters=4)
+    errors: list[str] = []
+
+    def again(ctx: ah.CallContext) -> None:
+        if ctx.runner.iter == 1:
+            with pytest.raises(RunnerError, match="from advice of this runner's own run") as e:
+                ctx.runner.run()
+            errors.append(str(e.value))
+
+    runner.weaver.after("train_iter")(again)
+    runner.run()
+    assert (runner.iter, len(errors)) == (4, 1)
+    runner.max_iters = 5
+    runner.run()
+    assert runner.iter == 5
 
 
 def test_default_aspects_run_before_custom_ones_of_equal_priority() -> None:
