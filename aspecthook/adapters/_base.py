@@ -255,6 +255,17 @@ def _refuse(owner: object, name: str, method: Callable[..., Any], expected: str)
     )
 
 
+def _loader_length(loader: Any) -> int | None:
+    """``len(loader)`` in batches, or None when it has none: no ``__len__``, or one that
+    raises (a ``DataLoader`` over an ``IterableDataset`` without a length: ``TypeError``;
+    some streaming loaders: ``NotImplementedError``), as the runner's own ``loader_length``
+    (``aspecthook.train._data``, which this module does not import: it imports torch)."""
+    try:
+        return len(loader)
+    except (TypeError, NotImplementedError):
+        return None
+
+
 def _metrics_prefix(runner: Any, mode: str) -> str:
     """The prefix of the metrics a validation (``mode='val'``) or test pass publishes:
     ``'test/'``, or the prefix of the runner's ``Evaluate`` aspect (``'val/'`` without one).

@@ -8,7 +8,7 @@ keras.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._context import CallContext
@@ -22,6 +22,7 @@ from ._base import (
     _AdapterOptions,
     _check_call,
     _HookAdapter,
+    _loader_length,
     _metrics_prefix,
     _NamedAdapterOptions,
     _nothing_to_call,
@@ -284,17 +285,13 @@ class KerasCallback(_HookAdapter):
 
 
 def _params(runner: Any) -> dict[str, Any]:
-    steps = _steps(getattr(runner, "train_loader", None))
+    steps = _loader_length(getattr(runner, "train_loader", None))
     return {"epochs": getattr(runner, "max_epochs", None), "steps": steps, "verbose": 0}
 
 
 def _eval_params(runner: Any, loader: str) -> dict[str, Any]:
     """A test pass's params, as Keras's ``evaluate()`` gives them: one epoch."""
-    return {"epochs": 1, "steps": _steps(getattr(runner, loader, None)), "verbose": 0}
-
-
-def _steps(loader: Any) -> int | None:
-    return len(loader) if isinstance(loader, Sized) else None
+    return {"epochs": 1, "steps": _loader_length(getattr(runner, loader, None)), "verbose": 0}
 
 
 def _scalars(values: Any) -> dict[str, float]:

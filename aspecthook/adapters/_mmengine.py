@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import warnings
-from collections.abc import Callable, Sized
+from collections.abc import Callable
 from typing import Any
 
 import wrapt
@@ -28,6 +28,7 @@ from ._base import (
     _check_call,
     _HookAdapter,
     _HookOptions,
+    _loader_length,
     _metrics_prefix,
     _NamedAdapterOptions,
     _nothing_to_call,
@@ -185,9 +186,10 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
     def max_iters(self) -> Any:
         runner = self.__wrapped__
         limit = getattr(runner, "max_iters", None)
-        epochs, loader = getattr(runner, "max_epochs", None), getattr(runner, "train_loader", None)
-        if limit is None and isinstance(epochs, int) and isinstance(loader, Sized):
-            return epochs * len(loader)
+        epochs = getattr(runner, "max_epochs", None)
+        if limit is None and isinstance(epochs, int):
+            per_epoch = _loader_length(getattr(runner, "train_loader", None))
+            return None if per_epoch is None else epochs * per_epoch
         return limit
 
 

@@ -775,6 +775,57 @@ def test_openmmlab_counter_helpers_hold_where_they_would_in_openmmlab(
         assert seen[-1] == ("last epoch", 1)
 
 
+class _Stream(torch.utils.data.IterableDataset[Any]):
+    """Batches from a stream: its DataLoader has ``__len__``, which raises ``TypeError``."""
+
+    def __iter__(self) -> Any:
+        g = torch.Generator().manual_seed(0)
+        for _ in range(N):
+            yield torch.randn(4, generator=g), torch.tensor(1)
+
+
+def _streaming_runner(aspects: list[Any]) -> Runner:
+    model = torch.nn.Linear(4, 3)
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(_Stream(), batch_size=BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=aspects,
+    )
+
+
+def test_max_iters_of_a_run_by_epochs_over_a_loader_without_a_length_is_none() -> None:
+    """A hook reading runner.max_iters of a run by epochs over a stream (its loader's len()
+    raises) gets None, as the run's length is not known, instead of the run failing."""
+    seen: list[Any] = []
+
+    class Probe(CountingHelpers):
+        def after_train_iter(
+            self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        ) -> None:
+            seen.append(runner.max_iters)
+
+    runner = _streaming_runner([Probe()])
+    runner.run()
+    assert runner.iter == N // BATCH
+    assert seen == [None] * (N // BATCH)
+
+
+def test_keras_params_of_a_loader_without_a_length_have_no_steps() -> None:
+    """Keras's params['steps'] is None for a stream (its loader's len() raises), as for a
+    loader without __len__, instead of the run failing in on_train_begin."""
+    params: list[Any] = []
+
+    class Begins(Callback):
+        def on_train_begin(self, logs: Any = None) -> None:
+            params.append(dict(self.params))
+
+    _streaming_runner([Begins()]).run()
+    assert params == [{"epochs": 1, "steps": None, "verbose": 0}]
+
+
 def test_a_hooks_own_state_dict_goes_into_the_runners_state() -> None:
     """A hook with state_dict() / load_state_dict() keeps its state in the run's state
     (checkpoints), restored into the hook of a new runner."""

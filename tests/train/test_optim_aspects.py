@@ -830,3 +830,24 @@ def test_nan_guard_names_the_iteration_as_logger_numbers_it(tmp_path: Any) -> No
     assert (warning["iteration"], warning["epoch"]) == (last["iter"], last["epoch"])
     assert runner.get_aspect(NaNGuard).skipped == [last["iter"]]  # type: ignore[union-attr]
     assert f"iteration {last['iter']} (epoch {last['epoch']})" in str(runner.stop_reason)
+
+
+def test_nan_guard_asks_for_the_world_size_once_a_run_not_every_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``runner.world_size`` asks the process group each time it is read; NaNGuard reads
+    it when the run starts, not in every iteration's backward."""
+    from aspecthook.train import _runner as runner_module
+
+    asked: list[int] = []
+    dist_info = runner_module._dist_info
+
+    def counted() -> tuple[int, int]:
+        asked.append(1)
+        return dist_info()
+
+    monkeypatch.setattr(runner_module, "_dist_info", counted)
+    runner = _runner(n=32, max_epochs=2, aspects=[NaNGuard("skip")], default_aspects=False)
+    runner.run()
+    assert runner.iter == 16
+    assert len(asked) <= 2

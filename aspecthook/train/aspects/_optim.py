@@ -359,16 +359,24 @@ class NaNGuard(Aspect):
         self.skipped: list[int] = []
         self._bad = False  # a bad loss since the last step (kept to the end of its group)
         self._accumulation: GradAccumulation | None = None
+        # Whether the run has other ranks, read once a run (before_run): ``world_size``
+        # asks the process group each time, and before_backward runs every iteration.
+        self._distributed: bool | None = None
 
     def before_run(self, ctx: CallContext) -> None:
-        accumulation = ctx.runner.get_aspect(GradAccumulation)
+        runner = ctx.runner
+        accumulation = runner.get_aspect(GradAccumulation)
         self._accumulation = accumulation if isinstance(accumulation, GradAccumulation) else None
+        self._distributed = getattr(runner, "world_size", 1) > 1
 
     def before_backward(self, ctx: CallContext) -> None:
         loss = ctx.args[0]
         runner = ctx.runner
         bad = ~torch.isfinite(loss.detach()).all()
-        if getattr(runner, "world_size", 1) > 1:
+        distributed = self._distributed
+        if distributed is None:  # added to a run already going: no before_run yet
+            distributed = self._distributed = getattr(runner, "world_size", 1) > 1
+        if distributed:
             bad = _any_rank(bad)
         if not bool(bad):
             return
