@@ -163,13 +163,11 @@ class Registry:
     def _checked(self, name: str, value: Callable[..., Any]) -> Callable[..., Any]:
         if self._accepts is None or self._accepts[0](value):
             return value
-        raise UnknownAspectError(
+        raise self._unusable(
+            name,
             f"{self.kind} type {name!r} is {_describe(value)}, not {self._accepts[1]}: a path "
             f"in a config must name one; register anything else in code "
             f"(registry.register) and give its name",
-            name=name,
-            known=tuple(self.names()),
-            suggestion=None,
         )
 
     def names(self) -> list[str]:
@@ -230,15 +228,17 @@ class Registry:
 
     def _ambiguous(self, name: str, entry: _Ambiguous) -> UnknownAspectError:
         values = ", ".join(repr(ep.value) for ep in entry.points)
-        return UnknownAspectError(
+        return self._unusable(
+            name,
             f"{self.kind} type {name!r} is ambiguous: installed packages give it as {values} "
             f"(entry-point group {self.group!r}); register the one you mean in code "
             f"(registry.register('package.module:Name', name={name!r})), which wins over "
             "plugins, or uninstall one of them",
-            name=name,
-            known=tuple(self.names()),
-            suggestion=None,
         )
+
+    def _unusable(self, name: str, message: str) -> UnknownAspectError:
+        """The error for a name this registry has but cannot give (no close match to offer)."""
+        return UnknownAspectError(message, name=name, known=tuple(self.names()), suggestion=None)
 
     def _fallbacks(self) -> dict[str, Callable[..., Any]]:
         if self._fallback is None:
@@ -254,29 +254,23 @@ class Registry:
         try:
             value = _import(entry) if isinstance(entry, str) else entry.load()
         except (ImportError, AttributeError) as exc:
-            raise UnknownAspectError(
+            raise self._unusable(
+                name,
                 f"{self.kind} type {what} cannot be loaded: {exc}; check the path "
                 "('package.module:Name') or install the package that provides it",
-                name=name,
-                known=tuple(self.names()),
-                suggestion=None,
             ) from exc
         except Exception as exc:  # the module's own top-level code failed (a plugin's bug)
-            raise UnknownAspectError(
+            raise self._unusable(
+                name,
                 f"{self.kind} type {what} cannot be loaded: importing it raised "
                 f"{type(exc).__name__}: {exc}; fix that module, or uninstall the package "
                 "that provides it",
-                name=name,
-                known=tuple(self.names()),
-                suggestion=None,
             ) from exc
         if not callable(value):
-            raise UnknownAspectError(
+            raise self._unusable(
+                name,
                 f"{self.kind} type {what} is {value!r}, which cannot be called; "
                 "point it at a class",
-                name=name,
-                known=tuple(self.names()),
-                suggestion=None,
             )
         factory: Callable[..., Any] = value
         return factory
