@@ -3,8 +3,10 @@
 Nothing here runs until something subscribes. The first ``on`` advice (registered on a
 global weaver: the default one or a private ``Weaver()``) whose pointcut can match one of
 these names installs the matching source, once per process; later subscriptions reuse it.
-Events are sent with ``default_weaver.emit``, so every global weaver's subscribers get
-them in priority order and ``errors='log'`` applies. A local weaver (a runner's) only
+Events go to every global weaver's subscribers in priority order, as
+``default_weaver.emit`` sends them, and ``errors='log'`` applies; unlike ``emit``, a
+subscriber that raises does not keep the ones after it from ``process.exit`` or
+``exception.uncaught`` (no caller is there to handle it). A local weaver (a runner's) only
 sees what is emitted on it, so process events do not reach advice registered there.
 
 ``process.start``
@@ -30,7 +32,8 @@ sees what is emitted on it, so process events do not reach advice registered the
     knows the script's status and passes it), and otherwise ``None``: a normal end and
     ``SystemExit`` cannot be told apart. Not delivered on ``os._exit`` or a fatal signal.
     A subscriber that raises is reported by Python ("Exception ignored in atexit
-    callback"); the exit status does not change.
+    callback") once every subscriber has had the event; a second one that raises goes to
+    the log (``process.subscriber_failed``). The exit status does not change.
 ``exception.uncaught``
     Wrappers around ``sys.excepthook`` and ``threading.excepthook``. Payload ``exc_type``,
     ``exc``, ``traceback`` and ``thread`` (the thread the exception escaped from);
@@ -40,7 +43,7 @@ sees what is emitted on it, so process events do not reach advice registered the
     later that does not chain to ours stops the event. A thread ended by ``SystemExit``
     ended normally (Python's own hook ignores it): no event. A subscriber that raises is
     reported (``process.subscriber_failed``, through the log) instead of being taken for a
-    second uncaught exception.
+    second uncaught exception, and the subscribers after it still get the event.
 ``audit.<event>``
     One ``sys.addaudithook`` dispatcher (``audit.open``, ``audit.socket.connect``,
     ``audit.subprocess.Popen``...); payload ``args``, the audit event's argument tuple.
@@ -129,8 +132,29 @@ def _default_weaver() -> Weaver:
     return default_weaver
 
 
-def _emit(name: str, source: Any = None, **payload: Any) -> Event:
-    return _default_weaver().emit(name, source=source, **payload)
+def _deliver(name: str, source: Any = None, **payload: Any) -> list[Exception]:
+    """Send ``name`` to every subscriber in priority order, as ``emit`` does, but go on
+    past one that raises: nobody can catch it and decide (the program is ending, or an
+    exception already escaped it), and the others must still get the event. Returns the
+    failures, in order, for the caller to report."""
+    event = Event(name, payload, source)
+    failures: list[Exception] = []
+    for fn in _default_weaver()._subscribers(name):
+        try:
+            fn(event)
+        except Exception as failure:
+            failures.append(failure)
+    return failures
+
+
+def _report_failure(name: str, failure: Exception) -> None:
+    log_safely(
+        "error",
+        "process.subscriber_failed",
+        source_event=name,
+        error=f"{type(failure).__name__}: {failure}",
+        exc_info=failure,
+    )
 
 
 # -- installing ------------------------------------------------------------------------------
@@ -297,9 +321,13 @@ def _at_exit() -> None:
     if code is None and isinstance(exc, Exception):
         code = 1
     now = time.time()
-    _emit(
+    failures = _deliver(
         PROCESS_EXIT, pid=os.getpid(), exit_code=code, exc=exc, time=now, uptime=now - _started_at
     )
+    for failure in failures[1:]:
+        _report_failure(PROCESS_EXIT, failure)
+    if failures:
+        raise failures[0]  # Python reports it: "Exception ignored in atexit callback"
 
 
 # -- exception.uncaught --------------------------------------------------------------------------
@@ -320,17 +348,13 @@ def _emit_uncaught(
         return  # a subscriber that calls an excepthook itself (to print): just chain
     _uncaught_state.busy = True
     try:
-        _emit(EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread)
-    except Exception as failure:
-        # Raised on, it would be printed as a second uncaught exception (and from a thread
-        # come back to the subscribers through sys.excepthook): report it once instead.
-        log_safely(
-            "error",
-            "process.subscriber_failed",
-            source_event=EXCEPTION_UNCAUGHT,
-            error=f"{type(failure).__name__}: {failure}",
-            exc_info=failure,
+        failures = _deliver(
+            EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread
         )
+        # Raised on, a failure would be printed as a second uncaught exception (and from a
+        # thread come back to the subscribers through sys.excepthook): report each once.
+        for failure in failures:
+            _report_failure(EXCEPTION_UNCAUGHT, failure)
     finally:
         _uncaught_state.busy = False
 

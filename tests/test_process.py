@@ -245,6 +245,38 @@ def test_failing_exit_subscriber_does_not_change_the_exit_status(tmp_path: Path)
     assert "RuntimeError: subscriber failed" in result.stderr
 
 
+def test_a_failing_exit_subscriber_does_not_keep_the_others_from_the_event(
+    tmp_path: Path,
+) -> None:
+    """Every process.exit subscriber gets the event, whichever raises: the first failure
+    is reported by Python, a later one through the log."""
+    code = """
+    import sys
+    import aspecthook as ah
+
+    @ah.on("process.exit", priority="HIGHEST")
+    def first(event):
+        raise RuntimeError("first failed")
+
+    @ah.on("process.exit", priority="HIGH")
+    def second(event):
+        raise RuntimeError("second failed")
+
+    @ah.on("process.exit", priority="LOW")
+    def last(event):
+        print("last got", event.exit_code, flush=True)
+
+    sys.exit(4)
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 4
+    assert result.stdout.startswith("last got None")
+    output = result.stdout + result.stderr
+    assert "RuntimeError: first failed" in result.stderr
+    assert "process.subscriber_failed" in output
+    assert "second failed" in output
+
+
 def test_process_exit_source_is_installed_once(tmp_path: Path) -> None:
     """Several process.exit subscriptions share one atexit handler: one event each."""
     code = """
@@ -369,6 +401,26 @@ def test_failing_subscriber_never_swallows_the_exception(
     assert fresh_excepthooks == [args, (ValueError, original, None)]
     failed = [e for e in logs if e["event"] == "process.subscriber_failed"]
     assert [e["error"] for e in failed] == ["RuntimeError: subscriber failed"] * 2
+
+
+def test_a_failing_subscriber_does_not_keep_the_others_from_the_exception(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """A subscriber that raises is reported and the ones after it still get the event."""
+    got: list[ah.Event] = []
+
+    def broken(event: ah.Event) -> None:
+        raise RuntimeError("subscriber failed")
+
+    weaver.on("exception.uncaught", priority="HIGH")(broken)
+    weaver.on("exception.uncaught", priority="LOW")(got.append)
+    original = ValueError("original")
+    with capture_logs() as logs:
+        sys.excepthook(ValueError, original, None)
+    assert [event.exc for event in got] == [original]
+    failed = [e for e in logs if e["event"] == "process.subscriber_failed"]
+    assert [e["error"] for e in failed] == ["RuntimeError: subscriber failed"]
+    assert fresh_excepthooks == [(ValueError, original, None)]
 
 
 def test_a_thread_ended_by_sys_exit_is_no_uncaught_exception(
