@@ -40,10 +40,14 @@ sees what is emitted on it, so process events do not reach advice registered the
     ``source`` is ``'sys.excepthook'`` or ``'threading.excepthook'``. After the event the
     wrapper always calls the hook that was installed before it (kept as ``.previous``),
     so the traceback is still printed and the exit status is unchanged; a hook installed
-    later that does not chain to ours stops the event. A thread ended by ``SystemExit``
-    ended normally (Python's own hook ignores it): no event. A subscriber that raises is
-    reported (``process.subscriber_failed``, through the log) instead of being taken for a
-    second uncaught exception, and the subscribers after it still get the event.
+    later that does not chain to ours stops the event, until a subscription made after it
+    wraps that hook in turn (each subscription wraps whichever hook is not ours, so a
+    library that puts back the hook it had saved does not leave later subscribers
+    without the event; a wrapper reached again through a hook that chains sends nothing).
+    A thread ended by ``SystemExit`` ended normally (Python's own hook ignores it): no
+    event. A subscriber that raises is reported (``process.subscriber_failed``, through
+    the log) instead of being taken for a second uncaught exception, and the subscribers
+    after it still get the event.
 ``audit.<event>``
     One ``sys.addaudithook`` dispatcher (``audit.open``, ``audit.socket.connect``,
     ``audit.subprocess.Popen``...); payload ``args``, the audit event's argument tuple.
@@ -124,6 +128,7 @@ _audit_version = -1
 _audit_unmatched: set[str] = set()  # names a glob let through that no subscriber matched
 _audit_state = threading.local()
 _uncaught_state = threading.local()
+_NOT_CHAINING = object()  # _uncaught_state.chaining while no wrapper of ours is chaining
 
 
 def _default_weaver() -> Weaver:
@@ -172,9 +177,9 @@ def ensure_sources(*advices: Advice) -> None:
     if _any_match(subscribers, PROCESS_EXIT):
         _install_once(PROCESS_EXIT, _install_exit)
         # process.exit's ``exc`` is what the main thread's sys.excepthook was given.
-        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
-    if _any_match(subscribers, EXCEPTION_UNCAUGHT):
-        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
+        _install_excepthooks()
+    elif _any_match(subscribers, EXCEPTION_UNCAUGHT):
+        _install_excepthooks()
     if any(_wants_audit(a) for a in subscribers):
         _install_once(_AUDIT, _install_audit)
         _refresh_audit()
@@ -346,6 +351,8 @@ def _emit_uncaught(
 ) -> None:
     if getattr(_uncaught_state, "busy", False):
         return  # a subscriber that calls an excepthook itself (to print): just chain
+    if getattr(_uncaught_state, "chaining", _NOT_CHAINING) is exc:
+        return  # a wrapper of ours further out, past a hook that chains, sent it already
     _uncaught_state.busy = True
     try:
         failures = _deliver(
@@ -357,6 +364,17 @@ def _emit_uncaught(
             _report_failure(EXCEPTION_UNCAUGHT, failure)
     finally:
         _uncaught_state.busy = False
+
+
+def _chain(exc: BaseException | None, call_previous: Callable[[], Any]) -> None:
+    """Call the previous hook, marking ``exc`` as sent: a hook that chains back to another
+    wrapper of ours (installed before it) must not have the event sent twice."""
+    outer = getattr(_uncaught_state, "chaining", _NOT_CHAINING)
+    _uncaught_state.chaining = exc
+    try:
+        call_previous()
+    finally:
+        _uncaught_state.chaining = outer
 
 
 class ChainedExcepthook:
@@ -374,7 +392,8 @@ class ChainedExcepthook:
         try:
             _emit_uncaught("sys.excepthook", exc_type, exc, tb, threading.current_thread())
         finally:
-            self.previous(exc_type, exc, tb)  # never swallow: the traceback still prints
+            # Never swallow: the traceback still prints.
+            _chain(exc, lambda: self.previous(exc_type, exc, tb))
 
     def __repr__(self) -> str:
         return f"<aspecthook sys.excepthook, then {self.previous!r}>"
@@ -399,15 +418,21 @@ class ChainedThreadExcepthook:
                 args.thread,
             )
         finally:
-            self.previous(args)
+            _chain(args.exc_value, lambda: self.previous(args))
 
     def __repr__(self) -> str:
         return f"<aspecthook threading.excepthook, then {self.previous!r}>"
 
 
 def _install_excepthooks() -> None:
-    sys.excepthook = ChainedExcepthook(sys.excepthook)
-    threading.excepthook = ChainedThreadExcepthook(threading.excepthook)
+    """Wrap each hook that is not our wrapper now. Checked on every subscription, not
+    once: a library that swaps a hook for a while and puts back the one it saved (pytest
+    before 8.4, around each test phase) takes our wrapper off with its own."""
+    with _install_lock:
+        if not isinstance(sys.excepthook, ChainedExcepthook):
+            sys.excepthook = ChainedExcepthook(sys.excepthook)
+        if not isinstance(threading.excepthook, ChainedThreadExcepthook):
+            threading.excepthook = ChainedThreadExcepthook(threading.excepthook)
 
 
 # -- audit.<event> -------------------------------------------------------------------------------

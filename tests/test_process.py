@@ -382,6 +382,42 @@ def test_excepthooks_are_wrapped_once(weaver: ah.Weaver, fresh_excepthooks: list
     assert sys.excepthook.previous is old_sys
 
 
+def test_a_subscription_after_our_hook_was_put_back_wraps_the_hooks_again(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """A library that swaps a hook for a while and puts back the one it saved (pytest
+    before 8.4, around each test phase) takes our wrapper off with its own: the next
+    subscription wraps the hooks in place then, and the event is still sent once."""
+    saved_thread, saved_sys = threading.excepthook, sys.excepthook
+    threading.excepthook = lambda args: None
+    sys.excepthook = lambda *exc: None
+    weaver.on("exception.uncaught")(lambda event: None)
+    threading.excepthook, sys.excepthook = saved_thread, saved_sys  # the library's undo
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    error = ValueError("after the undo")
+    args = SimpleNamespace(exc_type=ValueError, exc_value=error, exc_traceback=None, thread=None)
+    threading.excepthook(args)  # type: ignore[arg-type]
+    sys.excepthook(ValueError, error, None)
+    assert [event.source for event in got] == ["threading.excepthook", "sys.excepthook"]
+    assert fresh_excepthooks == [args, (ValueError, error, None)]
+
+
+def test_a_hook_that_chains_to_ours_under_a_new_wrapper_sends_the_event_once(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """Our wrapper, a library's hook that chains to it, our wrapper again: one event."""
+    weaver.on("exception.uncaught")(lambda event: None)
+    ours = sys.excepthook
+    sys.excepthook = lambda *exc: ours(*exc)  # a hook installed later that chains
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    error = ValueError("once")
+    sys.excepthook(ValueError, error, None)
+    assert [event.exc for event in got] == [error]
+    assert fresh_excepthooks == [(ValueError, error, None)]
+
+
 def test_failing_subscriber_never_swallows_the_exception(
     weaver: ah.Weaver, fresh_excepthooks: list[Any]
 ) -> None:
