@@ -3,8 +3,10 @@
 Nothing here runs until something subscribes. The first ``on`` advice (registered on a
 global weaver: the default one or a private ``Weaver()``) whose pointcut can match one of
 these names installs the matching source, once per process; later subscriptions reuse it.
-Events are sent with ``default_weaver.emit``, so every global weaver's subscribers get
-them in priority order and ``errors='log'`` applies. A local weaver (a runner's) only
+Events go to every global weaver's subscribers in priority order, as
+``default_weaver.emit`` sends them, and ``errors='log'`` applies; unlike ``emit``, a
+subscriber that raises does not keep the ones after it from ``process.exit`` or
+``exception.uncaught`` (no caller is there to handle it). A local weaver (a runner's) only
 sees what is emitted on it, so process events do not reach advice registered there.
 
 ``process.start``
@@ -30,17 +32,22 @@ sees what is emitted on it, so process events do not reach advice registered the
     knows the script's status and passes it), and otherwise ``None``: a normal end and
     ``SystemExit`` cannot be told apart. Not delivered on ``os._exit`` or a fatal signal.
     A subscriber that raises is reported by Python ("Exception ignored in atexit
-    callback"); the exit status does not change.
+    callback") once every subscriber has had the event; a second one that raises goes to
+    the log (``process.subscriber_failed``). The exit status does not change.
 ``exception.uncaught``
     Wrappers around ``sys.excepthook`` and ``threading.excepthook``. Payload ``exc_type``,
     ``exc``, ``traceback`` and ``thread`` (the thread the exception escaped from);
     ``source`` is ``'sys.excepthook'`` or ``'threading.excepthook'``. After the event the
     wrapper always calls the hook that was installed before it (kept as ``.previous``),
     so the traceback is still printed and the exit status is unchanged; a hook installed
-    later that does not chain to ours stops the event. A thread ended by ``SystemExit``
-    ended normally (Python's own hook ignores it): no event. A subscriber that raises is
-    reported (``process.subscriber_failed``, through the log) instead of being taken for a
-    second uncaught exception.
+    later that does not chain to ours stops the event, until a subscription made after it
+    wraps that hook in turn (each subscription wraps whichever hook is not ours, so a
+    library that puts back the hook it had saved does not leave later subscribers
+    without the event; a wrapper reached again through a hook that chains sends nothing).
+    A thread ended by ``SystemExit`` ended normally (Python's own hook ignores it): no
+    event. A subscriber that raises is reported (``process.subscriber_failed``, through
+    the log) instead of being taken for a second uncaught exception, and the subscribers
+    after it still get the event.
 ``audit.<event>``
     One ``sys.addaudithook`` dispatcher (``audit.open``, ``audit.socket.connect``,
     ``audit.subprocess.Popen``...); payload ``args``, the audit event's argument tuple.
@@ -121,6 +128,7 @@ _audit_version = -1
 _audit_unmatched: set[str] = set()  # names a glob let through that no subscriber matched
 _audit_state = threading.local()
 _uncaught_state = threading.local()
+_NOT_CHAINING = object()  # _uncaught_state.chaining while no wrapper of ours is chaining
 
 
 def _default_weaver() -> Weaver:
@@ -129,8 +137,29 @@ def _default_weaver() -> Weaver:
     return default_weaver
 
 
-def _emit(name: str, source: Any = None, **payload: Any) -> Event:
-    return _default_weaver().emit(name, source=source, **payload)
+def _deliver(name: str, source: Any = None, **payload: Any) -> list[Exception]:
+    """Send ``name`` to every subscriber in priority order, as ``emit`` does, but go on
+    past one that raises: nobody can catch it and decide (the program is ending, or an
+    exception already escaped it), and the others must still get the event. Returns the
+    failures, in order, for the caller to report."""
+    event = Event(name, payload, source)
+    failures: list[Exception] = []
+    for fn in _default_weaver()._subscribers(name):
+        try:
+            fn(event)
+        except Exception as failure:
+            failures.append(failure)
+    return failures
+
+
+def _report_failure(name: str, failure: Exception) -> None:
+    log_safely(
+        "error",
+        "process.subscriber_failed",
+        source_event=name,
+        error=f"{type(failure).__name__}: {failure}",
+        exc_info=failure,
+    )
 
 
 # -- installing ------------------------------------------------------------------------------
@@ -148,9 +177,9 @@ def ensure_sources(*advices: Advice) -> None:
     if _any_match(subscribers, PROCESS_EXIT):
         _install_once(PROCESS_EXIT, _install_exit)
         # process.exit's ``exc`` is what the main thread's sys.excepthook was given.
-        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
-    if _any_match(subscribers, EXCEPTION_UNCAUGHT):
-        _install_once(EXCEPTION_UNCAUGHT, _install_excepthooks)
+        _install_excepthooks()
+    elif _any_match(subscribers, EXCEPTION_UNCAUGHT):
+        _install_excepthooks()
     if any(_wants_audit(a) for a in subscribers):
         _install_once(_AUDIT, _install_audit)
         _refresh_audit()
@@ -297,9 +326,13 @@ def _at_exit() -> None:
     if code is None and isinstance(exc, Exception):
         code = 1
     now = time.time()
-    _emit(
+    failures = _deliver(
         PROCESS_EXIT, pid=os.getpid(), exit_code=code, exc=exc, time=now, uptime=now - _started_at
     )
+    for failure in failures[1:]:
+        _report_failure(PROCESS_EXIT, failure)
+    if failures:
+        raise failures[0]  # Python reports it: "Exception ignored in atexit callback"
 
 
 # -- exception.uncaught --------------------------------------------------------------------------
@@ -318,21 +351,30 @@ def _emit_uncaught(
 ) -> None:
     if getattr(_uncaught_state, "busy", False):
         return  # a subscriber that calls an excepthook itself (to print): just chain
+    if getattr(_uncaught_state, "chaining", _NOT_CHAINING) is exc:
+        return  # a wrapper of ours further out, past a hook that chains, sent it already
     _uncaught_state.busy = True
     try:
-        _emit(EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread)
-    except Exception as failure:
-        # Raised on, it would be printed as a second uncaught exception (and from a thread
-        # come back to the subscribers through sys.excepthook): report it once instead.
-        log_safely(
-            "error",
-            "process.subscriber_failed",
-            source_event=EXCEPTION_UNCAUGHT,
-            error=f"{type(failure).__name__}: {failure}",
-            exc_info=failure,
+        failures = _deliver(
+            EXCEPTION_UNCAUGHT, source, exc_type=exc_type, exc=exc, traceback=tb, thread=thread
         )
+        # Raised on, a failure would be printed as a second uncaught exception (and from a
+        # thread come back to the subscribers through sys.excepthook): report each once.
+        for failure in failures:
+            _report_failure(EXCEPTION_UNCAUGHT, failure)
     finally:
         _uncaught_state.busy = False
+
+
+def _chain(exc: BaseException | None, call_previous: Callable[[], Any]) -> None:
+    """Call the previous hook, marking ``exc`` as sent: a hook that chains back to another
+    wrapper of ours (installed before it) must not have the event sent twice."""
+    outer = getattr(_uncaught_state, "chaining", _NOT_CHAINING)
+    _uncaught_state.chaining = exc
+    try:
+        call_previous()
+    finally:
+        _uncaught_state.chaining = outer
 
 
 class ChainedExcepthook:
@@ -350,7 +392,8 @@ class ChainedExcepthook:
         try:
             _emit_uncaught("sys.excepthook", exc_type, exc, tb, threading.current_thread())
         finally:
-            self.previous(exc_type, exc, tb)  # never swallow: the traceback still prints
+            # Never swallow: the traceback still prints.
+            _chain(exc, lambda: self.previous(exc_type, exc, tb))
 
     def __repr__(self) -> str:
         return f"<aspecthook sys.excepthook, then {self.previous!r}>"
@@ -375,15 +418,21 @@ class ChainedThreadExcepthook:
                 args.thread,
             )
         finally:
-            self.previous(args)
+            _chain(args.exc_value, lambda: self.previous(args))
 
     def __repr__(self) -> str:
         return f"<aspecthook threading.excepthook, then {self.previous!r}>"
 
 
 def _install_excepthooks() -> None:
-    sys.excepthook = ChainedExcepthook(sys.excepthook)
-    threading.excepthook = ChainedThreadExcepthook(threading.excepthook)
+    """Wrap each hook that is not our wrapper now. Checked on every subscription, not
+    once: a library that swaps a hook for a while and puts back the one it saved (pytest
+    before 8.4, around each test phase) takes our wrapper off with its own."""
+    with _install_lock:
+        if not isinstance(sys.excepthook, ChainedExcepthook):
+            sys.excepthook = ChainedExcepthook(sys.excepthook)
+        if not isinstance(threading.excepthook, ChainedThreadExcepthook):
+            threading.excepthook = ChainedThreadExcepthook(threading.excepthook)
 
 
 # -- audit.<event> -------------------------------------------------------------------------------

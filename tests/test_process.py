@@ -245,6 +245,38 @@ def test_failing_exit_subscriber_does_not_change_the_exit_status(tmp_path: Path)
     assert "RuntimeError: subscriber failed" in result.stderr
 
 
+def test_a_failing_exit_subscriber_does_not_keep_the_others_from_the_event(
+    tmp_path: Path,
+) -> None:
+    """Every process.exit subscriber gets the event, whichever raises: the first failure
+    is reported by Python, a later one through the log."""
+    code = """
+    import sys
+    import aspecthook as ah
+
+    @ah.on("process.exit", priority="HIGHEST")
+    def first(event):
+        raise RuntimeError("first failed")
+
+    @ah.on("process.exit", priority="HIGH")
+    def second(event):
+        raise RuntimeError("second failed")
+
+    @ah.on("process.exit", priority="LOW")
+    def last(event):
+        print("last got", event.exit_code, flush=True)
+
+    sys.exit(4)
+    """
+    result = run_script(tmp_path, code)
+    assert result.returncode == 4
+    assert result.stdout.startswith("last got None")
+    output = result.stdout + result.stderr
+    assert "RuntimeError: first failed" in result.stderr
+    assert "process.subscriber_failed" in output
+    assert "second failed" in output
+
+
 def test_process_exit_source_is_installed_once(tmp_path: Path) -> None:
     """Several process.exit subscriptions share one atexit handler: one event each."""
     code = """
@@ -350,6 +382,42 @@ def test_excepthooks_are_wrapped_once(weaver: ah.Weaver, fresh_excepthooks: list
     assert sys.excepthook.previous is old_sys
 
 
+def test_a_subscription_after_our_hook_was_put_back_wraps_the_hooks_again(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """A library that swaps a hook for a while and puts back the one it saved (pytest
+    before 8.4, around each test phase) takes our wrapper off with its own: the next
+    subscription wraps the hooks in place then, and the event is still sent once."""
+    saved_thread, saved_sys = threading.excepthook, sys.excepthook
+    threading.excepthook = lambda args: None
+    sys.excepthook = lambda *exc: None
+    weaver.on("exception.uncaught")(lambda event: None)
+    threading.excepthook, sys.excepthook = saved_thread, saved_sys  # the library's undo
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    error = ValueError("after the undo")
+    args = SimpleNamespace(exc_type=ValueError, exc_value=error, exc_traceback=None, thread=None)
+    threading.excepthook(args)  # type: ignore[arg-type]
+    sys.excepthook(ValueError, error, None)
+    assert [event.source for event in got] == ["threading.excepthook", "sys.excepthook"]
+    assert fresh_excepthooks == [args, (ValueError, error, None)]
+
+
+def test_a_hook_that_chains_to_ours_under_a_new_wrapper_sends_the_event_once(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """Our wrapper, a library's hook that chains to it, our wrapper again: one event."""
+    weaver.on("exception.uncaught")(lambda event: None)
+    ours = sys.excepthook
+    sys.excepthook = lambda *exc: ours(*exc)  # a hook installed later that chains
+    got: list[ah.Event] = []
+    weaver.on("exception.uncaught")(got.append)
+    error = ValueError("once")
+    sys.excepthook(ValueError, error, None)
+    assert [event.exc for event in got] == [error]
+    assert fresh_excepthooks == [(ValueError, error, None)]
+
+
 def test_failing_subscriber_never_swallows_the_exception(
     weaver: ah.Weaver, fresh_excepthooks: list[Any]
 ) -> None:
@@ -369,6 +437,26 @@ def test_failing_subscriber_never_swallows_the_exception(
     assert fresh_excepthooks == [args, (ValueError, original, None)]
     failed = [e for e in logs if e["event"] == "process.subscriber_failed"]
     assert [e["error"] for e in failed] == ["RuntimeError: subscriber failed"] * 2
+
+
+def test_a_failing_subscriber_does_not_keep_the_others_from_the_exception(
+    weaver: ah.Weaver, fresh_excepthooks: list[Any]
+) -> None:
+    """A subscriber that raises is reported and the ones after it still get the event."""
+    got: list[ah.Event] = []
+
+    def broken(event: ah.Event) -> None:
+        raise RuntimeError("subscriber failed")
+
+    weaver.on("exception.uncaught", priority="HIGH")(broken)
+    weaver.on("exception.uncaught", priority="LOW")(got.append)
+    original = ValueError("original")
+    with capture_logs() as logs:
+        sys.excepthook(ValueError, original, None)
+    assert [event.exc for event in got] == [original]
+    failed = [e for e in logs if e["event"] == "process.subscriber_failed"]
+    assert [e["error"] for e in failed] == ["RuntimeError: subscriber failed"]
+    assert fresh_excepthooks == [(ValueError, original, None)]
 
 
 def test_a_thread_ended_by_sys_exit_is_no_uncaught_exception(
