@@ -29,8 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import __version__
-from ._cli_program import _exit_sigint, _join_threads, _program_path, _run_program
-from ._cli_report import PROG
+from ._cli_program import (
+    _exit_leaving_threads,
+    _exit_sigint,
+    _join_threads,
+    _program_path,
+    _run_program,
+)
+from ._cli_report import PROG, _trace_problem
 from ._cli_session import Session
 from ._process import note_exit_code
 from .errors import ConfigError, WeaveTargetError
@@ -99,10 +105,14 @@ def _run_parser() -> argparse.ArgumentParser:
         usage=f"{PROG} run [options] [--] script.py [args...] | -m module [args...]",
         description="Run a Python program with aspects woven from a config file, before "
         "its own imports. Its argv, exit code and tracebacks are as with plain python.",
+        epilog="Our options end at the script (or -m module): everything from there on is "
+        "the program's command line, passed to it untouched.",
     )
     parser.add_argument("--aspects", metavar="FILE", help="YAML or TOML file naming the weaves")
     parser.add_argument(
-        "--strict", action="store_true", help="a weave target that does not exist is an error"
+        "--strict",
+        action="store_true",
+        help="a weave target that does not exist, or is never woven, is an error (exit code 2)",
     )
     parser.add_argument("--trace", metavar="PATH", help="write the Timed Chrome trace to PATH")
     parser.add_argument(
@@ -166,6 +176,10 @@ def run(options: RunOptions) -> int:
             file=sys.stderr,
         )
         return 2
+    problem = _trace_problem(options.trace) if options.trace else None
+    if problem is not None:
+        print(f"{PROG}: error: --trace {options.trace}: {problem}", file=sys.stderr)
+        return 2
     if not getattr(sys.flags, "safe_path", False):
         # Where the program's own imports will look first, before weaving: a target in a
         # module beside the script (or in the working directory, for -m) is then found.
@@ -178,10 +192,14 @@ def run(options: RunOptions) -> int:
     try:
         code, interrupted = _run_program(options)
     finally:
-        _join_threads()
+        abandoned = _join_threads()
     if session.finish() and not interrupted:
         code = 2  # a weave that --strict asked for never took effect
     # atexit cannot see the status: process.exit subscribers get it from here (130, the
     # shell's status for a death by SIGINT, after Ctrl-C).
     note_exit_code(130 if interrupted else code)
-    return _exit_sigint() if interrupted else code
+    if interrupted:
+        return _exit_sigint()
+    if abandoned:  # Ctrl-C stopped the wait for the program's threads
+        _exit_leaving_threads(code)
+    return code

@@ -18,12 +18,18 @@ import threading
 import traceback
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from ._cli import RunOptions
 
-__all__ = ["_exit_sigint", "_join_threads", "_program_path", "_run_program"]
+__all__ = [
+    "_exit_leaving_threads",
+    "_exit_sigint",
+    "_join_threads",
+    "_program_path",
+    "_run_program",
+]
 
 _OUR_FILES = frozenset({__file__})
 _RUNPY = ("runpy.py", "<frozen runpy>")
@@ -168,19 +174,43 @@ def _is_ours(filename: str) -> bool:
     return filename in _OUR_FILES or filename.endswith(_RUNPY)
 
 
-def _join_threads() -> None:
+def _join_threads() -> bool:
     """Wait for non-daemon threads, as python does before exiting, so they are timed:
     first the calls registered with threading's own exit hook (concurrent.futures tells
-    its idle workers to stop there, or they would wait forever), then a join of each."""
+    its idle workers to stop there, or they would wait forever), then a join of each.
+
+    Returns whether Ctrl-C stopped the wait: python then reports the KeyboardInterrupt
+    as one it ignores and goes on exiting, leaving the threads to die with the process
+    (``_exit_leaving_threads``).
+    """
     for call in reversed(list(getattr(threading, "_threading_atexits", ()))):
         try:
             call()
         except Exception:  # as python reports a failure there, and goes on
             traceback.print_exc()
     current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon and thread.is_alive():
-            thread.join()
+    try:
+        for thread in threading.enumerate():
+            if thread is not current and not thread.daemon and thread.is_alive():
+                thread.join()
+    except KeyboardInterrupt as exc:
+        print(f"Exception ignored in: {threading!r}", file=sys.stderr)
+        tb = exc.__traceback__
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
+        return True
+    return False
+
+
+def _exit_leaving_threads(code: int) -> NoReturn:
+    """End the process with ``code`` now, as python does after Ctrl-C stopped its wait for
+    the program's threads: the ``atexit`` handlers run, then the threads die with the
+    process. Without this, python's own exit would wait for them again."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code & 0xFF)  # what the status becomes at exit(code)
 
 
 def _exit_sigint() -> int:

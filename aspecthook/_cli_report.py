@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["PROG", "_is_timer", "_print_summary", "_warn", "_write_trace"]
+__all__ = ["PROG", "_is_timer", "_print_summary", "_trace_problem", "_warn", "_write_trace"]
 
 PROG = "aspecthook"
 
@@ -38,6 +38,22 @@ def _print_summary(timers: list[Any]) -> None:
         rows = sorted((r for s in summaries for r in s), key=lambda r: -r.total_s)
         table = type(summaries[0])(rows)
     print(table, file=sys.stderr)
+
+
+def _trace_problem(path: str) -> str | None:
+    """Why the trace could not be written to ``path`` at exit, or None; checked before the
+    program runs, so that a long run does not lose its trace. Creates the folder."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return "cannot write the trace there: it is a folder; name a file, e.g. trace.json"
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        return f"cannot write the trace there: {exc}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write the trace there: the folder {folder} is not writable"
+    return None
 
 
 def _write_trace(timers: list[Any], path: str) -> None:

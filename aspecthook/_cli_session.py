@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
-from ._cli_report import PROG, _is_timer, _print_summary, _warn, _write_trace
+from ._cli_report import PROG, _is_timer, _print_summary, _trace_problem, _warn, _write_trace
 from ._config import RunConfig, WeaveSpec, load_config
 from ._install import ENDING
 from .errors import AspectHookError, WeaveTargetError
@@ -48,6 +48,9 @@ class Session:
         """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not."""
         config = load_config(options.aspects) if options.aspects else RunConfig(file="")
         trace = options.trace or config.trace
+        problem = _trace_problem(trace) if trace and not options.trace else None
+        if problem is not None:  # the --trace option's own was checked before the config
+            raise config.error("trace", problem)
         session = cls(
             config,
             strict=options.strict or config.strict,

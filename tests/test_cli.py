@@ -997,3 +997,70 @@ def test_directory_and_zip_programs_get_absolute_paths_as_python(
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout == plain.stdout
     assert str(tmp_path / target) in plain.stdout
+
+
+# -- regressions: exit work under Ctrl-C, trace paths, --help ------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs POSIX signals")
+def test_ctrl_c_while_waiting_for_threads_still_reports(tmp_path: Path) -> None:
+    """Ctrl-C while the end waits for the program's threads stops the wait as python
+    does (reported, the program's exit code kept, the threads left to die with the
+    process), and the summary and trace are still written, without our frames."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(
+        tmp_path,
+        "hang.py",
+        """\
+        import json, os, signal, threading
+
+        def stuck():
+            json.dumps([1])
+            threading.Event().wait(60)
+
+        threading.Thread(target=stuck).start()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        print("main done", flush=True)
+        """,
+    )
+    done = run(tmp_path, "--aspects", "aspects.yaml", "--trace", "t.json", "hang.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "main done\n"
+    assert "Exception ignored in: <module 'threading'" in done.stderr
+    assert "KeyboardInterrupt" in done.stderr
+    assert "aspecthook/_cli" not in done.stderr.replace(os.sep, "/")
+    assert "json.dumps" in done.stderr  # the summary
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert any(e["name"] == "json.dumps" for e in events)
+
+
+@pytest.mark.parametrize("where", ["option", "config"])
+@pytest.mark.parametrize("trace", ["prog.py/t.json", "out"], ids=["under-a-file", "a-folder"])
+def test_a_trace_path_that_cannot_be_written_is_an_error_before_the_run(
+    program: Path, where: str, trace: str
+) -> None:
+    """A trace that could not be written at exit is exit code 2 before the program runs,
+    not a warning after it (a long run would lose its trace)."""
+    (program / "out").mkdir()
+    if where == "option":
+        done = run(program, "--aspects", "aspects.yaml", "--trace", trace, "prog.py")
+        assert f"aspecthook: error: --trace {trace}: cannot write the trace" in done.stderr
+    else:
+        write(program, "traced.yaml", f"trace: {trace}\n{CONFIG}")
+        done = run(program, "--aspects", "traced.yaml", "prog.py")
+        assert "aspecthook: error: traced.yaml: trace: cannot write the trace" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # nothing was run
+
+
+def test_run_help_says_what_strict_does_and_where_the_programs_arguments_go(
+    tmp_path: Path,
+) -> None:
+    """run --help describes --strict as the docs do and says that everything from the
+    script on is the program's."""
+    helped = run(tmp_path, "--help")
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.split())
+    assert "never woven" in text
+    assert "exit code 2" in text
+    assert "passed to it untouched" in text
