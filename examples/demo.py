@@ -7,8 +7,10 @@ work folder, ``metrics.jsonl``, a Chrome trace of the run (``trace.json``: open 
 https://ui.perfetto.dev or chrome://tracing) and ``curves.png`` (loss and LR).
 
 To show that resume is exact, the demo trains twice in child processes: once without
-interruption, and once killed with SIGKILL in the middle of an epoch and resumed from its
-last checkpoint. The two final models must be equal bit for bit.
+interruption (its output hidden), and once killed with SIGKILL in the middle of an epoch
+and resumed from its last checkpoint. The two final checkpoints must be equal bit for bit:
+model, optimizer, LR scheduler, EMA weights, early-stopping state, metrics and RNG states;
+so must every loss, LR and validation metric the two runs logged to ``metrics.jsonl``.
 
     python examples/demo.py [--work-dir DIR]
 """
@@ -48,6 +50,7 @@ from aspecthook.train.aspects import (
 EPOCHS = 8
 BATCH = 32
 WARMUP = 40
+PATIENCE = 3
 KILL_AT = 150  # an iteration in the middle of epoch 3 (64 batches per epoch)
 
 
@@ -65,7 +68,7 @@ def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
     return float((outputs.argmax(dim=1) == targets).float().mean())
 
 
-def build(work_dir: Path, *, show: bool) -> tuple[Runner, Timed]:
+def build(work_dir: Path) -> tuple[Runner, Timed]:
     """The run: model, data and the aspects that make it a complete trainer."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -92,13 +95,12 @@ def build(work_dir: Path, *, show: bool) -> tuple[Runner, Timed]:
         Evaluate(metrics={"acc": accuracy}),
         EMA(0.95),
         Checkpoint(interval=1, max_keep=3, save_best="val/acc", resume="auto"),
-        EarlyStopping("val/acc", patience=3),
+        EarlyStopping("val/acc", patience=PATIENCE),
         IterTimer(),
         Logger(interval=64, file_interval=4),
         timed,
+        ProgressBar(),
     ]
-    if show:
-        aspects.append(ProgressBar())
     runner = Runner(
         model,
         optimizer,
@@ -113,13 +115,9 @@ def build(work_dir: Path, *, show: bool) -> tuple[Runner, Timed]:
     return runner, timed
 
 
-def train(work_dir: Path, *, show: bool, kill_at: int | None) -> None:
-    """Child process: train (resuming if a checkpoint exists), save the final weights."""
-    if not show:
-        import structlog
-
-        structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
-    runner, timed = build(work_dir, show=show)
+def train(work_dir: Path, *, describe: bool, kill_at: int | None) -> None:
+    """Child process: train (resuming if a checkpoint exists), export the trace."""
+    runner, timed = build(work_dir)
     if kill_at is not None:
 
         @runner.weaver.after("train_iter")
@@ -127,14 +125,11 @@ def train(work_dir: Path, *, show: bool, kill_at: int | None) -> None:
             if ctx.runner.iter == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: a real crash
 
-    if show:
+    if describe:
         print(runner.describe())
-    metrics = runner.run()
-    torch.save(runner.model.state_dict(), work_dir / "final.pt")
+    runner.run()
     timed.export_chrome_trace(work_dir / "trace.json")
-    if show:
-        print(timed.summary())
-    (work_dir / "final_metrics.json").write_text(json.dumps(metrics))
+    print(timed.summary())
 
 
 def plot(work_dir: Path) -> Path | None:
@@ -166,53 +161,119 @@ def plot(work_dir: Path) -> Path | None:
     return path
 
 
-def child(work_dir: Path, *, show: bool, kill_at: int | None = None) -> int:
+def child(
+    work_dir: Path, *, quiet: bool = False, describe: bool = False, kill_at: int | None = None
+) -> int:
     cmd = [sys.executable, __file__, "--child", "--work-dir", str(work_dir)]
-    if show:
-        cmd.append("--show")
+    if describe:
+        cmd.append("--describe")
     if kill_at is not None:
         cmd += ["--kill-at", str(kill_at)]
-    return subprocess.run(cmd, check=False).returncode
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.run(cmd, stdout=out, check=False).returncode
+
+
+def last_checkpoint(work_dir: Path) -> dict[str, Any]:
+    """The checkpoint 'latest' names: the whole state of the run as it ended."""
+    name = json.loads((work_dir / "latest").read_text())["latest"]
+    state: dict[str, Any] = torch.load(work_dir / name, weights_only=True)
+    return state
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two checkpoints differ: every tensor compared with torch.equal, the rest ==."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path} (keys)"]
+        return [d for k in a for d in differences(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return [f"{path} (length)"]
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in differences(x, y, f"{path}/{i}")]
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return [] if a.dtype == b.dtype and torch.equal(a, b) else [path]
+    return [] if type(a) is type(b) and a == b else [path]
+
+
+def logged(work_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """metrics.jsonl's loss, LR and validation records by iteration, without the timings
+    (a resumed run logs the iterations it redoes again: the later record counts)."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in (work_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["mode"] in ("train", "val"):
+            timings = ("time", "data_time", "eta_s")
+            rows[record["mode"], record["iter"]] = {
+                k: v for k, v in record.items() if k not in timings
+            }
+    return rows
+
+
+def report(reference: Path, resumed: Path) -> bool:
+    """Compare the two runs; print what was compared and what EMA and early stopping did."""
+    a, b = last_checkpoint(reference), last_checkpoint(resumed)
+    diff = differences(a, b)
+    runner = b["runner"]
+    print(f"\nresumed run == uninterrupted run, bit for bit: {not diff}")
+    print(f"  compared: the last checkpoints' {', '.join(k for k in runner if k != 'aspects')},")
+    print(f"    the states of aspects {', '.join(runner['aspects'])}, and the RNG states")
+    if diff:
+        print(f"  they differ at: {', '.join(diff[:5])}")
+    logs_a, logs_b = logged(reference), logged(resumed)
+    same_logs = logs_a == logs_b
+    print(f"  metrics.jsonl: {len(logs_b)} loss/LR/validation records, equal: {same_logs}")
+    ema, stop = runner["aspects"]["ema"], runner["aspects"]["early_stopping"]
+    print(f"  EMA: {ema['steps']} updates; validation and 'best' use the EMA weights")
+    print(
+        f"  early stopping on {stop['monitor']}: best {stop['best']:.4f}, "
+        f"{stop['wait']} of {PATIENCE} validations without improvement, "
+        f"{runner['stop_reason'] or 'not triggered (ran all epochs)'}"
+    )
+    print("final metrics:", runner["metrics"])
+    return not diff and same_logs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--show", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--describe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kill-at", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        train(args.work_dir, show=args.show, kill_at=args.kill_at)
+        train(args.work_dir, describe=args.describe, kill_at=args.kill_at)
         return 0
 
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="aspecthook-demo-"))
     reference, resumed = root / "uninterrupted", root / "run"
     start = time.perf_counter()
-    print(f"== 1. reference run, uninterrupted, in {reference}")
-    assert child(reference, show=False) == 0
-    print(f"== 2. the same run, killed with SIGKILL at iteration {KILL_AT}")
-    code = child(resumed, show=True, kill_at=KILL_AT)
+    print(f"== 1. reference run, uninterrupted (output hidden), in {reference}")
+    # The same child as the others, describe() included: printing it imports rich, whose
+    # import draws from Python's global `random`, so the RNG states compared match.
+    assert child(reference, quiet=True, describe=True) == 0
+    print(f"== 2. the same run in {resumed}, killed with SIGKILL at iteration {KILL_AT}")
+    code = child(resumed, describe=True, kill_at=KILL_AT)
     print(f"\n   ... the training process died (exit code {code})")
     latest = json.loads((resumed / "latest").read_text())
-    print(f"   'latest' names {latest.get('latest') or latest}")
+    print(f"   'latest' names {latest['latest']}")
     print("== 3. resumed from the last checkpoint")
-    assert child(resumed, show=True) == 0
+    assert child(resumed) == 0
 
-    a = torch.load(reference / "final.pt", weights_only=True)
-    b = torch.load(resumed / "final.pt", weights_only=True)
-    same = all(torch.equal(a[k], b[k]) for k in a)
-    print(f"\nresumed run == uninterrupted run, bit for bit: {same}")
-    print("final metrics:", (resumed / "final_metrics.json").read_text())
+    same = report(reference, resumed)
     png = plot(resumed)
     print(f"\nwork folder: {resumed}")
+    notes = {
+        "trace.json": "the resumed process only; uninterrupted/trace.json has the whole run",
+        "curves.png": "loss and LR per iteration",
+    }
     for name in ("metrics.jsonl", "trace.json", "curves.png"):
         if (resumed / name).exists():
-            print(f"  {name:14} {(resumed / name).stat().st_size:>9} bytes")
-    kept = sorted(p.name for p in resumed.glob("*.pt") if p.name != "final.pt")
-    print("  checkpoints:", ", ".join(kept))
+            size = (resumed / name).stat().st_size
+            print(f"  {name:14} {size:>9} bytes  {notes.get(name, '')}".rstrip())
+    print("  checkpoints:", ", ".join(sorted(p.name for p in resumed.glob("*.pt"))), "+ latest")
     if png is not None:
-        print(f"open {png} for the loss and LR curves; load trace.json in ui.perfetto.dev")
+        print(f"open {png}; load trace.json in https://ui.perfetto.dev")
     print(f"done in {time.perf_counter() - start:.0f} s")
     return 0 if same else 1
 

@@ -85,7 +85,8 @@ def main() -> None:
     adapted = runner.get_aspect(MMHook)
     assert adapted is not None
     assert adapted.target is hook
-    print(f"\n{adapted!r} advises (only the overridden methods):")
+    # The overridden methods only, plus the adapter's batch counter (their batch_idx).
+    print(f"\n{adapted!r} advises:")
     for row in runner.describe():
         if row.aspect == adapted.name:
             print(f"  {row.joinpoint:12} {row.stage:6} {row.advice:40} priority={row.priority}")
