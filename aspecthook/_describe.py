@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ._chain import STAGES
 from ._pointcut import PointcutLike, as_pointcut
 from ._registry import LOCK, REGISTRY
+from ._rich import import_rich
 from ._units import format_seconds
 from .errors import InvalidOptionError
 
@@ -53,6 +54,7 @@ class Description(list[Row]):
     """The rows of ``describe()``; printing renders a table (with rich when installed)."""
 
     def __str__(self) -> str:
+        import_rich()  # first, so that importing it leaves ``random`` as it was
         try:
             from rich.console import Console
         except ImportError:
@@ -62,6 +64,7 @@ class Description(list[Row]):
         return console.export_text().rstrip()
 
     def __rich__(self) -> Any:
+        import_rich()
         from rich.table import Table
         from rich.text import Text
 

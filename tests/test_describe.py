@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import re
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -280,3 +284,26 @@ def test_advice_names_refuses_an_unknown_stage(weaver: ah.Weaver, point: str) ->
     _declare(weaver, point)
     with pytest.raises(InvalidOptionError, match=r"'bfore'.*'before', 'around', 'after'"):
         weaver.describe().advice_names(point, "bfore")
+
+
+def test_printing_a_table_leaves_a_seeded_random_stream_as_it_was() -> None:
+    """rich draws random bits when first imported; the tables import it lazily, mid-run
+    perhaps, and must not move Python's ``random`` (a seeded run would then draw other
+    numbers than the same run that prints nothing)."""
+    code = textwrap.dedent(
+        """\
+        import random, sys
+        import aspecthook as ah
+        from aspecthook.aspects import Timed
+        random.seed(0)
+        assert "rich" not in sys.modules
+        str(ah.describe())
+        str(Timed().summary())
+        assert "rich" in sys.modules
+        print(random.random())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    random.seed(0)
+    assert float(done.stdout) == random.random()

@@ -29,6 +29,7 @@ from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
+from .._rich import import_rich
 from .._typing import Unpack
 from .._units import format_seconds
 from ..errors import InvalidOptionError
@@ -73,6 +74,7 @@ class Summary(list[TimingRow]):
     """The rows of ``Timed.summary()``, slowest total first; printing renders a table."""
 
     def __str__(self) -> str:
+        import_rich()  # first, so that importing it leaves ``random`` as it was
         try:
             from rich.console import Console
         except ImportError:
@@ -82,6 +84,7 @@ class Summary(list[TimingRow]):
         return console.export_text().rstrip()
 
     def __rich__(self) -> Any:
+        import_rich()
         from rich.table import Table
         from rich.text import Text
 

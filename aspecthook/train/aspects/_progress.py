@@ -7,6 +7,7 @@ from typing import Any
 from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
 from ..._priority import Priority
+from ..._rich import import_rich
 from ..._typing import Unpack
 from .._data import planned_iters
 
@@ -44,6 +45,7 @@ class ProgressBar(Aspect):
     def _start(self, runner: Any) -> None:
         if runner.rank != 0:
             return
+        import_rich()  # first, so that importing it leaves a seeded run's ``random`` as it was
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
