@@ -9,6 +9,7 @@ import torch
 from ..._aspect import Aspect
 from ..._context import CallContext
 from ..._priority import Priority
+from .._wrappers import unwrapped
 
 __all__ = ["SyncBuffers"]
 
@@ -41,5 +42,4 @@ class SyncBuffers(Aspect):
 
 
 def _buffers(model: Any) -> list[torch.Tensor]:
-    module = getattr(model, "module", model)  # DistributedDataParallel wraps the model
-    return list(module.buffers())
+    return list(unwrapped(model).buffers())
