@@ -18,7 +18,7 @@ from .._advice import AdviceKind
 from .._context import CallContext
 from .._priority import Priority, PriorityLike, resolve_priority
 from .._typing import Unpack
-from ..errors import AspectDefinitionError
+from ..errors import AspectDefinitionError, RunnerError
 from ._base import (
     _EPOCH,
     _INDEX,
@@ -197,11 +197,41 @@ def _epoch_index(ctx: CallContext) -> None:
     ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)  # before the loop counts it
 
 
-def _mm_runner(ctx: CallContext, name: str) -> Any:
-    """``ctx.runner`` for hook method ``name`` (see ``_MMRunner``); None stays None."""
+class _NoRunner:
+    """What a hook gets as ``runner`` at a call outside a run (``ctx.runner`` is None).
+
+    OpenMMLab always passes a runner, so a hook reads it without a check; here the first
+    read raises ``RunnerError`` saying what to do, instead of ``AttributeError`` on None
+    deep inside the hook. A hook that never reads its runner runs as it is.
+    """
+
+    __slots__ = ("_hook", "_joinpoint", "_method")
+
+    def __init__(self, hook: Any, method: str, joinpoint: str) -> None:
+        self._hook = hook
+        self._method = method
+        self._joinpoint = joinpoint
+
+    def __getattr__(self, attr: str) -> Any:
+        hook = type(self._hook).__name__
+        raise RunnerError(
+            f"{hook}.{self._method} read runner.{attr}, but {self._joinpoint!r} was called "
+            "outside a run, so there is no runner: give the hook to "
+            f"aspecthook.train.Runner(aspects=[MMHook({hook}(...))]), or call "
+            f"{self._joinpoint!r} from within runner.run() (a function of the run, e.g. "
+            "declared with @runner.joinpoint)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<no runner: {self._joinpoint!r} called outside a run>"
+
+
+def _mm_runner(ctx: CallContext, name: str, hook: Any) -> Any:
+    """``ctx.runner`` for hook method ``name`` (see ``_MMRunner``); outside a run, a
+    ``_NoRunner`` that says so when the hook reads it."""
     runner = ctx.runner
     if runner is None:
-        return None
+        return _NoRunner(hook, name, ctx.joinpoint.name)
     if name == "after_train_iter":
         return _MMRunner(runner, at_iter=ctx.data.get(_ITER))
     if name == "after_train_epoch":
@@ -233,14 +263,14 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         style = "runner"  # an mmcv 1.x hook: runner only
 
     if style == "runner":
-        return lambda ctx: method(_mm_runner(ctx, name))
+        return lambda ctx: method(_mm_runner(ctx, name, hook))
     if style == "iter":
         return lambda ctx: method(
-            _mm_runner(ctx, name), batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx)
+            _mm_runner(ctx, name, hook), batch_idx=ctx.data[_INDEX], data_batch=_batch(ctx)
         )
     if style == "outputs":
         return lambda ctx: method(
-            _mm_runner(ctx, name),
+            _mm_runner(ctx, name, hook),
             batch_idx=ctx.data[_INDEX],
             data_batch=_batch(ctx),
             outputs=ctx.result,
@@ -253,7 +283,7 @@ def _mm_call(hook: Any, name: str, method: Callable[..., Any], style: str) -> Ad
         metrics = getattr(ctx.runner, "metrics", None) or {}
         prefix = _metrics_prefix(ctx.runner, mode)
         mine = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
-        return method(_mm_runner(ctx, name), metrics=mine)
+        return method(_mm_runner(ctx, name, hook), metrics=mine)
 
     return with_metrics
 

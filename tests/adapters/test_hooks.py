@@ -334,6 +334,37 @@ def test_failing_hook_with_errors_log_does_not_stop_training() -> None:
     assert runner.iter == N // BATCH
 
 
+def test_hook_reading_its_runner_outside_a_run_is_told_what_to_do() -> None:
+    """At a join point of the user's own called outside a run, a hook that reads its runner
+    gets a RunnerError naming the hook, the attribute and the join point (not an
+    AttributeError on None); a hook that never reads it runs as usual."""
+
+    class Reads(Hook):
+        def after_train_iter(self, runner: Any, *args: Any, **kwargs: Any) -> None:
+            print(runner.iter)
+
+    seen: list[Any] = []
+
+    class Ignores(Hook):
+        def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+            seen.append(data_batch)
+
+    @ah.joinpoint("train_iter")
+    def train_iter(batch: Any) -> dict[str, Any]:
+        return {"loss": 0.0}
+
+    handle = ah.register(MMHook(Ignores()))
+    train_iter("batch")
+    handle.remove()
+    assert seen == ["batch"]
+
+    ah.register(MMHook(Reads()))
+    with pytest.raises(
+        RunnerError, match=r"Reads\.after_train_iter read runner\.iter.*'train_iter'.*outside a run"
+    ):
+        train_iter("batch")
+
+
 # -- Keras-style callbacks -----------------------------------------------------------------
 
 
