@@ -18,6 +18,7 @@ from ._advice_checks import (
     _check_callable,
     _check_errors,
     _check_every,
+    _check_name,
     _check_rank,
     _check_window,
     _names,
@@ -145,11 +146,13 @@ class Advice(Generic[P, R]):
         self.when = _check_callable("when", when)
         self.rank = _check_rank(rank)
         self.errors = _check_errors(errors)
-        self.name: str = name or str(getattr(fn, "__name__", type(fn).__name__))
+        self.name: str = _check_name("name", name) or str(
+            getattr(fn, "__name__", type(fn).__name__)
+        )
         self.order_after = _names("order_after", order_after)
         self.order_before = _names("order_before", order_before)
         self.aspect = aspect
-        self.aspect_name: str | None = aspect_name
+        self.aspect_name: str | None = _check_name("name", aspect_name)
         self.is_async = is_coroutine_function(fn)
         self._init_state()
         check_signature(fn, kind, self.describe_target())

@@ -21,6 +21,7 @@ __all__ = [
     "_check_callable",
     "_check_errors",
     "_check_every",
+    "_check_name",
     "_check_rank",
     "_check_window",
     "_names",
@@ -90,6 +91,18 @@ def _check_errors(errors: object) -> str:
         "advice, or errors='log' to log them and let the call continue",
         option="errors",
         value=errors,
+    )
+
+
+def _check_name(option: str, name: object) -> str | None:
+    """``name=`` of advice or an aspect: a string (or None, for the default)."""
+    if name is None or isinstance(name, str):
+        return name
+    raise InvalidOptionError(
+        f"{option}={name!r} is not a string: give a name such as {option}='warmup', by "
+        "which describe() shows it and order_after / order_before refer to it",
+        option=option,
+        value=name,
     )
 
 

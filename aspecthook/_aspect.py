@@ -12,7 +12,7 @@ import re
 from typing import Any, TypedDict
 
 from ._advice import Advice, AdviceKind, OrderNames
-from ._advice_checks import _check_errors, _names
+from ._advice_checks import _check_errors, _check_name, _names
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
 from .errors import AspectDefinitionError
@@ -92,6 +92,7 @@ class Aspect:
             resolve_priority(priority)
             self.priority = priority
         if name is not None:
+            _check_name("name", name)
             self.name = name
         if errors is not None:
             self.errors = _check_errors(errors)  # refused here, not when it is registered

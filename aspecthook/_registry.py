@@ -13,7 +13,8 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._chain import build_chain
+from ._chain import build_chain, order_stage
+from ._context import Event
 
 if TYPE_CHECKING:
     from ._advice import Advice
@@ -126,6 +127,7 @@ class Registry:
         with LOCK:
             for advice in advices:
                 advice.seq = next(self.seq)
+            self._check_events(weaver, advices)  # raises OrderingCycleError: nothing changed
             changes: dict[JoinPoint, list[Advice]] = {}
             for jp in self.points_of(weaver):
                 hits = [a for a in advices if a.kind != "on" and _matches(a, jp)]
@@ -135,6 +137,26 @@ class Registry:
             weaver.registered.extend(advices)
             if any(a.kind == "on" for a in advices):
                 self.event_version += 1
+
+    def _check_events(self, weaver: Weaver, advices: list[Advice]) -> None:
+        """Refuse ``on`` advice whose order constraints close a cycle among the subscribers
+        of an event, as a join point refuses one, instead of every ``emit()`` of it raising.
+
+        An event's subscribers are only worked out when it is emitted, so this checks the
+        names the new subscriptions spell out and the names emitted so far.
+        """
+        new = [a for a in advices if a.kind == "on" and a.pointcut is not None]
+        if not new:
+            return
+        weavers = [*self.weavers, *([] if weaver in self.weavers else [weaver])]
+        subscribers = [a for w in weavers for a in w.registered if a.kind == "on"] + new
+        if not any(a.order_after or a.order_before for a in subscribers):
+            return
+        names = {n for a in new if a.pointcut is not None for n in a.pointcut.literal_names()}
+        names.update(n for w in weavers for n in w._events)
+        for name in names:
+            point = Event(name, {})
+            order_stage([a for a in subscribers if _subscribes(a, point)])
 
     def remove_advice(self, weaver: Weaver, advices: list[Advice]) -> None:
         with LOCK:
@@ -175,6 +197,15 @@ def _matches(advice: Advice, jp: JoinPoint) -> bool:
             "make a predicate return False for names it does not expect",
             exc_info=True,
         )
+        return False
+
+
+def _subscribes(advice: Advice, event: Event) -> bool:
+    """Whether ``advice`` subscribes to ``event``; a pointcut that raises does not (as in
+    ``emit()``, which logs it)."""
+    try:
+        return advice.pointcut is not None and advice.pointcut.matches(event)
+    except Exception:
         return False
 
 

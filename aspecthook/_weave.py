@@ -100,6 +100,7 @@ def weave(
     instead of a proxy (``forward`` / ``backward`` join points; see ``_torch_hooks``).
     """
     weaver = weaver or default_weaver
+    _check_alias(name)
     if is_module(target):  # an nn.Module instance: through torch's own hooks
         kinds = {"before": before, "after": after, "on_error": on_error, "around": around}
         return weave_module(target, aspects, kinds, name, requires, strict, weaver, opts)
@@ -163,6 +164,17 @@ def woven(
 
 
 # -- the steps of weave() ------------------------------------------------------------------
+
+
+def _check_alias(name: object) -> None:
+    """Refuse a ``name=`` that no pointcut could select: it must be a non-empty string."""
+    if name is not None and not (isinstance(name, str) and name):
+        raise InvalidOptionError(
+            f"name={name!r} is not a join point name: give the woven callables another name "
+            "as a string, e.g. name='train_iter'",
+            option="name",
+            value=name,
+        )
 
 
 def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str | None]:

@@ -1065,6 +1065,8 @@ def test_a_window_longer_than_every_is_refused(weaver: ah.Weaver, point: str) ->
         ("when", 5, "not callable"),
         ("order_after", 5, "tuple, list or set of aspect/advice names"),
         ("order_before", [1], "tuple, list or set of aspect/advice names"),
+        ("name", 3, "is not a string"),
+        ("name", ("warmup",), "is not a string"),
         ("priority_level", 1, r"unknown option.*valid options are"),
     ],
 )

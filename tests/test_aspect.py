@@ -655,6 +655,23 @@ def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:
         Quiet(errors="ignore")
 
 
+def test_a_name_that_is_not_a_string_is_refused() -> None:
+    """Aspect(name=3), or a class attribute name that is not a string, is refused naming
+    the option (describe() used to fail on it with a bare AttributeError)."""
+
+    class Numbered(Aspect):
+        name = 3  # type: ignore[assignment]
+
+        def after_step(self, ctx: CallContext) -> None:
+            pass
+
+    with pytest.raises(InvalidOptionError, match="name=3 is not a string") as info:
+        Aspect(name=3)  # type: ignore[arg-type]
+    assert info.value.option == "name"
+    with pytest.raises(InvalidOptionError, match="name=3 is not a string"):
+        Numbered().make_advice()
+
+
 def test_the_public_signatures_resolve_at_run_time() -> None:
     """typing.get_type_hints (what tools that build objects from annotations use) resolves
     the constructors of the shipped aspects and the typed weaving functions."""

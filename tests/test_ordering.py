@@ -439,6 +439,30 @@ def test_cycle_between_plain_advice_is_refused(weaver: ah.Weaver, point: str) ->
     assert ran == ["q", "p"]
 
 
+def test_cycle_between_event_subscribers_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """A cycle among subscribers of one event is refused at registration, not at emit()."""
+    ran: list[str] = []
+    _register(weaver, "on", point, "p", ran, order_after=("q",))
+    with pytest.raises(OrderingCycleError, match=r"cycle: (p -> q -> p|q -> p -> q);"):
+        _register(weaver, "on", point, "q", ran, order_after=("p",))
+    assert [a.name for a in weaver.registered] == ["p"]
+    weaver.emit(point)
+    assert ran == ["p"]
+
+
+def test_cycle_closed_by_a_glob_subscriber_of_an_emitted_event_is_refused(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A glob subscription that closes a cycle at an event already emitted is refused."""
+    ran: list[str] = []
+    _register(weaver, "on", f"{point}.saved", "p", ran, order_after=("q",))
+    weaver.emit(f"{point}.saved")
+    with pytest.raises(OrderingCycleError, match="cycle"):
+        _register(weaver, "on", f"{point}.*", "q", ran, order_after=("p",))
+    weaver.emit(f"{point}.saved")
+    assert ran == ["p", "p"]
+
+
 def test_cycle_is_reported_when_other_advice_waits_behind_it(weaver: ah.Weaver, point: str) -> None:
     """A cycle is named even when advice outside it (sorting first) waits behind it."""
     work = _declare(weaver, point)

@@ -612,6 +612,17 @@ def test_name_alias_before_advice_registered() -> None:
     assert log == [("evaluate", 2)]
 
 
+@pytest.mark.parametrize("name", [3, ("alias",), ""])
+def test_a_name_alias_that_is_not_a_name_is_refused(name: Any) -> None:
+    """weave(target, name=...) that is not a non-empty string raises InvalidOptionError
+    and weaves nothing (describe() used to fail on it with a bare AttributeError)."""
+    with pytest.raises(InvalidOptionError, match="is not a join point name") as info:
+        ah.weave(targets.add_one, before=lambda ctx: None, name=name)
+    assert info.value.option == "name"
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+
+
 def test_alias_of_one_weave_goes_with_it() -> None:
     """Removing the aliasing weave drops the alias while another weave stays."""
     log: list[Any] = []
