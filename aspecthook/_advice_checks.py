@@ -107,6 +107,18 @@ def _check_name(option: str, name: object) -> str | None:
 
 
 def _check_callable(option: str, value: object) -> Any:
+    """A ``when=``-style predicate: a plain callable. It is tested synchronously before the
+    advice runs (at async join points too), so a coroutine function is refused: its
+    coroutine, never awaited, would count as true on every call."""
+    if is_coroutine_function(value):
+        raise InvalidOptionError(
+            f"{option}={value!r} is a coroutine function, but it is tested synchronously "
+            "before the advice runs, so its coroutine would count as true on every call: "
+            "give a plain function taking ctx and returning a bool, and await inside the "
+            "advice instead",
+            option=option,
+            value=value,
+        )
     if value is None or callable(value):
         return value
     raise InvalidOptionError(

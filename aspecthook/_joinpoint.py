@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._advice_checks import is_coroutine_function
 from ._chain import EMPTY_CHAIN, Chain
 from ._dispatch import new_context
 from ._proxy import JoinPointProxy, _FunctionWrapperBase, find_proxy, make_proxy
@@ -81,7 +82,9 @@ class JoinPoint:
         self.names: frozenset[str] = frozenset((name,))
         self.target = target
         func = getattr(target, "__func__", target)
-        self.is_async = inspect.iscoroutinefunction(func)
+        # As for advice: an instance whose class's ``__call__`` is ``async def`` (woven
+        # where it is held) is async too, though ``inspect`` says it is not a function.
+        self.is_async = is_coroutine_function(func)
         #: Whether the target is a generator function: each call makes a generator of its
         #: own (one returned by another callable may be shared, e.g. by a getter).
         self.is_generator = inspect.isgeneratorfunction(func) or _wraps_a_generator(func)

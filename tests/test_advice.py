@@ -703,6 +703,20 @@ def test_when_filters_calls_by_predicate(weaver: ah.Weaver, point: str) -> None:
     assert ran == [0, 2, 4]
 
 
+def test_an_async_when_predicate_is_refused(weaver: ah.Weaver, point: str) -> None:
+    """when= is tested synchronously, before the advice runs: a coroutine function there
+    (whose coroutine would count as true on every call) is refused at registration."""
+
+    async def ready(ctx: Any) -> bool:
+        return False
+
+    with pytest.raises(InvalidOptionError, match=r"when=.*coroutine function.*plain") as info:
+        weaver.before(point, when=ready)(lambda ctx: None)
+    assert info.value.option == "when"
+    assert info.value.value is ready
+    assert weaver.registered == []
+
+
 def test_filtered_around_still_runs_the_target(weaver: ah.Weaver, point: str) -> None:
     """Around advice filtered out of a call is bypassed; the target still runs."""
     add = _declare(weaver, point)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import functools
@@ -1527,6 +1528,40 @@ def test_a_callable_instance_is_woven_like_any_instance() -> None:
         assert service(1) == 2
     assert seen == [f"{__name__}.Service.handle"]
     assert "handle" not in vars(service)
+
+
+class AsyncService:
+    """A callable instance whose ``__call__`` is a coroutine function (an ASGI app, say)."""
+
+    async def __call__(self, x: int) -> int:
+        await asyncio.sleep(0)
+        if x < 0:
+            raise ValueError(x)
+        return x * 2
+
+
+def test_an_instance_with_an_async_call_woven_where_it_is_held_is_an_async_join_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woven by the path that holds it, an instance whose ``__call__`` is ``async def`` is
+    an async join point: async advice runs, after advice sees the awaited result and
+    on_error advice the exception raised when the call is awaited."""
+    monkeypatch.setattr(targets, "service", AsyncService(), raising=False)
+    seen: list[tuple[str, object]] = []
+
+    async def before(ctx: ah.CallContext) -> None:
+        await asyncio.sleep(0)
+        seen.append(("before", ctx.args[0]))
+
+    with ah.woven(
+        f"{MOD}.service",
+        before=before,
+        after=lambda ctx: seen.append(("after", ctx.result)),
+        on_error=lambda ctx: ctx.recover(type(ctx.exception).__name__),
+    ):
+        assert asyncio.run(targets.service(2)) == 4  # type: ignore[attr-defined]
+        assert asyncio.run(targets.service(-1)) == "ValueError"  # type: ignore[attr-defined]
+    assert seen == [("before", 2), ("after", 4), ("before", -1), ("after", "ValueError")]
 
 
 def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:
