@@ -346,6 +346,18 @@ def test_glob_matching_nothing_is_skipped() -> None:
     assert ah.default_weaver.registered == []
 
 
+@pytest.mark.parametrize("target", [f"{MOD}.nothing_*", f"{MOD}.Model.nothing_*"])
+def test_a_weave_that_matches_nothing_is_logged_as_skipped(target: str) -> None:
+    """A weave that finds nothing to weave is logged, as a missing target is: a misspelt
+    glob does not pass silently."""
+    with capture_logs() as logs:
+        handle = ah.weave(target, before=lambda ctx: None)
+    assert [(e["event"], e["target"], e["reason"]) for e in logs] == [
+        ("weave.skipped", target, "matched nothing")
+    ]
+    handle.remove()
+
+
 def test_colon_path_says_where_the_module_ends() -> None:
     """'pkg.mod:Class.method' weaves the method of the class in that module."""
     log: list[Any] = []
@@ -1250,6 +1262,24 @@ def test_lazy_weave_of_missing_attribute_fails_on_import(new_module: Callable[..
     assert [entry["event"] for entry in logs] == ["weave.failed"]
     handle.remove()
     assert statuses(f"{name}.no_such_func") == []
+
+
+def test_a_glob_into_a_module_imported_later_that_matches_nothing_fails_and_logs(
+    new_module: Callable[..., str],
+) -> None:
+    """A misspelt glob into a later module is failed and logged when the module comes, as a
+    missing name is; with strict=True that import raises."""
+    name = new_module(LAZY_SOURCE)
+    handle = ah.weave(f"{name}.fnuc*", before=nothing)
+    with capture_logs() as logs:
+        _import(name)
+    assert statuses(f"{name}.fnuc*") == ["failed"]
+    assert [(e["event"], e["target"]) for e in logs] == [("weave.failed", f"{name}.fnuc*")]
+    handle.remove()
+    strict = new_module(LAZY_SOURCE)
+    ah.weave(f"{strict}.fnuc*", before=nothing, strict=True)
+    with pytest.raises(WeaveTargetError, match=r"fnuc\* matched nothing"):
+        _import(strict)
 
 
 # -- version guards ----------------------------------------------------------------------------
