@@ -1567,6 +1567,38 @@ def test_a_path_to_a_property_says_it_is_not_callable() -> None:
         ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
 
 
+class _Meta(type):
+    def who(cls) -> str:
+        return cls.__name__
+
+
+class _Made(metaclass=_Meta):
+    pass
+
+
+class _MadeSub(_Made):
+    pass
+
+
+@pytest.mark.parametrize("target", [f"{__name__}._Made.who", _Made.who], ids=["path", "object"])
+def test_a_metaclass_method_seen_on_a_class_is_refused_naming_the_metaclass(target: Any) -> None:
+    """``_Made.who`` comes from the metaclass: a proxy on ``_Made`` would bind it to
+    ``_Made`` for its subclasses and show it on instances, so it is refused, naming
+    the metaclass method to weave; the metaclass method itself weaves every class."""
+    match = rf"who is a method of its metaclass _Meta.*weave '{__name__}\._Meta\.who'"
+    with pytest.raises(WeaveTargetError, match=match):
+        ah.weave(target, before=lambda ctx: None, strict=True)
+    assert "who" not in vars(_Made)
+    assert (_Made.who(), _MadeSub.who()) == ("_Made", "_MadeSub")
+    with pytest.raises(WeaveTargetError, match="matched nothing"):  # a glob leaves it out
+        ah.weave(f"{__name__}._Made*.who", before=lambda ctx: None, strict=True)
+    seen: list[str] = []
+    with ah.weave(f"{__name__}._Meta.who", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert (_Made.who(), _MadeSub.who()) == ("_Made", "_MadeSub")
+        assert not hasattr(_Made(), "who")
+    assert seen == [f"{__name__}._Meta.who"] * 2
+
+
 class Slotted:
     __slots__ = ("n",)
 
