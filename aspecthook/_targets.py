@@ -67,10 +67,42 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             f"__slots__) to hold per-instance proxies; weave the class {kind} instead",
             target=repr(target),
         )
+    return _other_object(target)
+
+
+def _other_object(target: Any) -> list[tuple[Any, str]]:
+    """A function under a C wrapper (``functools.lru_cache``) is woven where it lives;
+    anything else is refused, saying what to give instead."""
+    if callable(target) and hasattr(target, "__wrapped__"):
+        return [_locate(target)]
+    if inspect.isbuiltin(target) or inspect.ismethoddescriptor(target):
+        raise _built_in_error(target)
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",
         target=repr(target),
+    )
+
+
+def _built_in_error(target: Any) -> WeaveTargetError:
+    """Why a built-in function or a C type's method is not woven by object."""
+    name = getattr(target, "__name__", repr(target))
+    bound = getattr(target, "__self__", None)  # the module of a function, or an object
+    owner = getattr(target, "__objclass__", None)  # dict.get
+    if owner is None and bound is not None and not isinstance(bound, types.ModuleType):
+        owner = bound if isinstance(bound, type) else type(bound)  # {}.get, dict.fromkeys
+    if owner is not None and _immutable(owner):  # the path's own message
+        return WeaveTargetError(
+            f"{owner.__qualname__}.{name} is a method of the built-in type "
+            f"{owner.__qualname__}, whose attributes cannot be replaced; weave the Python "
+            f"code that calls {name} instead",
+            target=f"{owner.__qualname__}.{name}",
+        )
+    return WeaveTargetError(
+        f"cannot weave the built-in function {name} by object: it does not say which module "
+        "attribute its callers use (os.getpid is posix.getpid), so weave it by its dotted "
+        "path, e.g. weave('math.sqrt') or weave('builtins.len')",
+        target=name,
     )
 
 

@@ -8,6 +8,7 @@ import functools
 import gc
 import importlib
 import itertools
+import math
 import pickle
 import re
 import sys
@@ -1414,6 +1415,42 @@ def test_function_removed_from_its_module_cannot_be_located() -> None:
     stray.__qualname__ = "stray"
     with pytest.raises(WeaveTargetError, match=r"cannot find where 'stray' is defined"):
         ah.weave(stray, before=lambda ctx: None)
+
+
+@functools.lru_cache
+def _cached(x: int) -> int:
+    return x * 3
+
+
+def test_an_lru_cache_function_is_woven_by_object_as_by_path() -> None:
+    """``weave(f)`` of a ``functools.lru_cache`` function weaves it where it lives, as
+    ``weave('mod.f')`` does: the cache still answers, and removal puts it back."""
+    original = _cached
+    seen: list[Any] = []
+    with ah.weave(_cached, before=lambda ctx: seen.append(ctx.args)):
+        woven = sys.modules[__name__]._cached
+        assert woven is not original
+        assert (woven(2), woven(2)) == (6, 6)
+        assert woven.cache_info().hits == 1
+    assert seen == [[2], [2]]
+    assert sys.modules[__name__]._cached is original
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (math.sqrt, r"built-in function sqrt.*by its dotted path.*weave\('math\.sqrt'\)"),
+        (dict.get, r"dict\.get is a method of the built-in type dict"),
+        ({}.get, r"dict\.get is a method of the built-in type dict"),
+    ],
+)
+def test_a_built_in_given_as_an_object_says_what_to_weave(target: Any, message: str) -> None:
+    """A built-in function has no place of its own to weave it (``os.getpid`` is
+    ``posix.getpid``): the error asks for the dotted path; a C type's method says it
+    cannot be replaced."""
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
 
 
 @pytest.mark.parametrize("target", [42, None, 1.5])
