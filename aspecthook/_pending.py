@@ -123,7 +123,10 @@ def _woven_on_import(
     if quiet:
         _expansion_done(record, path, strict)
     elif not record.points and not record.waiting:
-        record.status, record.reason = "failed", f"{path} matched nothing"
+        reason = f"{path} matched nothing"
+        _fail(record, path, reason)
+        if strict:
+            raise WeaveTargetError(reason, target=path)
 
 
 def _expansion_done(record: WeaveRecord, path: str, strict: bool) -> None:

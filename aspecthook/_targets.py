@@ -46,8 +46,11 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
     if inspect.isclass(target):
         return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
     if inspect.ismethod(target):
-        owner = target.__self__
-        return [(owner, target.__func__.__name__)]
+        owner, name = target.__self__, target.__func__.__name__
+        meta = _metaclass_defining(owner, name)
+        if meta is not None:
+            raise _metaclass_method_error(owner, name, meta)
+        return [(owner, name)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
     if hasattr(target, "__dict__") and _is_instance(target):
@@ -64,10 +67,61 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             f"__slots__) to hold per-instance proxies; weave the class {kind} instead",
             target=repr(target),
         )
+    return _other_object(target)
+
+
+def _other_object(target: Any) -> list[tuple[Any, str]]:
+    """A function under a C wrapper (``functools.lru_cache``) is woven where it lives;
+    anything else is refused, saying what to give instead."""
+    if callable(target) and hasattr(target, "__wrapped__"):
+        return [_locate(target)]
+    if inspect.isbuiltin(target) or inspect.ismethoddescriptor(target):
+        raise _built_in_error(target)
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",
         target=repr(target),
+    )
+
+
+def _built_in_error(target: Any) -> WeaveTargetError:
+    """Why a built-in function or a C type's method is not woven by object."""
+    name = getattr(target, "__name__", repr(target))
+    bound = getattr(target, "__self__", None)  # the module of a function, or an object
+    owner = getattr(target, "__objclass__", None)  # dict.get
+    if owner is None and bound is not None and not isinstance(bound, types.ModuleType):
+        owner = bound if isinstance(bound, type) else type(bound)  # {}.get, dict.fromkeys
+    if owner is not None and _immutable(owner):  # the path's own message
+        return WeaveTargetError(
+            f"{owner.__qualname__}.{name} is a method of the built-in type "
+            f"{owner.__qualname__}, whose attributes cannot be replaced; weave the Python "
+            f"code that calls {name} instead",
+            target=f"{owner.__qualname__}.{name}",
+        )
+    return WeaveTargetError(
+        f"cannot weave the built-in function {name} by object: it does not say which module "
+        "attribute its callers use (os.getpid is posix.getpid), so weave it by its dotted "
+        "path, e.g. weave('math.sqrt') or weave('builtins.len')",
+        target=name,
+    )
+
+
+def _metaclass_defining(owner: Any, name: str) -> type | None:
+    """The metaclass that defines ``name`` when the class ``owner`` has it only from there
+    (``MyABC.register`` is ``ABCMeta.register``), or None. A proxy in the class would bind
+    such a method to that class for its subclasses too, and show it on its instances."""
+    if not inspect.isclass(owner) or any(name in vars(cls) for cls in owner.__mro__):
+        return None
+    return next((meta for meta in type(owner).__mro__ if name in vars(meta)), None)
+
+
+def _metaclass_method_error(owner: Any, name: str, meta: type) -> WeaveTargetError:
+    return WeaveTargetError(
+        f"{owner.__qualname__}.{name} is a method of its metaclass {meta.__qualname__}, "
+        f"which a proxy on {owner.__qualname__} would bind to {owner.__qualname__} for its "
+        f"subclasses too: weave '{meta.__module__}.{meta.__qualname__}.{name}' instead "
+        f"(every class made by {meta.__qualname__})",
+        target=f"{owner.__module__}.{owner.__qualname__}.{name}",
     )
 
 
@@ -197,14 +251,16 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     module = sys.modules[".".join(module_parts)]
     if not attrs:
         return _resolve_object(module)  # type: ignore[return-value]
+    glob = bool(_GLOB.intersection(path))
     sites: list[tuple[Any, str]] = []
     for parent, attr in _expand(module, attrs):
         value = _raw(parent, attr)
         if inspect.isclass(value) or isinstance(value, types.ModuleType):
             sites.extend(_resolve_object(value))  # type: ignore[arg-type]
-        else:
+        elif (meta := _metaclass_defining(parent, attr)) is None:
             sites.append((parent, attr))
-    glob = bool(_GLOB.intersection(path))
+        elif not glob:  # a glob leaves it out: it is not the class's own method
+            raise _metaclass_method_error(parent, attr, meta)
     patchable = [(parent, attr) for parent, attr in sites if not _immutable(parent)]
     if sites and not patchable and not glob:
         parent, attr = sites[0]

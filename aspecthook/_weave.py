@@ -235,6 +235,7 @@ def _settle(
                 f"{record.target} matched nothing to weave", target=record.target
             )
         record.status, record.reason = "skipped", "matched nothing"
+        get_logger().warning("weave.skipped", target=record.target, reason=record.reason)
 
 
 def _weave_handle(

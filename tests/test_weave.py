@@ -9,6 +9,7 @@ import functools
 import gc
 import importlib
 import itertools
+import math
 import pickle
 import re
 import sys
@@ -345,6 +346,18 @@ def test_glob_matching_nothing_is_skipped() -> None:
     with pytest.raises(WeaveTargetError, match=r"nothing_\* matched nothing"):
         ah.weave(f"{MOD}.nothing_*", before=lambda ctx: None, strict=True)
     assert ah.default_weaver.registered == []
+
+
+@pytest.mark.parametrize("target", [f"{MOD}.nothing_*", f"{MOD}.Model.nothing_*"])
+def test_a_weave_that_matches_nothing_is_logged_as_skipped(target: str) -> None:
+    """A weave that finds nothing to weave is logged, as a missing target is: a misspelt
+    glob does not pass silently."""
+    with capture_logs() as logs:
+        handle = ah.weave(target, before=lambda ctx: None)
+    assert [(e["event"], e["target"], e["reason"]) for e in logs] == [
+        ("weave.skipped", target, "matched nothing")
+    ]
+    handle.remove()
 
 
 def test_colon_path_says_where_the_module_ends() -> None:
@@ -1264,6 +1277,24 @@ def test_lazy_weave_of_missing_attribute_fails_on_import(new_module: Callable[..
     assert statuses(f"{name}.no_such_func") == []
 
 
+def test_a_glob_into_a_module_imported_later_that_matches_nothing_fails_and_logs(
+    new_module: Callable[..., str],
+) -> None:
+    """A misspelt glob into a later module is failed and logged when the module comes, as a
+    missing name is; with strict=True that import raises."""
+    name = new_module(LAZY_SOURCE)
+    handle = ah.weave(f"{name}.fnuc*", before=nothing)
+    with capture_logs() as logs:
+        _import(name)
+    assert statuses(f"{name}.fnuc*") == ["failed"]
+    assert [(e["event"], e["target"]) for e in logs] == [("weave.failed", f"{name}.fnuc*")]
+    handle.remove()
+    strict = new_module(LAZY_SOURCE)
+    ah.weave(f"{strict}.fnuc*", before=nothing, strict=True)
+    with pytest.raises(WeaveTargetError, match=r"fnuc\* matched nothing"):
+        _import(strict)
+
+
 # -- version guards ----------------------------------------------------------------------------
 
 
@@ -1396,6 +1427,42 @@ def test_function_removed_from_its_module_cannot_be_located() -> None:
     stray.__qualname__ = "stray"
     with pytest.raises(WeaveTargetError, match=r"cannot find where 'stray' is defined"):
         ah.weave(stray, before=lambda ctx: None)
+
+
+@functools.lru_cache
+def _cached(x: int) -> int:
+    return x * 3
+
+
+def test_an_lru_cache_function_is_woven_by_object_as_by_path() -> None:
+    """``weave(f)`` of a ``functools.lru_cache`` function weaves it where it lives, as
+    ``weave('mod.f')`` does: the cache still answers, and removal puts it back."""
+    original = _cached
+    seen: list[Any] = []
+    with ah.weave(_cached, before=lambda ctx: seen.append(ctx.args)):
+        woven = sys.modules[__name__]._cached
+        assert woven is not original
+        assert (woven(2), woven(2)) == (6, 6)
+        assert woven.cache_info().hits == 1
+    assert seen == [[2], [2]]
+    assert sys.modules[__name__]._cached is original
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (math.sqrt, r"built-in function sqrt.*by its dotted path.*weave\('math\.sqrt'\)"),
+        (dict.get, r"dict\.get is a method of the built-in type dict"),
+        ({}.get, r"dict\.get is a method of the built-in type dict"),
+    ],
+)
+def test_a_built_in_given_as_an_object_says_what_to_weave(target: Any, message: str) -> None:
+    """A built-in function has no place of its own to weave it (``os.getpid`` is
+    ``posix.getpid``): the error asks for the dotted path; a C type's method says it
+    cannot be replaced."""
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
 
 
 @pytest.mark.parametrize("target", [42, None, 1.5])
@@ -1581,6 +1648,38 @@ def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
         ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
+
+
+class _Meta(type):
+    def who(cls) -> str:
+        return cls.__name__
+
+
+class _Made(metaclass=_Meta):
+    pass
+
+
+class _MadeSub(_Made):
+    pass
+
+
+@pytest.mark.parametrize("target", [f"{__name__}._Made.who", _Made.who], ids=["path", "object"])
+def test_a_metaclass_method_seen_on_a_class_is_refused_naming_the_metaclass(target: Any) -> None:
+    """``_Made.who`` comes from the metaclass: a proxy on ``_Made`` would bind it to
+    ``_Made`` for its subclasses and show it on instances, so it is refused, naming
+    the metaclass method to weave; the metaclass method itself weaves every class."""
+    match = rf"who is a method of its metaclass _Meta.*weave '{__name__}\._Meta\.who'"
+    with pytest.raises(WeaveTargetError, match=match):
+        ah.weave(target, before=lambda ctx: None, strict=True)
+    assert "who" not in vars(_Made)
+    assert (_Made.who(), _MadeSub.who()) == ("_Made", "_MadeSub")
+    with pytest.raises(WeaveTargetError, match="matched nothing"):  # a glob leaves it out
+        ah.weave(f"{__name__}._Made*.who", before=lambda ctx: None, strict=True)
+    seen: list[str] = []
+    with ah.weave(f"{__name__}._Meta.who", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert (_Made.who(), _MadeSub.who()) == ("_Made", "_MadeSub")
+        assert not hasattr(_Made(), "who")
+    assert seen == [f"{__name__}._Meta.who"] * 2
 
 
 class Slotted:
