@@ -178,17 +178,24 @@ def test_logger_file_interval_is_finer_than_the_console(tmp_path: Path) -> None:
 
 
 def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:
-    """IterTimer puts times in the outputs and its ETA goes down as the run advances."""
+    """IterTimer puts times in the outputs and its ETA goes down as the run advances: after
+    each iteration it is the iterations left (of 12) times the recent mean period."""
     timer = IterTimer()
     runner = _runner(tmp_path, [timer])
-    etas: list[float] = []
-    runner.weaver.after("train_iter", priority="LOWEST")(
-        lambda ctx: etas.append(timer.eta(ctx.runner) or 0.0)
-    )
+    seen: list[tuple[int, float, float]] = []
+
+    def record(ctx: ah.CallContext) -> None:
+        mean = sum(timer.times) / len(timer.times)
+        seen.append((ctx.runner.iter, timer.eta(ctx.runner) or 0.0, mean))
+
+    runner.weaver.after("train_iter", priority="LOWEST")(record)
     runner.run()
     assert runner.outputs["time"] > 0
-    assert etas[-1] == 0.0
-    assert etas[0] > 0.0
+    assert [done for done, _, _ in seen] == list(range(1, 13))
+    for done, eta, mean in seen:
+        assert eta == pytest.approx((12 - done) * mean, rel=1e-12)
+    assert seen[-1][1] == 0.0
+    assert seen[0][1] > 0.0
 
 
 class _SlowBatches:
@@ -381,21 +388,26 @@ def test_logger_on_a_train_iter_outside_a_runner_reports_it_and_does_not_break_i
         _users_train_step(2)
 
 
-def test_failing_observability_aspects_do_not_stop_training(tmp_path: Path) -> None:
+def test_failing_observability_aspects_do_not_stop_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Logger and ProgressBar default to errors='log': their failures are logged, not raised."""
+    from rich.progress import Progress
+
     logger, bar = Logger(interval=1), ProgressBar(console=Console(file=io.StringIO()))
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("sink is gone")
 
     logger._emit = broken  # type: ignore[method-assign]
-    bar._progress = None
+    monkeypatch.setattr(Progress, "update", broken)  # every bar update fails too
     runner = _runner(tmp_path, [logger, bar])
-    runner.weaver  # the run below must complete despite every logger call failing
     with structlog.testing.capture_logs() as logs:
         runner.run()
     assert runner.iter == 12
-    assert any(e["event"] == "advice.failed" and e["aspect"] == "logger" for e in logs)
+    failed = [e["aspect"] for e in logs if e["event"] == "advice.failed"]
+    assert failed.count("logger") == 12 + 2  # every train line and both validations
+    assert failed.count("progress_bar") == 12
 
 
 def test_tensorboard_without_the_package_is_refused_at_construction(
