@@ -83,6 +83,16 @@ def test_amp_runs_forward_in_bfloat16_on_cpu() -> None:
     runner.run()
     assert set(dtypes) == {torch.bfloat16}
     assert runner.get_aspect(AMP).scaler is None  # type: ignore[union-attr]
+    model = _model()  # torch's own loop: autocast forward, plain backward and SGD step
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(_data(), batch_size=4):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        CE(out.float(), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def _nan_at(k: int) -> Any:
