@@ -426,17 +426,29 @@ def test_tensorboard_without_the_package_is_refused_at_construction(
         Logger(tensorboard=True)
 
 
-def test_empty_cache_runs_after_each_epoch_without_cuda(tmp_path: Path) -> None:
-    """EmptyCache is advice after every epoch; on a CPU-only machine it is a no-op."""
-    from aspecthook.train.aspects import EmptyCache
+def test_empty_cache_runs_after_each_epoch_without_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EmptyCache is advice after every epoch and every ``interval`` iterations; on a
+    CPU-only machine emptying the cache is a no-op."""
+    from aspecthook.train.aspects import EmptyCache, _optim
 
-    runner = _runner(tmp_path, [EmptyCache(interval=5)])
+    runner = _runner(tmp_path, [EmptyCache(interval=5)])  # 6 iterations an epoch, 2 epochs
     assert (
         runner.describe().advice_names("train_epoch", "after")[-1]
         == "empty_cache.after_train_epoch"
     )
+    real_empty = _optim._empty
+    emptied: list[int] = []
+
+    def empty() -> None:
+        emptied.append(runner.iter)
+        real_empty()  # the real one, without CUDA here: it must do nothing and not fail
+
+    monkeypatch.setattr(_optim, "_empty", empty)
     runner.run()
     assert runner.epoch == 2
+    assert emptied == [5, 6, 10, 12]  # iterations 5 and 10, the ends of epochs 1 and 2
 
 
 def test_logger_records_count_epochs_from_one_and_agree_with_validation(tmp_path: Path) -> None:
