@@ -974,3 +974,14 @@ def test_trace_written_atomically(tmp_path: Path) -> None:
     assert timed.export_chrome_trace(str(target)) == target
     assert len(load_events(target)[1]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]
+
+
+def test_trace_written_under_the_longest_file_name(tmp_path: Path) -> None:
+    """A file name as long as the file system allows is written: the temporary file beside
+    it has a name of its own that fits too."""
+    target = tmp_path / ("t" * 250 + ".json")  # 255 bytes, the usual limit
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        quick(1)
+    assert len(load_events(timed.export_chrome_trace(target))[1]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
