@@ -63,9 +63,10 @@ def _write_trace(timers: list[Any], path: str) -> None:
         return
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        timers[0].export_chrome_trace(path)
-        if len(timers) > 1:
-            _merge_traces(timers[1:], path)
+        if len(timers) == 1:
+            timers[0].export_chrome_trace(path)
+        else:
+            _merge_traces(timers, path)
     except OSError as exc:
         _warn(f"cannot write the trace to {path}: {exc}")
         return
@@ -73,16 +74,25 @@ def _write_trace(timers: list[Any], path: str) -> None:
 
 
 def _merge_traces(timers: list[Any], path: str) -> None:
+    """One document of every timer's trace, written atomically as each one's is: their
+    events, and the events they dropped added up."""
     import json
     import tempfile
+    from pathlib import Path
 
-    with open(path, encoding="utf-8") as f:
-        document = json.load(f)
+    from .aspects._trace import write_atomically
+
+    parts = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, timer in enumerate(timers):
             part = os.path.join(tmp, f"{i}.json")
             timer.export_chrome_trace(part)
             with open(part, encoding="utf-8") as f:
-                document["traceEvents"].extend(json.load(f)["traceEvents"])
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(document, f)
+                parts.append(json.load(f))
+    document = parts[0]
+    for part in parts[1:]:
+        document["traceEvents"].extend(part["traceEvents"])
+    dropped = [part.get("otherData", {}).get("dropped_events") for part in parts]
+    if all(isinstance(n, int) for n in dropped):
+        document.setdefault("otherData", {})["dropped_events"] = sum(dropped)
+    write_atomically(Path(path), json.dumps(document))

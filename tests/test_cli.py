@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -677,6 +678,59 @@ def test_differently_configured_timers_share_one_table_and_trace(program: Path) 
     assert "│ helper.work " in done.stderr
     names = [e["name"] for e in json.loads((program / "t.json").read_text())["traceEvents"]]
     assert (names.count("json.dumps"), names.count("helper.work")) == (21, 5)
+
+
+def test_a_merged_trace_counts_the_dropped_events_of_every_timer(program: Path) -> None:
+    """The trace of several Timed aspects says how many events all of them dropped."""
+    write(
+        program,
+        "two_timers.yaml",
+        """\
+        weave:
+          - target: "json.dumps"
+            aspects: [{type: Timed, max_events: 20}]
+          - target: helper.work
+            aspects: [{type: Timed, max_events: 5}]
+        """,
+    )
+    done = run(program, "--aspects", "two_timers.yaml", "--trace", "t.json", "prog.py")
+    assert done.returncode == 0, done.stderr
+    document = json.loads((program / "t.json").read_text())
+    assert len(document["traceEvents"]) == 25
+    assert document["otherData"]["dropped_events"] == 1 + 15  # 21 json.dumps, 20 helper.work
+
+
+def test_a_merged_trace_is_written_atomically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trace of several Timed aspects replaces the file whole: the file is never opened
+    for writing in place, where an interrupted write leaves half a JSON document."""
+    import builtins
+
+    import aspecthook as ah
+    from aspecthook._cli_report import _write_trace
+    from aspecthook.aspects import Timed
+
+    timers = [Timed(trace=True), Timed(trace=True)]
+    with ah.weave(json.dumps, timers[0]), ah.weave(json.loads, timers[1]):
+        json.loads(json.dumps([1]))
+    target = tmp_path / "trace.json"
+    target.write_text('{"traceEvents": []}')
+    written = []
+    real_open = builtins.open
+
+    def spying_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if set(mode) & set("wax+"):
+            written.append(Path(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spying_open)
+    _write_trace(timers, str(target))
+    monkeypatch.undo()
+    assert target not in written
+    names = {e["name"] for e in json.loads(target.read_text())["traceEvents"]}
+    assert names == {"json.dumps", "json.loads"}
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]
 
 
 def test_malformed_requires_is_a_config_error(program: Path) -> None:

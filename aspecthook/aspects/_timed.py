@@ -405,7 +405,7 @@ def _timed_generator(
     ``yield from`` cannot be timed per resume, so this is its PEP 380 expansion with a
     clock around each ``send`` / ``throw`` / ``close``. The total is recorded once, when
     ``gen`` is exhausted, raises or is closed (also by garbage collection); with tracing,
-    each resume is one event.
+    each resume is one event, the last one (which exhausts, raises or closes) included.
     """
     # Long on purpose: one generator function is the only way to stand in for
     # ``yield from``, and each resume runs through this loop, so nothing is a helper.
@@ -420,10 +420,10 @@ def _timed_generator(
             try:
                 value = resume(arg)
             except StopIteration as stop:
-                elapsed += _clock() - start
+                elapsed += _resumed(timed, name, start, False)
                 return stop.value
-            except BaseException:
-                elapsed += _clock() - start
+            except BaseException as exc:
+                elapsed += _resumed(timed, name, start, isinstance(exc, Exception))
                 raise
             took = _clock() - start
             elapsed += took
@@ -436,8 +436,10 @@ def _timed_generator(
                 start = _clock()
                 try:
                     gen.close()
-                finally:
-                    elapsed += _clock() - start
+                except BaseException as exc:
+                    elapsed += _resumed(timed, name, start, isinstance(exc, Exception))
+                    raise
+                elapsed += _resumed(timed, name, start, False)
                 raise
             except BaseException as exc:
                 resume, arg = gen.throw, exc
@@ -448,3 +450,12 @@ def _timed_generator(
         raise
     finally:
         timed._record_safely(jp, -1, elapsed, failed)
+
+
+def _resumed(timed: Timed, name: str, start: int, failed: bool) -> int:
+    """The time since ``start`` of a generator's last resume (one that ended it), kept as
+    a trace event as every resume is."""
+    took = _clock() - start
+    if timed.trace:
+        timed._add_event(name, start, took, failed)
+    return took

@@ -72,9 +72,11 @@ def _async_events(
 def write_atomically(target: Path, text: str) -> None:
     """Write ``text`` to a temp file next to ``target``, then ``os.replace`` it in.
 
-    A reader never sees a half-written trace, and a crash leaves the old file intact.
+    A reader never sees a half-written trace, and a crash leaves the old file intact. The
+    temp file's name starts with at most 50 characters of ``target``'s (200 bytes, even in
+    UTF-8), so that it fits where ``target``'s own name is as long as names can be.
     """
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = target.with_name(f".{target.name[:50]}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -635,7 +635,7 @@ def test_layer_and_context_paths_time_alike(neighbour: bool) -> None:
     assert row(timed, Model.forward).count == 1
     assert row(timed, Model.forward).min_s >= 0.002
     names = [event[0] for event in timed._events]
-    assert names.count(name(numbers)) == 2  # one event per value the generator yields
+    assert names.count(name(numbers)) == 3  # one event per resume: 2 values, then the end
     assert names.count(name(quick)) == names.count(name(failing)) == 1
 
 
@@ -896,6 +896,40 @@ def test_concurrent_coroutines_are_async_events_of_their_own(tmp_path: Path) -> 
     assert not {e["id"] for e in document["traceEvents"]} & set(ends)
 
 
+def finishing(pause: float) -> Generator[int, Any, None]:
+    """Yields once, then works ``pause`` seconds before it is exhausted."""
+    yield 1
+    time.sleep(pause)
+
+
+def cleaning(pause: float) -> Generator[int, Any, None]:
+    """Yields once; closed there, cleans up for ``pause`` seconds."""
+    try:
+        yield 1
+    finally:
+        time.sleep(pause)
+
+
+def test_every_resume_of_a_generator_is_a_trace_event(tmp_path: Path) -> None:
+    """The resume that exhausts a generator, one that raises and its close are events too,
+    so the trace shows the time the summary counts; one that raised is marked an error."""
+    timed = Timed(trace=True)
+    with ah.weave(finishing, timed), ah.weave(broken_numbers, timed), ah.weave(cleaning, timed):
+        assert list(finishing(0.02)) == [1]
+        with pytest.raises(KeyError):
+            list(broken_numbers(KeyError("k")))
+        closed = cleaning(0.02)
+        next(closed)
+        closed.close()
+    _, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    for fn in (finishing, cleaning):
+        resumes = [e for e in events if e["name"] == name(fn)]
+        assert len(resumes) == 2
+        assert resumes[1]["dur"] >= 20_000  # microseconds: the 20 ms after the yield
+    broken = [e for e in events if e["name"] == name(broken_numbers)]
+    assert [e.get("args") for e in broken] == [None, {"error": True}]
+
+
 def test_traces_of_two_timed_share_a_time_origin(tmp_path: Path) -> None:
     """Two Timed made at different times put one call at the same ts, so traces merge."""
     first = Timed(trace=True)
@@ -940,3 +974,14 @@ def test_trace_written_atomically(tmp_path: Path) -> None:
     assert timed.export_chrome_trace(str(target)) == target
     assert len(load_events(target)[1]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]
+
+
+def test_trace_written_under_the_longest_file_name(tmp_path: Path) -> None:
+    """A file name as long as the file system allows is written: the temporary file beside
+    it has a name of its own that fits too."""
+    target = tmp_path / ("t" * 250 + ".json")  # 255 bytes, the usual limit
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        quick(1)
+    assert len(load_events(timed.export_chrome_trace(target))[1]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
