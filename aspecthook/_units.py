@@ -8,6 +8,9 @@ __all__ = ["format_seconds"]
 def format_seconds(seconds: float) -> str:
     """A duration for people, three significant digits: ``'812 ns'``, ``'15.2 µs'``,
     ``'3.4 ms'``, ``'2.5 s'``."""
+    # Rounded first, so a value that rounds up to the next unit is shown in it
+    # (0.9996 s as '1 s', not '1000 ms').
+    seconds = float(f"{seconds:.3g}")
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if seconds >= scale:
             value = seconds / scale
