@@ -73,6 +73,10 @@ def _write_trace(timers: list[Any], path: str) -> None:
     print(f"{PROG}: trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
 
 
+def _meta_key(event: dict[str, Any]) -> tuple[Any, ...]:
+    return event.get("name"), event.get("pid"), event.get("tid")
+
+
 def _merge_traces(timers: list[Any], path: str) -> None:
     """One document of every timer's trace, written atomically as each one's is: their
     events, and the events they dropped added up."""
@@ -90,8 +94,14 @@ def _merge_traces(timers: list[Any], path: str) -> None:
             with open(part, encoding="utf-8") as f:
                 parts.append(json.load(f))
     document = parts[0]
+    named = {_meta_key(e) for e in document["traceEvents"] if e.get("ph") == "M"}
     for part in parts[1:]:
-        document["traceEvents"].extend(part["traceEvents"])
+        for event in part["traceEvents"]:
+            if event.get("ph") == "M":  # each part names the process and its threads
+                if _meta_key(event) in named:
+                    continue
+                named.add(_meta_key(event))
+            document["traceEvents"].append(event)
     dropped = [part.get("otherData", {}).get("dropped_events") for part in parts]
     if all(isinstance(n, int) for n in dropped):
         document.setdefault("otherData", {})["dropped_events"] = sum(dropped)

@@ -7,6 +7,7 @@ events ``Timed`` kept into the JSON document Perfetto and chrome://tracing open.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -33,10 +34,23 @@ def chrome_trace(
         else:
             trace.append(_trace_event(name, ts, dur, pid, tid, failed))
     return {
-        "traceEvents": trace,
+        "traceEvents": _names(pid, trace) + trace,
         "displayTimeUnit": "ms",
         "otherData": {"producer": "aspecthook.Timed", "dropped_events": dropped},
     }
+
+
+def _names(pid: int, trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metadata events naming the process and the threads still alive (viewers show bare
+    ids otherwise); a thread that has ended keeps its id."""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": program}}]
+    alive = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    for tid in sorted({event["tid"] for event in trace}):
+        if tid in alive:
+            args = {"name": alive[tid]}
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": args})
+    return meta
 
 
 def _trace_event(

@@ -867,6 +867,41 @@ def test_chrome_trace_thread_ids(tmp_path: Path) -> None:
     assert sorted(e["tid"] for e in events) == sorted(ids)
 
 
+def test_chrome_trace_names_the_process_and_the_live_threads(tmp_path: Path) -> None:
+    """Metadata events name the process and every thread still alive at the export, so a
+    viewer shows names, not bare ids; a thread that has ended keeps its id."""
+    timed = Timed(trace=True)
+    release = threading.Event()
+
+    def work() -> None:
+        quick(1)
+        release.wait(5)
+
+    with ah.weave(quick, timed):
+        quick(1)
+        alive = threading.Thread(target=work, name="loader-1")
+        ended = threading.Thread(target=work, name="gone")
+        ended.start()
+        release.set()
+        ended.join()
+        release.clear()
+        alive.start()
+        try:
+            document, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+        finally:
+            release.set()
+            alive.join()
+    meta = [e for e in document["traceEvents"] if e["ph"] == "M"]
+    assert meta[0]["name"] == "process_name"
+    assert meta[0]["pid"] == os.getpid()
+    threads = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert threads == {
+        threading.main_thread().native_id: "MainThread",
+        alive.native_id: "loader-1",
+    }
+    assert {e["tid"] for e in events} >= set(threads)
+
+
 def test_concurrent_coroutines_are_async_events_of_their_own(tmp_path: Path) -> None:
     """Two calls on one thread that overlap without nesting (the first starts, the second
     starts, the first ends, the second ends): each is a begin/end pair of async events
@@ -893,7 +928,7 @@ def test_concurrent_coroutines_are_async_events_of_their_own(tmp_path: Path) -> 
     with ah.weave(handoff, other):
         asyncio.run(both())
     document, _ = load_events(other.export_chrome_trace(tmp_path / "other.json"))
-    assert not {e["id"] for e in document["traceEvents"]} & set(ends)
+    assert not {e["id"] for e in document["traceEvents"] if "id" in e} & set(ends)
 
 
 def finishing(pause: float) -> Generator[int, Any, None]:
