@@ -50,6 +50,9 @@ class Row:
         return asdict(self)
 
 
+_TITLE = "aspecthook: join points and advice"
+
+
 class Description(list[Row]):
     """The rows of ``describe()``; printing renders a table (with rich when installed)."""
 
@@ -68,17 +71,47 @@ class Description(list[Row]):
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title="aspecthook: join points and advice", show_lines=False)
-        tracked = any(r.calls is not None for r in self)  # columns only when counted
-        columns = ["join point", "stage", "#", "advice", "priority", "aspect", "filters"]
-        columns += ["status", *(["calls", "time"] if tracked else []), "where", "note"]
-        for column in columns:
+        table = Table(title=_TITLE, show_lines=False)
+        for column in self._columns():
             # Names are what a reader looks for: never cut one; fold long notes instead.
             names = column in ("join point", "advice", "where")
             table.add_column(column, no_wrap=names, overflow="ellipsis" if names else "fold")
-        for r in self:
-            counted = [_calls(r), _time(r)] if tracked else []
-            cells = [
+        for cells in self._cells():
+            # Text, not markup: a name such as 'eval[val]' is shown as it is.
+            table.add_row(*map(Text, cells))
+        return table
+
+    def _plain(self) -> str:
+        """The table as aligned plain text (rich is not installed): the same columns."""
+        columns = self._columns()
+        rows = self._cells()
+        widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(
+                cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
+            ).rstrip()
+
+        rule = "  ".join("-" * width for width in widths)
+        return "\n".join([_TITLE, line(columns), rule, *map(line, rows)])
+
+    def _tracked(self) -> bool:
+        return any(r.calls is not None for r in self)  # the columns only when counted
+
+    def _columns(self) -> list[str]:
+        columns = ["join point", "stage", "#", "advice", "priority", "aspect", "filters"]
+        return [
+            *columns,
+            "status",
+            *(["calls", "time"] if self._tracked() else []),
+            "where",
+            "note",
+        ]
+
+    def _cells(self) -> list[list[str]]:
+        tracked = self._tracked()
+        return [
+            [
                 r.joinpoint,
                 r.stage,
                 str(r.order) if r.stage else "",
@@ -87,24 +120,12 @@ class Description(list[Row]):
                 r.aspect,
                 r.filters,
                 r.status,
-                *counted,
+                *([_calls(r), _time(r)] if tracked else []),
                 _short(r.location),
                 r.note,
             ]
-            # Text, not markup: a name such as 'eval[val]' is shown as it is.
-            table.add_row(*map(Text, cells))
-        return table
-
-    def _plain(self) -> str:
-        tracked = any(r.calls is not None for r in self)
-        lines = []
-        for r in self:
-            counted = f" {_calls(r):>8} {_time(r):>10}" if tracked else ""
-            lines.append(
-                f"{r.joinpoint:30} {r.stage:9} {r.order:>2} {r.advice:30} "
-                f"{'' if r.priority is None else r.priority:>4} {r.status}{counted} {r.note}"
-            )
-        return "\n".join(lines)
+            for r in self
+        ]
 
     def for_joinpoint(self, name: str) -> list[Row]:
         """Rows of the join point named or aliased ``name``, in run order per stage."""

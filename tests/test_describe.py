@@ -202,6 +202,38 @@ def test_str_renders_a_table(weaver: ah.Weaver, point: str) -> None:
     assert step() == 1
 
 
+def test_without_rich_the_table_is_plain_text_with_every_column(
+    weaver: ah.Weaver, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without rich (an optional extra) str(describe()) is still a table: a header line with
+    the columns rich shows, and each row's aspect, filters and location under them."""
+
+    class Warmup(Aspect):
+        @ah.before(point, every=2)
+        def warm(self, ctx: Any) -> None:
+            pass
+
+    _declare(weaver, point)
+    weaver.register(Warmup())
+    rich_text = str(weaver.describe(point))
+    monkeypatch.setitem(sys.modules, "rich.console", None)  # import rich.console fails
+    text = str(weaver.describe(point))
+    assert text != rich_text
+    lines = text.splitlines()
+    header = lines[1].split("  ")
+    assert [c.strip() for c in header if c.strip()] == [
+        "join point", "stage", "#", "advice", "priority", "aspect", "filters", "status",
+        "where", "note",
+    ]  # fmt: skip
+    row = next(line for line in lines if "warm" in line)
+    for column, value in [
+        ("aspect", "warmup"),
+        ("filters", "every=2"),
+        ("where", "test_describe.py:"),
+    ]:
+        assert row[lines[1].index(column) :].startswith(value)
+
+
 def test_describe_is_a_list_of_rows(weaver: ah.Weaver, point: str) -> None:
     """describe() returns a list of Row objects a program can read."""
     step = _declare(weaver, point)
