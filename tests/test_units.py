@@ -17,6 +17,7 @@ from aspecthook._units import format_seconds
         (3.4e-3, "3.4 ms"),
         (2.5, "2.5 s"),
         (250e-3, "250 ms"),
+        (1234.0, "1234 s"),
         (0.9996, "1 s"),
         (999.7e-9, "1 µs"),
         (0.0, "0 ns"),
