@@ -20,6 +20,7 @@ import wrapt
 from ._joinpoint import JoinPoint, find_proxy, make_proxy
 from ._log import get_logger
 from ._registry import LOCK, REGISTRY
+from ._targets import _GLOB
 from .errors import WeaveTargetError
 
 if TYPE_CHECKING:
@@ -178,6 +179,21 @@ def _held_bound(parent: Any, attr: str, proxy: Any) -> bool:
 
 
 # -- names -----------------------------------------------------------------------------------
+
+
+def _path_alias(path: str, sites: list[Any]) -> tuple[str, ...]:
+    """``path`` as typed, as a further name of the one callable it names, when the join
+    point's own name differs: a join point is named where its callable lives
+    (``'torch.optim.optimizer.Optimizer.step'``, ``'posixpath.join'``), and advice by the
+    name the weave was given (``'torch.optim.Optimizer.step'``, ``'os.path.join'``) must
+    reach it too. None for a glob, or a path to a class or module (several callables)."""
+    typed = path.replace(":", ".")
+    if _GLOB.intersection(path) or len(sites) != 1 or not isinstance(sites[0], tuple):
+        return ()
+    parent, attr = sites[0]
+    if not typed.endswith(f".{attr}") or _dotted(parent, attr) == typed:
+        return ()
+    return (typed,)
 
 
 def _dotted(parent: Any, attr: str) -> str:

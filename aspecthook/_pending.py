@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import wrapt
 
-from ._install import _install_all, _release
+from ._install import _install_all, _path_alias, _release
 from ._log import get_logger
 from ._registry import LOCK
 from ._targets import _GLOB, _resolve_path, _split, _submodule_pending, _unimported_matches
@@ -65,7 +65,8 @@ def _defer(
                 sites = _resolve_path(path)
                 if not sites and _submodule_pending(path):
                     return  # a glob found nothing yet: the submodule's own hook comes later
-                points = _install_all(sites, names, weaver)
+                named = names if quiet else (*names, *_path_alias(path, sites))
+                points = _install_all(sites, named, weaver)
             except Exception as exc:
                 if _submodule_pending(path):
                     return  # a parent package was imported; the submodule's hook comes later
@@ -78,7 +79,8 @@ def _defer(
                     raise
                 return
             done = True
-            _woven_on_import(record, path, points, names, weaver, strict, quiet)
+            record.names = named  # what undoing the weave takes off again
+            _woven_on_import(record, path, points, named, weaver, strict, quiet)
 
     for name in candidates:
         wrapt.register_post_import_hook(on_import, name)

@@ -21,7 +21,7 @@ from typing import Any
 from ._advice import KINDS, Advice
 from ._aspect import Aspect
 from ._handle import Handle
-from ._install import _install_all, _release
+from ._install import _install_all, _path_alias, _release
 from ._joinpoint import JoinPoint
 from ._log import get_logger
 from ._pending import _defer
@@ -112,6 +112,8 @@ def weave(
     sites, deferred, reason = _find_sites(target, requires)
     if reason is not None:
         return _skip(record, reason, strict)
+    if isinstance(target, str):  # advice by the path as typed reaches it too
+        record.names = names = (*names, *_path_alias(target, sites))
 
     handle = weaver.add(*advices) if advices else None
     try:

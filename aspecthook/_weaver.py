@@ -64,7 +64,9 @@ def _in_class_body(fn: Callable[..., Any]) -> bool:
         return False
     qualname = getattr(fn, "__qualname__", "")
     owner, _, _ = qualname.rpartition(".")
-    return bool(owner) and not owner.endswith("<locals>")
+    # A class's name is an identifier; '<locals>' (a function's body) and '<listcomp>',
+    # '<genexpr>', '<lambda>' ... (a lambda made in a comprehension) are not.
+    return owner.rpartition(".")[2].isidentifier()
 
 
 class AdviceDecorator(Protocol):

@@ -51,6 +51,18 @@ def _declare(weaver: ah.Weaver, name: str, fail: BaseException | None = None) ->
     return add
 
 
+def test_advice_made_in_a_comprehension_is_registered(weaver: ah.Weaver, point: str) -> None:
+    """A lambda made in a comprehension (qualname '...<listcomp>.<lambda>') is advice to
+    register at once, not a method in a class body that the decorator only marks."""
+    add = _declare(weaver, point)
+    seen: list[int] = []
+    advices = [weaver.before(point, name=f"b{i}")(lambda ctx, i=i: seen.append(i)) for i in (1, 2)]
+    advices.append(next(weaver.after(point, name="a")(lambda ctx: seen.append(3)) for _ in (1,)))
+    assert all(isinstance(advice, ah.Advice) for advice in advices)
+    assert add(1) == 2
+    assert seen == [1, 2, 3]
+
+
 # -- before ------------------------------------------------------------------------------------
 
 

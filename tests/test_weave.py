@@ -9,6 +9,7 @@ import functools
 import gc
 import importlib
 import itertools
+import json
 import math
 import pickle
 import re
@@ -1010,6 +1011,52 @@ LAZY_SOURCE = """
 def _import(name: str) -> types.ModuleType:
     __import__(name)
     return sys.modules[name]
+
+
+def test_advice_by_the_path_woven_reaches_a_callable_named_elsewhere() -> None:
+    """A join point is named where its callable lives ('json.encoder.JSONEncoder.encode',
+    'posixpath.join'); the path the weave was given ('json.JSONEncoder.encode',
+    'os.path.join') is a name of it too, as long as the weave lasts."""
+    import os.path
+
+    seen: list[str] = []
+    encoder = json.JSONEncoder()
+    handles = [ah.weave("json.JSONEncoder.encode"), ah.weave("os.path.join")]
+    advices = [
+        ah.before(path)(lambda ctx, path=path: seen.append(path))
+        for path in ("json.JSONEncoder.encode", "json.encoder.JSONEncoder.encode", "os.path.join")
+    ]
+    assert encoder.encode([1]) == "[1]"
+    assert os.path.join("a", "b") == "a/b"
+    assert seen == ["json.JSONEncoder.encode", "json.encoder.JSONEncoder.encode", "os.path.join"]
+    for handle in handles:
+        handle.remove()
+    seen.clear()
+    encoder.encode([1])
+    os.path.join("a", "b")
+    assert seen == []
+    assert "__wrapped__" not in vars(json.JSONEncoder.encode)
+    assert {row.status for row in ah.describe() if row.advice} == {"unmatched"}
+    for advice in advices:
+        advice.remove()
+
+
+def test_a_path_woven_on_import_through_a_re_export_answers_to_that_path(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """The same for a path into a package not imported yet that re-exports the class."""
+    name = new_module(LAZY_SOURCE, package=True, sub="impl")
+    (tmp_path / name / "__init__.py").write_text("from .impl import Greeter\n")
+    seen: list[str] = []
+    handle = ah.weave(f"{name}.Greeter.hello")
+    advice = ah.before(f"{name}.Greeter.hello")(lambda ctx: seen.append(ctx.args[-1]))
+    greeter = _import(name).Greeter()
+    assert greeter.hello("you") == "hello you"
+    assert seen == ["you"]
+    handle.remove()
+    assert greeter.hello("again") == "hello again"
+    assert seen == ["you"]
+    advice.remove()
 
 
 def test_weave_module_not_imported_yet(new_module: Callable[..., str]) -> None:
