@@ -199,7 +199,8 @@ class Weaver:
         handle = Handle(lambda: self._remove(items, handle), f"{len(items)} advice", items)
         for advice in items:
             advice._handle = handle
-        self._handles.append(handle)
+        with LOCK:  # _stack and _unstack rewrite the list under it
+            self._handles.append(handle)
         if self.is_global:
             try:
                 ensure_sources(*items)  # process.start/exit, uncaught, audit.*: on first use
