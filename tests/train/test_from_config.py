@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import json
+import math
 import re
 import textwrap
 from collections.abc import Iterator
@@ -11,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from _fixtures import CountingDataset, one_thread
 from structlog.testing import capture_logs
 from torch.optim.lr_scheduler import StepLR
@@ -115,19 +119,33 @@ def test_dict_config_trains_like_the_hand_built_runner() -> None:
 
 
 def test_yaml_example_builds_and_runs(tmp_path: Path) -> None:
-    """examples/configs/train.yaml trains, validates, logs and keeps checkpoints."""
+    """examples/configs/train.yaml trains, validates, logs and keeps checkpoints: it runs its
+    max_epochs (its val/loss falls at every validation), keeps the last max_keep epochs and
+    the best by val/loss."""
     runner = Runner.from_config(EXAMPLE, work_dir=tmp_path)
     with capture_logs() as logs:
         metrics = runner.run()
     assert isinstance(runner.model, torch.nn.Sequential)
     assert isinstance(runner.get_aspect(Checkpoint), Checkpoint)
     assert isinstance(runner.get_aspect(IterTimer), IterTimer)
-    assert runner.epoch == 4 or runner.stop_reason is not None
-    assert metrics["val/loss"] < 2.3  # better than chance over 10 classes (ln 10)
+    config = yaml.safe_load(EXAMPLE.read_text())
+    epochs, loader = config["max_epochs"], config["train_loader"]
+    per_epoch = math.ceil(loader["dataset"]["n"] / loader["batch_size"])
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    val = [r["val/loss"] for r in map(json.loads, lines) if r["mode"] == "val"]
+    # One validation per epoch, each better than the one before: EarlyStopping never
+    # loses patience, so the run ends at the config's max_epochs, not stopped.
+    assert len(val) == epochs
+    assert all(b < a for a, b in itertools.pairwise(val))
+    assert (runner.epoch, runner.iter, runner.stop_reason) == (epochs, epochs * per_epoch, None)
+    assert metrics["val/loss"] == val[-1] < math.log(10)  # better than chance (10 classes)
     assert any(e["event"] == "train" for e in logs)
     saved = {p.name for p in tmp_path.iterdir()}
-    assert {"latest", "metrics.jsonl"} <= saved
-    assert any(name.startswith("best_") for name in saved)
+    hooks = [a for a in config["aspects"] if isinstance(a, dict)]
+    checkpoint = next(a for a in hooks if a["type"] == "CheckpointHook")
+    kept = {f"epoch_{e}.pt" for e in range(epochs - checkpoint["max_keep"] + 1, epochs + 1)}
+    best = f"best_val_loss_epoch_{val.index(min(val)) + 1}.pt"
+    assert saved == {"latest", "metrics.jsonl", best} | kept
 
 
 def test_toml_config_builds_and_runs(tmp_path: Path) -> None:
