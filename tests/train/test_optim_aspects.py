@@ -938,3 +938,45 @@ def test_nan_guard_asks_for_the_world_size_once_a_run_not_every_iteration(
     runner.run()
     assert runner.iter == 16
     assert len(asked) <= 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_early_stopping_stops_at_once_on_a_metric_that_is_not_finite(bad: float) -> None:
+    """check_finite (the default): a NaN or infinite val/score at the second validation ends
+    the run there, with patience 5 not waited out, and the reason says what and when."""
+    runner = _early_stopping_run([1.0, bad, 0.5, 0.4], rule="less", patience=5)
+    assert runner.epoch == 2
+    assert runner.stop_reason == f"val/score is {bad} at epoch 2"
+
+
+def test_early_stopping_warns_and_waits_when_its_metric_is_missing() -> None:
+    """A monitor no validation reports: each validation logs a warning naming it and the
+    metrics there are; it counts as no validation, so the run is not stopped."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=3,
+        aspects=[EarlyStopping("val/acc", patience=1)],
+    )
+    with capture_logs() as logs:
+        runner.run()
+    missing = [e for e in logs if e["event"] == "early_stopping.missing_metric"]
+    assert [(e["monitor"], e["known"], e["log_level"]) for e in missing] == [
+        ("val/acc", ["val/loss"], "warning")
+    ] * 3
+    assert (runner.epoch, runner.stop_reason) == (3, None)
+    early = runner.get_aspect(EarlyStopping)
+    assert early is not None
+    assert (early.best, early.wait) == (None, 0)
+
+
+def test_nan_guard_refuses_an_action_it_does_not_know() -> None:
+    with pytest.raises(InvalidOptionError, match="action") as info:
+        NaNGuard("raise")
+    assert info.value.value == "raise"
+
+
+@pytest.mark.parametrize("decay", [0.0, 1.0, -0.5, 1.5])
+def test_ema_refuses_a_decay_outside_zero_to_one(decay: float) -> None:
+    """decay 1 would never move the average, decay 0 would copy the weights: refused."""
+    with pytest.raises(InvalidOptionError, match="decay"):
+        EMA(decay)
