@@ -410,7 +410,8 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
 
 
 def test_version_guard_skips_even_with_strict(program: Path) -> None:
-    """A requires: guard that does not hold is a skip with a warning, even with --strict."""
+    """A requires: guard that does not hold is a skip with a warning, even with --strict:
+    the program runs with json.dumps unwoven (woven when the guard is left out)."""
     write(
         program,
         "guard.yaml",
@@ -421,9 +422,16 @@ def test_version_guard_skips_even_with_strict(program: Path) -> None:
             aspects: [Timed]
         """,
     )
-    done = run(program, "--strict", "--aspects", "guard.yaml", "prog.py")
+    # A wrapt proxy answers __class__ as the function would; type() tells them apart.
+    check = "import json, types\nprint(type(json.dumps) is types.FunctionType)\n"
+    write(program, "check.py", check)
+    done = run(program, "--strict", "--aspects", "guard.yaml", "check.py")
     assert done.returncode == 0, done.stderr
     assert "does not satisfy pytest>=999" in done.stderr
+    assert done.stdout == "True\n"  # json.dumps is still the original function
+    write(program, "met.yaml", 'weave:\n  - target: "json.*"\n    aspects: [Timed]\n')
+    woven = run(program, "--strict", "--aspects", "met.yaml", "check.py")
+    assert (woven.returncode, woven.stdout) == (0, "False\n"), woven.stderr
 
 
 def test_main_module_target_is_explained(program: Path) -> None:

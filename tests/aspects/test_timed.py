@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -1020,3 +1021,63 @@ def test_trace_written_under_the_longest_file_name(tmp_path: Path) -> None:
         quick(1)
     assert len(load_events(timed.export_chrome_trace(target))[1]) == 1
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_chrome_trace_marks_the_calls_that_raised(tmp_path: Path) -> None:
+    """A call that raised carries args {'error': True} in the trace; one that returned
+    carries no args."""
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed), ah.weave(failing, timed):
+        quick(1)
+        with pytest.raises(ValueError, match="boom"):
+            failing(ValueError("boom"))
+    _, events = load_events(timed.export_chrome_trace(tmp_path / "trace.json"))
+    assert [(e["name"], e.get("args")) for e in events] == [
+        (name(quick), None),
+        (name(failing), {"error": True}),
+    ]
+
+
+def test_a_failed_export_leaves_the_previous_trace_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export that fails while writing raises, keeps the file an earlier export wrote
+    as it was, and leaves no half-written temp file beside it."""
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        quick(1)
+        path = timed.export_chrome_trace(tmp_path / "trace.json")
+        before = path.read_text()
+        quick(2)
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        timed.export_chrome_trace(path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]
+
+
+def test_summary_without_rich_is_a_plain_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where rich cannot be imported, printing the summary gives a plain-text table: a
+    header, then one line per join point with its calls and errors, largest total first."""
+    timed = Timed()
+    with ah.weave(sleepy, timed), ah.weave(failing, timed):
+        sleepy(0.002)
+        sleepy(0.002)
+        with pytest.raises(ValueError, match="x"):
+            failing(ValueError("x"))
+    monkeypatch.setitem(sys.modules, "rich.console", None)  # import fails: ImportError
+    header, *lines = str(timed.summary()).splitlines()
+    assert header.split() == [
+        "join", "point", "calls", "errors", "total", "mean", "min", "p50", "p95", "p99", "max"
+    ]  # fmt: skip
+    assert [line.split()[:3] for line in lines] == [
+        [r.name, str(r.count), str(r.errors)] for r in timed.summary()
+    ]
+    assert [(r.name, r.count, r.errors) for r in timed.summary()] == [
+        (name(sleepy), 2, 0),
+        (name(failing), 1, 1),
+    ]

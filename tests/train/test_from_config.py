@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import json
+import math
 import re
 import textwrap
 from collections.abc import Iterator
@@ -11,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from _fixtures import CountingDataset, one_thread
 from structlog.testing import capture_logs
 from torch.optim.lr_scheduler import StepLR
@@ -36,7 +40,13 @@ from aspecthook.train import (
     seed_everything,
 )
 from aspecthook.train import aspects as train_aspects
-from aspecthook.train.aspects import Checkpoint, Evaluate, IterTimer, LRSchedule
+from aspecthook.train.aspects import (
+    Checkpoint,
+    DistSamplerSeed,
+    Evaluate,
+    IterTimer,
+    LRSchedule,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "train.yaml"
 
@@ -115,19 +125,33 @@ def test_dict_config_trains_like_the_hand_built_runner() -> None:
 
 
 def test_yaml_example_builds_and_runs(tmp_path: Path) -> None:
-    """examples/configs/train.yaml trains, validates, logs and keeps checkpoints."""
+    """examples/configs/train.yaml trains, validates, logs and keeps checkpoints: it runs its
+    max_epochs (its val/loss falls at every validation), keeps the last max_keep epochs and
+    the best by val/loss."""
     runner = Runner.from_config(EXAMPLE, work_dir=tmp_path)
     with capture_logs() as logs:
         metrics = runner.run()
     assert isinstance(runner.model, torch.nn.Sequential)
     assert isinstance(runner.get_aspect(Checkpoint), Checkpoint)
     assert isinstance(runner.get_aspect(IterTimer), IterTimer)
-    assert runner.epoch == 4 or runner.stop_reason is not None
-    assert metrics["val/loss"] < 2.3  # better than chance over 10 classes (ln 10)
+    config = yaml.safe_load(EXAMPLE.read_text())
+    epochs, loader = config["max_epochs"], config["train_loader"]
+    per_epoch = math.ceil(loader["dataset"]["n"] / loader["batch_size"])
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    val = [r["val/loss"] for r in map(json.loads, lines) if r["mode"] == "val"]
+    # One validation per epoch, each better than the one before: EarlyStopping never
+    # loses patience, so the run ends at the config's max_epochs, not stopped.
+    assert len(val) == epochs
+    assert all(b < a for a, b in itertools.pairwise(val))
+    assert (runner.epoch, runner.iter, runner.stop_reason) == (epochs, epochs * per_epoch, None)
+    assert metrics["val/loss"] == val[-1] < math.log(10)  # better than chance (10 classes)
     assert any(e["event"] == "train" for e in logs)
     saved = {p.name for p in tmp_path.iterdir()}
-    assert {"latest", "metrics.jsonl"} <= saved
-    assert any(name.startswith("best_") for name in saved)
+    hooks = [a for a in config["aspects"] if isinstance(a, dict)]
+    checkpoint = next(a for a in hooks if a["type"] == "CheckpointHook")
+    kept = {f"epoch_{e}.pt" for e in range(epochs - checkpoint["max_keep"] + 1, epochs + 1)}
+    best = f"best_val_loss_epoch_{val.index(min(val)) + 1}.pt"
+    assert saved == {"latest", "metrics.jsonl", best} | kept
 
 
 def test_toml_config_builds_and_runs(tmp_path: Path) -> None:
@@ -799,3 +823,93 @@ def test_override_without_type_says_it_replaces_the_files_entry(tmp_path: Path) 
         Runner.from_config(path, optimizer={"lr": 0.5})
     runner = Runner.from_config(path, optimizer={"type": "SGD", "lr": 0.5})
     assert runner.optimizer.param_groups[0]["lr"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("run.json", "{}", "unknown file type: name it *.yaml, *.yml or *.toml"),
+        ("run.yaml", "", "is missing: a runner needs model, optimizer and train_loader"),
+        ("run.yaml", "- model\n- optimizer\n", "must be a mapping with the keys"),
+        ("run.yaml", "\udcff", "cannot read it"),
+    ],
+)
+def test_a_config_file_that_is_no_config_is_refused_naming_the_file(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    """Another suffix, an empty file, a YAML list or bytes that are not UTF-8: a ConfigError
+    that names the file and says what a config file is, not a parser's traceback."""
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        Runner.from_config(path)
+    assert info.value.file == str(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_a_config_that_is_neither_a_mapping_nor_a_path_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"give a mapping or the path of a \.yaml or \.toml"):
+        Runner.from_config(["model", "optimizer"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("missing", ["model", "optimizer", "train_loader"])
+def test_a_config_without_a_required_part_names_it(missing: str) -> None:
+    config = _config()
+    del config[missing]
+    with pytest.raises(ConfigError, match=rf"^{missing}: is missing") as info:
+        Runner.from_config(config)
+    assert info.value.key == missing
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "message"),
+    [
+        ({"work_dir": 3}, "work_dir", "must be a path, not"),
+        ({"default_aspects": "no"}, "default_aspects", "must be true or false"),
+        ({"aspects": "Evaluate"}, "aspects", "must be a list of names or {type: Name, ...}"),
+        ({"model": {"type": "Sequential", "layers": {"type": "ReLU"}}}, "model.layers", "list"),
+        (
+            {"model": {"type": "Sequential", "layers": [], "bias": True}},
+            "model.bias",
+            "Sequential takes only layers: [...]",
+        ),
+    ],
+)
+def test_a_config_value_of_the_wrong_kind_is_refused_by_key(
+    changes: dict[str, Any], key: str, message: str
+) -> None:
+    """A work_dir that is no path, default_aspects that is no bool, aspects that are no list,
+    Sequential layers that are no list, a Sequential with other options: each is a
+    ConfigError naming its key."""
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        Runner.from_config(_config(**changes))
+    assert info.value.key == key
+
+
+def test_default_aspects_false_in_a_config_leaves_the_defaults_out() -> None:
+    """default_aspects: false builds the runner without the aspects it would add itself
+    (DistSamplerSeed and the scheduler's LRSchedule), as Runner(default_aspects=False)."""
+    config = _config(aspects=[])
+    with_defaults = Runner.from_config(config)
+    model = torch.nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(RandomClassification(64, 8, 3), batch_size=8)
+    hand = Runner(model, optimizer, loader, scheduler=StepLR(optimizer, 4), max_iters=12)
+    assert {type(a) for a in hand.aspects} == {DistSamplerSeed, LRSchedule}
+    assert [type(a) for a in with_defaults.aspects] == [type(a) for a in hand.aspects]
+    without = Runner.from_config({**config, "default_aspects": False})
+    assert without.aspects == []
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "Infinity"])
+def test_a_quoted_nan_or_infinity_is_told_how_yaml_spells_it(text: str) -> None:
+    """'nan' or 'inf' where a number goes: the hint is YAML's own spelling, and that
+    spelling is what PyYAML reads as the same float."""
+    scheduler = {"type": "StepLR", "step_size": 1, "gamma": text}
+    with pytest.raises(ConfigError, match=r"YAML spells it (\S+)$") as info:
+        Runner.from_config(_config(scheduler=scheduler))
+    assert info.value.key == "scheduler.gamma"
+    spelt = str(info.value).rsplit(" ", 1)[1]
+    read = yaml.safe_load(f"gamma: {spelt}")["gamma"]
+    assert isinstance(read, float)
+    assert str(read) == str(float(text))  # nan, inf or -inf, as Python reads the text

@@ -563,3 +563,47 @@ def test_a_state_loaded_and_saved_again_before_a_run_keeps_the_schedules_progres
     resumed.load_state_dict(resaved)
     resumed.run()
     assert resumed_lrs == whole_lrs[12:]
+
+
+def test_a_scheduler_built_on_another_optimizer_is_refused_before_training() -> None:
+    """A scheduler stepping another optimizer would leave the runner's LR as it is all
+    run long: refused when the run starts, with what to do."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    other = torch.optim.SGD(_model().parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=4,
+        aspects=[LRSchedule(lr_scheduler.StepLR(other, step_size=1), by_epoch=False)],
+    )
+    refused = r"StepLR drives a different optimizer.*runner\.optimizer"
+    with pytest.raises(RunnerError, match=refused):
+        runner.run()
+    assert runner.iter == 0
+
+
+def test_a_plateau_watching_a_metric_validation_does_not_report_names_it() -> None:
+    """ReduceLROnPlateau on a metric Evaluate does not produce fails at the first
+    validation with the metric asked for and the ones there are, not with a KeyError."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    plateau = lr_scheduler.ReduceLROnPlateau(opt, mode="max")
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        aspects=[LRSchedule(plateau, monitor="val/acc")],
+    )
+    with pytest.raises(
+        RunnerError, match=r"watches 'val/acc', which is not in runner\.metrics"
+    ) as e:
+        runner.run()
+    assert "(['val/loss']): add Evaluate() or set LRSchedule(monitor=...)" in str(e.value)
+    assert runner.epoch == 1  # the first epoch's validation is where it is found missing
+    assert sorted(runner.metrics) == ["val/loss"]

@@ -223,6 +223,47 @@ def test_early_stopping_without_check_finite_never_takes_nan_as_the_best() -> No
     assert (early.best, early.wait) == (0.1, 0)
 
 
+def _early_stopping_run(values: list[float], **options: Any) -> Runner:
+    """A run of ``len(values)`` epochs whose validations report ``values`` as ``val/score``."""
+    reported = iter(values)
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=len(values),
+        aspects=[EarlyStopping("val/score", **options)],
+    )
+    runner.weaver.after("val_epoch", priority="BELOW_NORMAL")(  # after Evaluate
+        lambda ctx: ctx.runner.metrics.update({"val/score": next(reported)})
+    )
+    runner.run()
+    return runner
+
+
+@pytest.mark.parametrize(
+    ("rule", "values"),
+    [
+        # best 1.0; 0.95 is within 0.1 of it; 0.85 beats it by 0.15; then 0.80 and 0.78
+        # are within 0.1 of 0.85: the second of them is the second validation in a row.
+        ("less", [1.0, 0.95, 0.85, 0.80, 0.78, 0.5]),
+        ("greater", [0.0, 0.05, 0.15, 0.20, 0.22, 0.5]),
+    ],
+)
+def test_early_stopping_counts_only_improvements_larger_than_min_delta(
+    rule: str, values: list[float]
+) -> None:
+    """With min_delta=0.1 an improvement of less than 0.1 on the best does not reset the
+    patience and one of more does: patience=2 stops at the fifth validation, with the best
+    at the third value. Every value improves on the one before, so with min_delta=0 the
+    same run goes to its end."""
+    plain = _early_stopping_run(values, rule=rule, patience=2)
+    assert (plain.epoch, plain.stop_reason) == (len(values), None)
+    margin = _early_stopping_run(values, rule=rule, patience=2, min_delta=0.1)
+    assert margin.epoch == 5
+    assert margin.stop_reason == (f"val/score did not improve on {values[2]} for 2 validations")
+    early = margin.get_aspect(EarlyStopping)
+    assert early is not None
+    assert (early.best, early.wait) == (values[2], 2)
+
+
 @pytest.mark.parametrize(
     ("metric", "rule"),
     [
@@ -379,6 +420,42 @@ def test_grad_clip_refuses_a_nan_max_norm_and_a_norm_that_is_not_one(
     norm_type 0 or below clipped by no norm, a string failed with a bare ValueError."""
     with pytest.raises(InvalidOptionError, match=match):
         GradClip(**options)
+
+
+@pytest.mark.parametrize("norm_type", [1, float("inf"), "inf"])
+def test_grad_clip_clips_by_the_norm_type_it_is_given(norm_type: float | str) -> None:
+    """GradClip(norm_type=1 or inf) leaves the gradients torch's clip_grad_norm_ with that
+    norm_type leaves on a copy of the model with the same batches, step after step, and
+    reports the norm torch measured before clipping."""
+    max_norm = 0.01  # below every batch's gradient norm: each step is clipped
+    runner = _runner(aspects=[GradClip(max_norm, norm_type=norm_type)])
+    clipped: list[list[torch.Tensor]] = []
+    norms: list[float] = []
+
+    def record(ctx: CallContext) -> None:  # after GradClip (lower priority), before the step
+        clipped.append([p.grad.detach().clone() for p in ctx.runner.model.parameters()])
+
+    runner.weaver.before("optimizer_step", priority="LOWEST")(record)
+    runner.weaver.after("optimizer_step")(
+        lambda ctx: norms.append(float(ctx.runner.outputs["grad_norm"]))
+    )
+    runner.run()
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected: list[list[torch.Tensor]] = []
+    expected_norms: list[float] = []
+    for x, y in DataLoader(_data(16), batch_size=4):
+        CE(model(x), y).backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type=norm_type)
+        expected_norms.append(float(norm))
+        expected.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert len(clipped) == len(expected) == 4
+    assert min(expected_norms) > max_norm
+    torch.testing.assert_close(norms, expected_norms)
+    for ours, theirs in zip(clipped, expected, strict=True):
+        torch.testing.assert_close(ours, theirs)
 
 
 def test_grad_clip_takes_the_infinity_norm_by_name() -> None:
@@ -861,3 +938,45 @@ def test_nan_guard_asks_for_the_world_size_once_a_run_not_every_iteration(
     runner.run()
     assert runner.iter == 16
     assert len(asked) <= 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_early_stopping_stops_at_once_on_a_metric_that_is_not_finite(bad: float) -> None:
+    """check_finite (the default): a NaN or infinite val/score at the second validation ends
+    the run there, with patience 5 not waited out, and the reason says what and when."""
+    runner = _early_stopping_run([1.0, bad, 0.5, 0.4], rule="less", patience=5)
+    assert runner.epoch == 2
+    assert runner.stop_reason == f"val/score is {bad} at epoch 2"
+
+
+def test_early_stopping_warns_and_waits_when_its_metric_is_missing() -> None:
+    """A monitor no validation reports: each validation logs a warning naming it and the
+    metrics there are; it counts as no validation, so the run is not stopped."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=3,
+        aspects=[EarlyStopping("val/acc", patience=1)],
+    )
+    with capture_logs() as logs:
+        runner.run()
+    missing = [e for e in logs if e["event"] == "early_stopping.missing_metric"]
+    assert [(e["monitor"], e["known"], e["log_level"]) for e in missing] == [
+        ("val/acc", ["val/loss"], "warning")
+    ] * 3
+    assert (runner.epoch, runner.stop_reason) == (3, None)
+    early = runner.get_aspect(EarlyStopping)
+    assert early is not None
+    assert (early.best, early.wait) == (None, 0)
+
+
+def test_nan_guard_refuses_an_action_it_does_not_know() -> None:
+    with pytest.raises(InvalidOptionError, match="action") as info:
+        NaNGuard("raise")
+    assert info.value.value == "raise"
+
+
+@pytest.mark.parametrize("decay", [0.0, 1.0, -0.5, 1.5])
+def test_ema_refuses_a_decay_outside_zero_to_one(decay: float) -> None:
+    """decay 1 would never move the average, decay 0 would copy the weights: refused."""
+    with pytest.raises(InvalidOptionError, match="decay"):
+        EMA(decay)

@@ -240,7 +240,7 @@ def test_a_thread_started_during_a_run_is_told_it_is_outside_the_run() -> None:
 
     def call(run: Callable[..., Any]) -> None:
         try:
-            outcomes.append(run(augment, 1))
+            outcomes.append((run(augment, 1), len(timer.times)))
         except RunnerError as exc:
             outcomes.append(exc)
 
@@ -254,9 +254,12 @@ def test_a_thread_started_during_a_run_is_told_it_is_outside_the_run() -> None:
 
     runner.train_step = train_step
     runner.run()
-    error, result = outcomes
+    error, (result, timed) = outcomes
     assert isinstance(error, RunnerError)
     assert re.search(_outside("IterTimer", "train_iter"), str(error))
     assert "a thread started during the run is outside it" in str(error)
     assert "contextvars.copy_context().run" in str(error)
-    assert result == 2
+    # The copied-context call ran IterTimer's advice: it timed that call, before the
+    # run's own (only) iteration ended and was timed too.
+    assert (result, timed) == (2, 1)
+    assert len(timer.times) == 2

@@ -595,3 +595,36 @@ def test_a_rank_the_checkpoint_has_no_state_for_keeps_its_generators() -> None:
     assert not restore_own_rank(states, 1)
     assert torch.equal(torch.get_rng_state(), expected)
     assert random.getstate() == random_state
+
+
+def test_a_distributed_sampler_is_given_each_epoch() -> None:
+    """DistSamplerSeed calls set_epoch on a DistributedSampler before every epoch, as torch
+    asks: each epoch's order is the one torch's sampler gives for that epoch, so the order
+    changes from epoch to epoch (without set_epoch it would repeat)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    def sampler(dataset: CountingDataset) -> DistributedSampler[Any]:
+        return DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=3)
+
+    dataset = CountingDataset(8)
+    model = torch.nn.Linear(1, 1)
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        DataLoader(dataset, batch_size=4, sampler=sampler(dataset)),
+        loss_fn=torch.nn.functional.mse_loss,
+        max_epochs=3,
+        seed=0,
+    )
+    epochs: list[int] = []
+    runner.weaver.before("train_epoch")(lambda ctx: epochs.append(ctx.runner.epoch))
+    runner.run()
+    orders = [dataset.seen[i : i + 8] for i in range(0, 24, 8)]
+    expected = []
+    for epoch in epochs:
+        reference = sampler(CountingDataset(8))
+        reference.set_epoch(epoch)
+        expected.append(list(reference))
+    assert epochs == [0, 1, 2]
+    assert orders == expected
+    assert len({tuple(order) for order in orders}) == 3
