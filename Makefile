@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[torch,rich,yaml,plot,dev,bench]'
+	$(BIN)/python -m pip install -q -e '.[torch,rich,yaml,plot,tensorboard,dev,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -410,6 +410,34 @@ def test_failing_observability_aspects_do_not_stop_training(
     assert failed.count("progress_bar") == 12
 
 
+def test_tensorboard_gets_every_logged_scalar_under_its_name(tmp_path: Path) -> None:
+    """Logger(tensorboard=True) writes each number of metrics.jsonl's records to
+    work_dir/tb as a scalar ('train/loss', 'val/loss': a validation metric keeps its own
+    prefix) at the record's iteration, as TensorBoard reads the event file back."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runner = _runner(tmp_path, [IterTimer(), Logger(interval=3, tensorboard=True)])
+    runner.run()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        mode = record["mode"]
+        for key, value in record.items():
+            if isinstance(value, float):
+                tag = key if key.startswith(f"{mode}/") else f"{mode}/{key}"
+                expected.setdefault(tag, []).append((record["iter"], value))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    written = {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+    assert {"train/loss", "train/lr", "train/time", "train/data_time", "val/loss"} <= set(written)
+    assert written.keys() == expected.keys()
+    for tag, points in expected.items():  # float32 in the event file
+        assert [step for step, _ in written[tag]] == [step for step, _ in points]
+        assert [v for _, v in written[tag]] == pytest.approx([v for _, v in points], rel=1e-6)
+
+
 def test_tensorboard_without_the_package_is_refused_at_construction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

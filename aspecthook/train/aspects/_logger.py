@@ -202,7 +202,9 @@ class Logger(Aspect):
         if self._writer is not None:
             for key, value in record.items():
                 if key != "mode" and isinstance(value, float) and math.isfinite(value):
-                    self._writer.add_scalar(f"{event}/{key}", value, step)
+                    # Validation metrics carry their prefix already ('val/acc').
+                    tag = key if key.startswith(f"{event}/") else f"{event}/{key}"
+                    self._writer.add_scalar(tag, value, step)
 
     def _close(self) -> None:
         if self._file is not None:
