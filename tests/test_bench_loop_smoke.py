@@ -82,3 +82,21 @@ def test_a_runner_with_fewer_aspects_does_less_but_ends_where_the_loop_ends(
     )
     assert bad.returncode == 2
     assert "lr must be one of them" in bad.stderr
+
+
+def test_overhead_script_reports_each_configuration(tmp_path: Path) -> None:
+    """bench/overhead.py runs a hand-written loop and the Runner configurations it is given,
+    and prints a line for each with its time per iteration."""
+    script = BENCH.parent / "overhead.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--iters", "60", "--rounds", "1", "--configs", "lr;lr,timer"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parents[1],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()[2:]}
+    assert set(rows) == {"hand-written", "lr", "lr,timer"}
+    for values in rows.values():
+        assert all(math.isfinite(float(v)) for v in values[-3:])
