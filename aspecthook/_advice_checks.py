@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._advice import AdviceKind
 
 __all__ = [
+    "_EXPECTED",
     "_check_callable",
     "_check_errors",
     "_check_every",

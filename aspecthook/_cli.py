@@ -23,6 +23,7 @@ running of the program as python would (``_cli_program``), the lines printed on 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from .errors import ConfigError, WeaveTargetError
 __all__ = ["main"]
 
 _VALUED = frozenset({"--aspects", "--trace"})  # our options that take a value
+_OPTIONS = ("--aspects", "--strict", "--trace", "--no-summary", "--help", "-h")
 
 
 class _UsageError(Exception):
@@ -141,6 +143,7 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
             break
         if not arg.startswith("-") or arg == "-" or arg.startswith("-m"):
             break
+        _check_option(arg.split("=", 1)[0])
         ours.append(arg)
         if arg in _VALUED and i + 1 < len(args):
             ours.append(args[i + 1])
@@ -162,6 +165,19 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
     else:
         options.script, options.args = program[0], program[1:]
     return options
+
+
+def _check_option(name: str) -> None:
+    """Refuse an option that is not ours, before argparse reads a prefix of one as that
+    option (``--aspect FILE`` would be ``--aspects`` missing its value)."""
+    if name in _OPTIONS:
+        return
+    close = difflib.get_close_matches(name, _OPTIONS[:4], n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? Ours" if close else ": ours"
+    raise _UsageError(
+        f"unknown option {name!r}{hint} are {', '.join(_OPTIONS[:4])}; the program's own "
+        "options go after the script (or -m module)"
+    )
 
 
 # -- running ------------------------------------------------------------------------------

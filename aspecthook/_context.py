@@ -6,6 +6,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from .errors import UnsupportedAdviceError
+
 if TYPE_CHECKING:
     from ._joinpoint import JoinPoint
 
@@ -161,7 +163,10 @@ class CallContext:
                 return self.proceed()
             finally:
                 self._args, self.kwargs = saved
-        level = self._level
+        try:
+            level = self._level
+        except AttributeError:  # set only for around advice: this call has no chain to run
+            raise _not_around(self.joinpoint.name) from None
         arounds = self._arounds
         if level < len(arounds):
             self._level = level + 1
@@ -256,6 +261,18 @@ def is_runners_own(jp: Any) -> bool:
         return bool(getattr(owner, "__aspecthook_runner__", False))
     except Exception:  # a proxy object whose __getattr__ raises: not a runner
         return False
+
+
+def _not_around(name: str) -> UnsupportedAdviceError:
+    """The error for ``ctx.proceed()`` called where no around chain runs."""
+    return UnsupportedAdviceError(
+        f"ctx.proceed() was called at {name!r} outside around advice: only around advice "
+        "runs the target, through proceed (`def advice(ctx, proceed): return proceed()`); "
+        "before advice changes ctx.args / ctx.kwargs or calls ctx.skip(value), after "
+        "advice reads ctx.result, error advice calls ctx.recover(value)",
+        kind="proceed",
+        target=name,
+    )
 
 
 class RunnerOnRead(CallContext):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._advice import KINDS, Advice
+from ._advice_checks import _EXPECTED
 from ._aspect import Aspect
 from ._handle import Handle
 from ._install import _install_all, _path_alias, _release
@@ -39,7 +40,12 @@ from ._targets import (
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
 from ._weaver import OPTIONS, Weaver, default_weaver
-from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
+from .errors import (
+    AdviceSignatureError,
+    AspectDefinitionError,
+    InvalidOptionError,
+    WeaveTargetError,
+)
 
 __all__ = ["WEAVES", "AdviceFunctions", "WeaveRecord", "unweave", "weave", "woven"]
 
@@ -284,7 +290,7 @@ def _advice_for(
         fns = by_kind[kind]
         if fns is None:
             continue
-        for fn in [fns] if callable(fns) else list(fns):
+        for fn in _functions(kind, fns):
             func = fn.fn if isinstance(fn, Advice) else fn
             advices.append(Advice(kind, func, token, **opts))
     if opts and not any(v is not None for v in by_kind.values()):
@@ -295,6 +301,31 @@ def _advice_for(
             value=opts[sorted(opts)[0]],
         )
     return advices
+
+
+def _functions(kind: str, fns: Any) -> list[Any]:
+    """What ``weave(<kind>=fns)`` gives: one function or an iterable of them, each callable."""
+    items = [fns] if callable(fns) or isinstance(fns, str) or not _iterable(fns) else list(fns)
+    for fn in items:
+        if not callable(fn):
+            expected = _EXPECTED[kind]
+            raise AdviceSignatureError(
+                f"weave({kind}=...) takes a function fn{expected} or a list of them, got "
+                f"{fn!r} ({type(fn).__name__}): pass the function itself, e.g. "
+                f"{kind}=lambda {expected[1:-1]}: ...",
+                advice=repr(fn),
+                signature="",
+                expected=expected,
+            )
+    return items
+
+
+def _iterable(value: Any) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _refuse_unknown(opts: dict[str, Any]) -> None:

@@ -119,7 +119,8 @@ class UnsupportedAdviceError(AspectHookError, TypeError):
     Raised for ``around`` / ``on_error`` advice and ``ctx.skip()`` on an ``nn.Module``
     woven through torch's module hooks, which run before and after ``forward`` and
     ``backward`` but never around them, and for ``ctx.proceed()`` at an async join point
-    (around advice there calls the ``proceed`` it receives). ``kind`` is the advice kind
+    (around advice there calls the ``proceed`` it receives) or from advice that is not
+    around advice (only around advice runs the target). ``kind`` is the advice kind
     (or ``'skip'`` / ``'proceed'``) and ``target`` names the join point.
     """
 

@@ -1262,6 +1262,21 @@ def test_ctx_proceed_at_an_async_joinpoint_says_to_use_the_proceed_argument(
     assert fetch.calls == []
 
 
+@pytest.mark.parametrize("kind", ["before", "after", "on_error"])
+def test_ctx_proceed_outside_around_advice_says_it_is_for_around_advice(
+    weaver: ah.Weaver, point: str, kind: str
+) -> None:
+    """``ctx.proceed()`` from before, after or error advice raises
+    ``UnsupportedAdviceError`` naming the join point and saying what to use instead (it
+    used to be an AttributeError about a private slot)."""
+    add = _declare(weaver, point, fail=ValueError("boom") if kind == "on_error" else None)
+    getattr(weaver, kind)(point)(lambda ctx: ctx.proceed())
+
+    with pytest.raises(UnsupportedAdviceError, match=r"only around advice.*ctx\.skip") as info:
+        add(1)
+    assert (info.value.kind, info.value.target) == ("proceed", point)
+
+
 def _plainly_async(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A plain decorator over an async function: a synchronous callable returning a
     coroutine."""

@@ -94,6 +94,21 @@ def test_double_dash_ends_our_options(program: Path) -> None:
     assert "ValueError: invalid literal for int() with base 10: '--trace'" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("--aspect", "--aspects"), ("--trac", "--trace"), ("--strictt", "--strict")],
+)
+def test_a_misspelt_option_is_refused_naming_the_option_it_resembles(
+    program: Path, typed: str, meant: str
+) -> None:
+    """A misspelt or shortened option of ours is refused (exit 2, nothing run) with the
+    option it resembles; `--aspect aspects.yaml` used to read as `--aspects` with no value."""
+    done = run(program, typed, "aspects.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert f"unknown option {typed!r}; did you mean {meant!r}?" in done.stderr
+
+
 def test_main_module_file_and_path_as_python(tmp_path: Path) -> None:
     """__name__, __file__, sys.argv[0] and sys.path[0] are what python gives the script."""
     write(

@@ -427,6 +427,19 @@ def test_bad_advice_signature_is_refused_before_weaving() -> None:
     assert ah.default_weaver.registered == []
 
 
+@pytest.mark.parametrize("value", [5, "print", [print, 5]])
+def test_keyword_advice_that_is_not_a_function_is_refused_naming_the_keyword(
+    value: Any,
+) -> None:
+    """after=5 (or a string, or a list holding one) raises AdviceSignatureError naming
+    after= and what it takes (it used to be "'int' object is not iterable"); nothing is
+    woven."""
+    with pytest.raises(AdviceSignatureError, match=r"weave\(after=\.\.\.\) takes a function"):
+        ah.weave(targets.add_one, after=value)
+    assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+
+
 def test_weave_aspect_instance() -> None:
     """An Aspect's pointcut-less advice applies to the weave target."""
     log: list[Any] = []
