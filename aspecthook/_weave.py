@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import types
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from ._targets import (
 )
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
-from ._weaver import OPTIONS, Weaver, default_weaver
+from ._weaver import OPTIONS, Weaver, check_weaver, default_weaver
 from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
 
 __all__ = ["WEAVES", "AdviceFunctions", "WeaveRecord", "unweave", "weave", "woven"]
@@ -99,6 +100,7 @@ def weave(
     functions. An ``nn.Module`` instance is woven through torch's own module hooks
     instead of a proxy (``forward`` / ``backward`` join points; see ``_torch_hooks``).
     """
+    check_weaver(weaver)
     weaver = weaver or default_weaver
     _check_alias(name)
     if is_module(target):  # an nn.Module instance: through torch's own hooks
@@ -284,7 +286,7 @@ def _advice_for(
         fns = by_kind[kind]
         if fns is None:
             continue
-        for fn in [fns] if callable(fns) else list(fns):
+        for fn in _functions(fns):
             func = fn.fn if isinstance(fn, Advice) else fn
             advices.append(Advice(kind, func, token, **opts))
     if opts and not any(v is not None for v in by_kind.values()):
@@ -295,6 +297,14 @@ def _advice_for(
             value=opts[sorted(opts)[0]],
         )
     return advices
+
+
+def _functions(fns: Any) -> list[Any]:
+    """``before=`` ... ``around=`` as a list: one function, or an iterable of them (any
+    other value is one item, which ``Advice`` refuses as not callable)."""
+    if callable(fns) or not isinstance(fns, Iterable) or isinstance(fns, (str, bytes)):
+        return [fns]
+    return list(fns)
 
 
 def _refuse_unknown(opts: dict[str, Any]) -> None:
