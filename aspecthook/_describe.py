@@ -158,7 +158,9 @@ def _short(location: str) -> str:
 def describe(pointcut: PointcutLike | None = None, *, weaver: Weaver | None = None) -> Description:
     """Every join point (selected by ``pointcut``) with its advice per stage, in run order."""
     from ._weave import WEAVES
+    from ._weaver import check_weaver
 
+    check_weaver(weaver)
     selected = as_pointcut(pointcut) if pointcut is not None else None
     rows = Description()
     with LOCK:

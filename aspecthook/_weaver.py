@@ -349,9 +349,19 @@ class Weaver:
         return evt
 
     def _subscribers(self, event: str) -> tuple[Callable[..., Any], ...]:
-        cached = self._events.get(event)
+        try:
+            cached = self._events.get(event)
+        except TypeError:  # unhashable: refused just below
+            cached = None
         if cached is not None and cached[0] == REGISTRY.event_version:
             return cached[1]
+        if not isinstance(event, str):  # a name seen for the first time: checked once
+            raise InvalidOptionError(
+                f"emit({event!r}): an event name is a string: give e.g. "
+                "emit('checkpoint.saved', path=path)",
+                option="event",
+                value=event,
+            )
         from ._chain import order_stage
 
         with LOCK:
@@ -446,6 +456,17 @@ def _log_pointcut_failure(advice: Advice, event: str, exc: Exception) -> None:
         "on the payload with when=",
         exc_info=exc,
     )
+
+
+def check_weaver(weaver: object) -> None:
+    """``weaver=`` is a ``Weaver`` (or None): refused when given, not at its first use."""
+    if weaver is not None and not isinstance(weaver, Weaver):
+        raise InvalidOptionError(
+            f"weaver={weaver!r} is not a Weaver: give a Weaver (e.g. Weaver('mine')), or "
+            "leave it out for every weaver's (weave: the default weaver)",
+            option="weaver",
+            value=weaver,
+        )
 
 
 def _check_decorator(kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]) -> None:

@@ -141,6 +141,8 @@ class Registry:
         """The class registered as ``name``, a plugin's, or the one a ``'pkg.mod:Name'``
         path names; ``UnknownAspectError`` (listing the known names and the closest one)
         when none fits."""
+        if not isinstance(name, str):
+            raise self._unknown("", f"{self.kind} type {name!r} is not a name: give a string.")
         with self._lock:
             if name not in self._entries and not self._plugins_read:
                 self._read_plugins()
@@ -195,6 +197,10 @@ class Registry:
         """
         if isinstance(cfg, str):
             kind, params = cfg, {}
+        elif not isinstance(cfg, Mapping):
+            raise self._unknown(
+                "", f"{self.kind} config {cfg!r} is not a type name or a {{'type': name}} mapping."
+            )
         else:
             params = dict(cfg)
             if "type" not in params:
@@ -421,6 +427,12 @@ def _registered_name(obj: Any, name: str | None) -> str:
     """The name ``register(obj, name=name)`` registers ``obj`` under: ``name``, else a
     class's ``__name__`` or the last part of a ``'package.module:Name'`` path;
     ``InvalidOptionError`` for anything else, or when no name results."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidOptionError(
+            f"register(name={name!r}): a name is a string, e.g. name='MyModel'",
+            option="name",
+            value=name,
+        )
     if isinstance(obj, str):
         if ":" not in obj:
             raise InvalidOptionError(

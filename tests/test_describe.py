@@ -339,3 +339,9 @@ def test_printing_a_table_leaves_a_seeded_random_stream_as_it_was() -> None:
     assert done.returncode == 0, done.stderr
     random.seed(0)
     assert float(done.stdout) == random.random()
+
+
+def test_a_weaver_that_is_not_a_weaver_is_refused() -> None:
+    """describe(weaver=5) names the option (it was an AttributeError from the registry)."""
+    with pytest.raises(InvalidOptionError, match=r"weaver=5 is not a Weaver"):
+        ah.describe(weaver=5)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook import Aspect, on
-from aspecthook.errors import AdviceSignatureError
+from aspecthook.errors import AdviceSignatureError, InvalidOptionError
 
 
 @pytest.fixture
@@ -329,3 +329,13 @@ def test_an_event_without_a_field_set_says_so_without_recursing() -> None:
     with pytest.raises(AttributeError):
         blank.payload
     assert not hasattr(blank, "__setstate__")
+
+
+@pytest.mark.parametrize("name", [5, None, b"job.done", ["job"]])
+def test_an_event_name_that_is_not_a_string_is_refused(name: Any) -> None:
+    """emit() of a name that is not a string says so (it was "cannot create weak reference"
+    once anything subscribed, or "unhashable type")."""
+    weaver = ah.Weaver("names", local=True)
+    weaver.on("job.*")(lambda event: None)
+    with pytest.raises(InvalidOptionError, match=r"emit\(.*\): an event name is a string"):
+        weaver.emit(name)  # type: ignore[arg-type]

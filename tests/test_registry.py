@@ -483,3 +483,21 @@ def test_path_whose_module_raises_at_import_is_reported(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UnknownAspectError, match=r"'ah_syntax_mod:X' cannot be loaded: .*Syntax"):
         registry.get("ah_syntax_mod:X")
+
+
+def test_a_name_that_is_not_a_string_is_refused_by_register() -> None:
+    """register(obj, name=5) is refused (it registered, and names() then failed sorting)."""
+    registry = Registry("thing")
+    with pytest.raises(InvalidOptionError, match=r"register\(name=5\): a name is a string"):
+        registry.register(dict, name=5)  # type: ignore[call-overload]
+    assert registry.names() == []
+
+
+@pytest.mark.parametrize("cfg", [5, None, ["Timed"]])
+def test_build_and_get_refuse_what_is_not_a_name_or_a_mapping(cfg: Any) -> None:
+    """build() / get() of something that is neither a name nor a mapping say so (they were
+    a TypeError: "'int' object is not iterable")."""
+    with pytest.raises(UnknownAspectError, match="is not a type name or a"):
+        ASPECTS.build(cfg)
+    with pytest.raises(UnknownAspectError, match="is not a name: give a string"):
+        ASPECTS.get(cfg)

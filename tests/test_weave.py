@@ -2087,3 +2087,16 @@ def test_weave_refuses_a_misspelt_option_naming_the_valid_ones() -> None:
         ah.weave(targets.add_one, after=lambda ctx: None, evry=2)
     assert info.value.option == "evry"
     assert targets.changed() == []
+
+
+def test_an_advice_function_that_is_not_callable_is_refused() -> None:
+    """weave(target, before=5) names the value (it was "'int' object is not iterable")."""
+    with pytest.raises(AdviceSignatureError, match=r"before advice for .* must be callable, got 5"):
+        ah.weave(targets.add_one, before=5)  # type: ignore[arg-type]
+
+
+def test_a_weaver_that_is_not_a_weaver_is_refused() -> None:
+    """weave(..., weaver=5) is refused by name before anything is woven (it was an
+    AttributeError from inside)."""
+    with pytest.raises(InvalidOptionError, match=r"weaver=5 is not a Weaver"):
+        ah.weave(targets.add_one, before=lambda ctx: None, weaver=5)  # type: ignore[arg-type]

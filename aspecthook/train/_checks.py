@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,11 @@ __all__ = [
     "_check_can_run",
     "_check_limits",
     "_check_optimizer",
+    "_check_parts",
     "_check_scheduler",
+    "_check_settings",
     "_check_work_dir",
+    "_on_device",
 ]
 
 
@@ -39,6 +43,75 @@ def _check_limits(max_epochs: int | None, max_iters: int | None) -> None:
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             raise RunnerError(f"{name}={value!r} must be a positive int")
+
+
+def _check_parts(
+    model: Any, optimizer: Any, loaders: Mapping[str, Any], steps: Mapping[str, Any]
+) -> None:
+    """The model, optimizer, loaders and step functions are of the kind the loop calls, so a
+    mix-up (a class for an instance, a name for an object) is named here, not found by the
+    first iteration as an AttributeError inside the loop."""
+    if not isinstance(model, torch.nn.Module):
+        raise RunnerError(f"model={model!r} is not a torch.nn.Module: {_instance_hint(model)}")
+    if isinstance(optimizer, type) or not all(
+        callable(getattr(optimizer, m, None)) for m in ("step", "zero_grad")
+    ):
+        raise RunnerError(
+            f"optimizer={optimizer!r} is not an optimizer (with step() and zero_grad()): "
+            "build one on the model's parameters, e.g. "
+            "optimizer=torch.optim.SGD(model.parameters(), lr=0.1)"
+        )
+    for name, loader in loaders.items():
+        if (loader is None and name != "train_loader") or (
+            isinstance(loader, Iterable) and not isinstance(loader, (str, bytes))
+        ):
+            continue
+        raise RunnerError(
+            f"{name}={loader!r} is not a data loader: give an iterable of batches, e.g. "
+            f"{name}=torch.utils.data.DataLoader(dataset, batch_size=32)"
+        )
+    for name, fn in steps.items():
+        if fn is not None and not callable(fn):
+            raise RunnerError(f"{name}={fn!r} is not callable: give a function, or leave it out")
+
+
+def _instance_hint(value: Any) -> str:
+    if isinstance(value, type):
+        return f"give an instance, e.g. model={value.__name__}(...)"
+    return "give a model instance, e.g. model=torch.nn.Linear(8, 2)"
+
+
+def _check_settings(aspects: Any, seed: Any, default_aspects: Any) -> None:
+    """``aspects`` is a list (not one aspect, a class or a name), ``seed`` an int and
+    ``default_aspects`` a bool (``'no'`` would count as true)."""
+    if isinstance(aspects, (str, bytes, type)) or not isinstance(aspects, Iterable):
+        raise RunnerError(
+            f"aspects={aspects!r} is not a list of aspects: give instances in a list, "
+            "e.g. aspects=[Logger(), Checkpoint()]"
+        )
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise RunnerError(f"seed={seed!r} is not an int: give e.g. seed=0, or None")
+    if not isinstance(default_aspects, bool):
+        raise RunnerError(
+            f"default_aspects={default_aspects!r} is not True or False: give False to "
+            "leave out the default aspects, True (the default) to add them"
+        )
+
+
+def _on_device(
+    model: torch.nn.Module, device: str | torch.device | None
+) -> tuple[torch.device | None, torch.nn.Module]:
+    """``device`` as a ``torch.device`` and the model moved there (as given for None)."""
+    if device is None:
+        return None, model
+    try:
+        place = torch.device(device)
+        return place, model.to(place)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise RunnerError(
+            f"device={device!r} cannot take the model ({exc}): give a device this machine "
+            "has, e.g. device='cpu' or device='cuda:0', or leave it out"
+        ) from exc
 
 
 def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
@@ -59,6 +132,12 @@ def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
 def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
     if scheduler is None:
         return
+    if not callable(scheduler) and not callable(getattr(scheduler, "step", None)):
+        raise RunnerError(
+            f"scheduler={scheduler!r} is not an LR scheduler: give a torch scheduler built "
+            "on the optimizer, e.g. torch.optim.lr_scheduler.StepLR(optimizer, step_size=2), "
+            "or a callable optimizer -> scheduler"
+        )
     own = getattr(scheduler, "optimizer", None)
     if own is not None and own is not optimizer:
         raise RunnerError(
@@ -70,6 +149,10 @@ def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
 def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
     if work_dir is None:
         return None
+    if not isinstance(work_dir, (str, os.PathLike)):
+        raise RunnerError(
+            f"work_dir={work_dir!r} is not a path: give a folder as a str or a pathlib.Path"
+        )
     path = Path(work_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,11 @@ from ._checks import (
     _check_can_run,
     _check_limits,
     _check_optimizer,
+    _check_parts,
     _check_scheduler,
+    _check_settings,
     _check_work_dir,
+    _on_device,
 )
 from ._data import epoch_batches, loader_length
 from ._reports import report_near_misses, report_unfinished_stage
@@ -105,11 +108,14 @@ class Runner:
         seed: int | None = None,
         default_aspects: bool = True,
     ) -> None:
+        loaders = {"train_loader": train_loader, "val_loader": val_loader}
+        steps = {"loss_fn": loss_fn, "train_step": train_step, "val_step": val_step}
+        _check_parts(model, optimizer, {**loaders, "test_loader": test_loader}, steps)
         _check_limits(max_epochs, max_iters)
+        _check_settings(aspects, seed, default_aspects)
         _check_scheduler(scheduler, optimizer)
         _check_optimizer(optimizer, model)
-        self.device = torch.device(device) if device is not None else None
-        self.model = model.to(self.device) if self.device is not None else model
+        self.device, self.model = _on_device(model, device)
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.train_loader = train_loader

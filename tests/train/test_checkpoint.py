@@ -1276,3 +1276,24 @@ def test_the_manifest_written_before_a_replace_names_only_files_on_disk(
     manifest = _manifest(tmp_path)
     assert manifest["best"] in manifest["checkpoints"]
     assert (tmp_path / manifest["best"]).is_file()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("save_best", 5, r"Checkpoint\(save_best=5\) is not a metric name: .*save_best='val/acc'"),
+        ("save_best", ["val/acc"], r"Checkpoint\(save_best=\['val/acc'\]\) is not a metric name"),
+        (
+            "filename_tmpl",
+            5,
+            r"Checkpoint\(filename_tmpl=5\) is not a file name: .*'epoch_\{\}",
+        ),
+    ],
+)
+def test_checkpoint_refuses_a_name_that_is_not_a_string(
+    option: str, value: Any, message: str
+) -> None:
+    """save_best= and filename_tmpl= of another type are refused by name (they were an
+    AttributeError from str methods)."""
+    with pytest.raises(InvalidOptionError, match=message):
+        Checkpoint(**{option: value})

@@ -545,3 +545,25 @@ def test_logger_keeps_only_the_latest_records_in_memory(
     assert [(r["mode"], r["iter"]) for r in logger.records] == [
         (r["mode"], r["iter"]) for r in lines[-5:]
     ]
+
+
+@pytest.mark.parametrize("window", [0, -1, 1.5, "50", None])
+def test_iter_timer_refuses_a_window_that_is_not_a_positive_int(window: Any) -> None:
+    """IterTimer(window=) is checked when built, with the option named (it was a bare
+    TypeError / ValueError from deque, or None accepted as an unbounded window)."""
+    with pytest.raises(InvalidOptionError, match=r"IterTimer\(window=.*\) must be a positive int"):
+        IterTimer(window=window)
+
+
+def test_logger_refuses_a_window_of_none() -> None:
+    """Logger(window=None) is refused when built; it failed as a TypeError at registration."""
+    with pytest.raises(InvalidOptionError, match=r"Logger\(window=None\) must be a positive int"):
+        Logger(window=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("json_file", [5, ["metrics.jsonl"]])
+def test_logger_refuses_a_json_file_that_is_not_a_file_name(json_file: Any) -> None:
+    """Logger(json_file=) must be a name or None: anything else failed when the run opened
+    it, was logged (errors='log'), and the run went on without its metrics file."""
+    with pytest.raises(InvalidOptionError, match=r"Logger\(json_file=.*\) is not a file name"):
+        Logger(json_file=json_file)

@@ -980,3 +980,21 @@ def test_ema_refuses_a_decay_outside_zero_to_one(decay: float) -> None:
     """decay 1 would never move the average, decay 0 would copy the weights: refused."""
     with pytest.raises(InvalidOptionError, match="decay"):
         EMA(decay)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("decay", "0.9", r"EMA\(decay='0.9'\) must be between 0 and 1"),
+        ("decay", None, r"EMA\(decay=None\) must be between 0 and 1"),
+        ("update_every", 0, r"EMA\(update_every=0\) must be an int >= 1"),
+        ("update_every", 1.5, r"EMA\(update_every=1.5\) must be an int >= 1"),
+        ("start_iter", -1, r"EMA\(start_iter=-1\) must be an int >= 0"),
+        ("start_iter", None, r"EMA\(start_iter=None\) must be an int >= 0"),
+    ],
+)
+def test_ema_refuses_a_bad_option_when_built(option: str, value: Any, message: str) -> None:
+    """EMA's options are checked at construction: a string decay was a bare TypeError, and
+    a bad update_every / start_iter failed (or ran oddly) only during training."""
+    with pytest.raises(InvalidOptionError, match=message):
+        EMA(**{option: value})

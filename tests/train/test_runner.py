@@ -1246,3 +1246,39 @@ def test_the_training_signatures_resolve_at_run_time() -> None:
         kind = getattr(aspects, name)
         if isinstance(kind, type):
             assert typing.get_type_hints(kind.__init__), name
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "message"),
+    [
+        ("model", torch.nn.Linear, r"model=.*Linear.* is not a torch.nn.Module: give an instance"),
+        ("model", "resnet", r"model='resnet' is not a torch.nn.Module"),
+        ("optimizer", None, r"optimizer=None is not an optimizer .*torch.optim.SGD"),
+        ("optimizer", torch.optim.SGD, r"optimizer=.*SGD.* is not an optimizer"),
+        ("train_loader", "data", r"train_loader='data' is not a data loader: give an iterable"),
+        ("val_loader", 5, r"val_loader=5 is not a data loader"),
+        ("test_loader", 5, r"test_loader=5 is not a data loader"),
+        ("loss_fn", "mse", r"loss_fn='mse' is not callable"),
+        ("train_step", 5, r"train_step=5 is not callable"),
+        ("val_step", 5, r"val_step=5 is not callable"),
+        ("scheduler", "cosine", r"scheduler='cosine' is not an LR scheduler"),
+        ("aspects", Logger, r"aspects=.*Logger.* is not a list of aspects: give instances"),
+        ("aspects", "Logger", r"aspects='Logger' is not a list of aspects"),
+        ("aspects", 5, r"aspects=5 is not a list of aspects"),
+        ("work_dir", 5, r"work_dir=5 is not a path: give a folder"),
+        ("device", "gpu", r"device='gpu' cannot take the model .*device='cpu'"),
+        ("seed", "1", r"seed='1' is not an int"),
+        ("default_aspects", "no", r"default_aspects='no' is not True or False"),
+    ],
+)
+def test_a_part_of_the_wrong_kind_is_refused_when_the_runner_is_built(
+    keyword: str, value: Any, message: str
+) -> None:
+    """Runner(...) names a part of the wrong kind (a class for an instance, a name for an
+    object, a truthy string for a bool) at once, not as an AttributeError in the loop."""
+    model, opt, loader = _parts()
+    parts: dict[str, Any] = {"model": model, "optimizer": opt, "train_loader": loader}
+    kwargs: dict[str, Any] = {"loss_fn": CE, "max_epochs": 1}
+    (parts if keyword in parts else kwargs)[keyword] = value
+    with pytest.raises(RunnerError, match=message):
+        Runner(parts["model"], parts["optimizer"], parts["train_loader"], **kwargs)

@@ -73,6 +73,13 @@ def _positive(option: str, value: Any) -> int:
 
 
 def _rule(save_best: str | None, rule: str | None) -> str | None:
+    if save_best is not None and not isinstance(save_best, str):
+        raise InvalidOptionError(
+            f"Checkpoint(save_best={save_best!r}) is not a metric name: give the name of "
+            "the metric to keep the best checkpoint by, e.g. save_best='val/acc'",
+            option="save_best",
+            value=save_best,
+        )
     if save_best is None:
         if rule is not None:
             raise InvalidOptionError(
@@ -87,6 +94,13 @@ def _rule(save_best: str | None, rule: str | None) -> str | None:
 def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
     if filename_tmpl is None:
         return "epoch_{}.pt" if by_epoch else "iter_{}.pt"
+    if not isinstance(filename_tmpl, str):
+        raise InvalidOptionError(
+            f"Checkpoint(filename_tmpl={filename_tmpl!r}) is not a file name: give one with "
+            "one '{}' for the epoch or iteration, e.g. 'epoch_{}.pt'",
+            option="filename_tmpl",
+            value=filename_tmpl,
+        )
     plain = filename_tmpl.replace("{{", "").replace("}}", "")  # escaped braces are text
     one_field = plain.count("{}") == 1 and "{" not in plain.replace("{}", "")
     stray = "}" in plain.replace("{}", "")

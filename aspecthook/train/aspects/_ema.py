@@ -50,7 +50,8 @@ class EMA(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        if not 0.0 < decay < 1.0:
+        _check_counts(update_every=(update_every, 1), start_iter=(start_iter, 0))
+        if not _is_number(decay) or not 0.0 < decay < 1.0:
             raise InvalidOptionError(
                 f"EMA(decay={decay!r}) must be between 0 and 1 (e.g. 0.999)",
                 option="decay",
@@ -218,3 +219,18 @@ def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
     with torch.no_grad():
         for to, value in zip(dst, src, strict=True):
             to.copy_(value)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_counts(**options: tuple[object, int]) -> None:
+    """Each option an int of at least its lowest value, checked when the EMA is built."""
+    for option, (value, lowest) in options.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+            raise InvalidOptionError(
+                f"EMA({option}={value!r}) must be an int >= {lowest}",
+                option=option,
+                value=value,
+            )

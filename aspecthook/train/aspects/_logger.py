@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 from collections import deque
 from pathlib import Path
 from typing import IO, Any
@@ -64,6 +65,7 @@ class Logger(Aspect):
     ) -> None:
         super().__init__(**options)
         _check_options(interval, window, file_interval, tensorboard)
+        _check_json_file(json_file)
         self.interval = interval
         self.file_interval = file_interval or interval
         self.window = window
@@ -215,6 +217,18 @@ class Logger(Aspect):
             self._writer = None
 
 
+def _check_json_file(json_file: object) -> None:
+    """A file name (or None): anything else would fail when the run opens it, and a Logger
+    logs its failures, so the run would go on without its metrics file."""
+    if json_file is not None and not isinstance(json_file, (str, os.PathLike)):
+        raise InvalidOptionError(
+            f"Logger(json_file={json_file!r}) is not a file name: give one such as "
+            "'metrics.jsonl' (in the runner's work_dir), or None for no file",
+            option="json_file",
+            value=json_file,
+        )
+
+
 def _check_options(
     interval: int, window: int, file_interval: int | None, tensorboard: bool
 ) -> None:
@@ -233,7 +247,7 @@ def _check_options(
             value=tensorboard,
         )
     for option, value in (("file_interval", file_interval), ("window", window)):
-        if value is not None and (
+        if (value is not None or option == "window") and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             raise InvalidOptionError(

@@ -10,6 +10,7 @@ from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
+from ...errors import InvalidOptionError
 from .._data import planned_iters
 
 __all__ = ["IterTimer"]
@@ -35,6 +36,13 @@ class IterTimer(Aspect):
 
     def __init__(self, window: int = 50, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise InvalidOptionError(
+                f"IterTimer(window={window!r}) must be a positive int: the number of "
+                "iterations the mean time is taken over",
+                option="window",
+                value=window,
+            )
         self.window = window
         self.times: deque[float] = deque(maxlen=window)
         self._last_end: float | None = None
