@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import types
 import weakref
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,18 +39,13 @@ from ._targets import (
 )
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
-<<<<<<< HEAD
-from ._weaver import OPTIONS, Weaver, default_weaver
+from ._weaver import OPTIONS, Weaver, check_weaver, default_weaver
 from .errors import (
     AdviceSignatureError,
     AspectDefinitionError,
     InvalidOptionError,
     WeaveTargetError,
 )
-=======
-from ._weaver import OPTIONS, Weaver, check_weaver, default_weaver
-from .errors import AspectDefinitionError, InvalidOptionError, WeaveTargetError
->>>>>>> s12-errors
 
 __all__ = ["WEAVES", "AdviceFunctions", "WeaveRecord", "unweave", "weave", "woven"]
 
@@ -297,11 +291,7 @@ def _advice_for(
         fns = by_kind[kind]
         if fns is None:
             continue
-<<<<<<< HEAD
         for fn in _functions(kind, fns):
-=======
-        for fn in _functions(fns):
->>>>>>> s12-errors
             func = fn.fn if isinstance(fn, Advice) else fn
             advices.append(Advice(kind, func, token, **opts))
     if opts and not any(v is not None for v in by_kind.values()):
@@ -314,7 +304,6 @@ def _advice_for(
     return advices
 
 
-<<<<<<< HEAD
 def _functions(kind: str, fns: Any) -> list[Any]:
     """What ``weave(<kind>=fns)`` gives: one function or an iterable of them, each callable."""
     items = [fns] if callable(fns) or isinstance(fns, str) or not _iterable(fns) else list(fns)
@@ -338,14 +327,6 @@ def _iterable(value: Any) -> bool:
     except TypeError:
         return False
     return True
-=======
-def _functions(fns: Any) -> list[Any]:
-    """``before=`` ... ``around=`` as a list: one function, or an iterable of them (any
-    other value is one item, which ``Advice`` refuses as not callable)."""
-    if callable(fns) or not isinstance(fns, Iterable) or isinstance(fns, (str, bytes)):
-        return [fns]
-    return list(fns)
->>>>>>> s12-errors
 
 
 def _refuse_unknown(opts: dict[str, Any]) -> None:

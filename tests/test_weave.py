@@ -1049,7 +1049,8 @@ def test_advice_by_the_path_woven_reaches_a_callable_named_elsewhere() -> None:
     os.path.join("a", "b")
     assert seen == []
     assert "__wrapped__" not in vars(json.JSONEncoder.encode)
-    assert {row.status for row in ah.describe() if row.advice} == {"unmatched"}
+    names = ("json.encoder.JSONEncoder.encode", "posixpath.join", "os.path.join")
+    assert not [row for name in names for row in ah.describe(name) if row.status == "active"]
     for advice in advices:
         advice.remove()
 
@@ -2091,7 +2092,9 @@ def test_weave_refuses_a_misspelt_option_naming_the_valid_ones() -> None:
 
 def test_an_advice_function_that_is_not_callable_is_refused() -> None:
     """weave(target, before=5) names the value (it was "'int' object is not iterable")."""
-    with pytest.raises(AdviceSignatureError, match=r"before advice for .* must be callable, got 5"):
+    with pytest.raises(
+        AdviceSignatureError, match=r"weave\(before=\.\.\.\) takes a function .* got 5"
+    ):
         ah.weave(targets.add_one, before=5)  # type: ignore[arg-type]
 
 
