@@ -75,6 +75,15 @@ def _scripted(values: list[float]) -> Any:
 # -- which files survive -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("option", ["by_epoch", "save_last", "save_optimizer"])
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_flags_that_are_not_bools_are_refused(option: str, value: Any) -> None:
+    """by_epoch=None would save per iteration and save_last='no' save the last state: a
+    flag that is not True or False is refused when the checkpoint is made."""
+    with pytest.raises(InvalidOptionError, match=rf"Checkpoint\({option}=.*must be True or False"):
+        Checkpoint(**{option: value})
+
+
 @pytest.mark.parametrize(
     ("save_last", "expected"),
     [

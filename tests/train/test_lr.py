@@ -82,6 +82,13 @@ SCHEDULES: dict[str, Callable[[torch.optim.Optimizer], Any]] = {
 }
 
 
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_by_epoch_that_is_not_a_bool_is_refused(value: Any) -> None:
+    """LRSchedule(by_epoch=None) would step the scheduler every iteration without a word."""
+    with pytest.raises(InvalidOptionError, match=r"LRSchedule\(by_epoch=.*must be True or False"):
+        LRSchedule(by_epoch=value)
+
+
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_per_iteration_schedule_matches_torch(name: str) -> None:
     """Driven per iteration, the runner sees torch's LR sequence exactly."""

@@ -521,6 +521,18 @@ def test_logger_file_is_strict_json_with_a_nan_loss_and_a_tensor_lr(tmp_path: Pa
     assert record["lr"] == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize(
+    ("aspect", "option"), [(Logger, "tensorboard"), (ProgressBar, "transient")]
+)
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_flags_that_are_not_bools_are_refused(aspect: Any, option: str, value: Any) -> None:
+    """Logger(tensorboard='no') would open a TensorBoard writer: a flag that is not True or
+    False is refused when the aspect is made."""
+    name = aspect.__name__
+    with pytest.raises(InvalidOptionError, match=rf"{name}\({option}=.*must be True or False"):
+        aspect(**{option: value})
+
+
 @pytest.mark.parametrize("option", ["interval", "file_interval", "window"])
 @pytest.mark.parametrize("value", [0, -2, 1.5, True])
 def test_logger_intervals_and_window_must_be_positive_ints(option: str, value: Any) -> None:

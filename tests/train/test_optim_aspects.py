@@ -668,6 +668,15 @@ def test_interrupted_inside_a_group_then_resumed_from_its_start_counts_it_once(
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("option", ["use_buffers", "use_for_eval"])
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_ema_flags_that_are_not_bools_are_refused(option: str, value: Any) -> None:
+    """EMA(use_for_eval='no') would validate with the average: a flag that is not True or
+    False is refused when the aspect is made."""
+    with pytest.raises(InvalidOptionError, match=rf"EMA\({option}=.*must be True or False"):
+        EMA(**{option: value})
+
+
 def test_ema_update_every_counts_optimizer_steps() -> None:
     """With GradAccumulation(2) there are 2 steps in 4 iterations: update_every=2 averages
     once, not twice."""

@@ -1175,6 +1175,15 @@ def test_evaluate_interval_true_is_refused() -> None:
         Evaluate(True)
 
 
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_evaluate_by_epoch_that_is_not_a_bool_is_refused(value: Any) -> None:
+    """Evaluate(by_epoch=None) would validate every ``interval`` iterations without a word."""
+    with pytest.raises(
+        ah.errors.InvalidOptionError, match=r"Evaluate\(by_epoch=.*must be True or False"
+    ):
+        Evaluate(by_epoch=value)
+
+
 def test_a_validation_loader_with_no_batches_is_reported() -> None:
     """A generator used up by the first validation: the next one warns instead of letting
     early stopping and the best checkpoint judge the old figures again."""

@@ -77,6 +77,7 @@ from ._checkpoint_files import (
     _write_manifest,
     _WriteJob,
 )
+from ._flags import check_flags
 
 __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 
@@ -130,6 +131,9 @@ class Checkpoint(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
+        check_flags(
+            "Checkpoint", by_epoch=by_epoch, save_last=save_last, save_optimizer=save_optimizer
+        )
         self.interval = _positive("interval", interval)
         self.max_keep = None if max_keep is None else _positive("max_keep", max_keep)
         self.by_epoch = by_epoch

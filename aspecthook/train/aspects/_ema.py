@@ -14,6 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
 from .._wrappers import unwrapped, without_wrapper_prefix
+from ._flags import check_flags
 
 __all__ = ["EMA"]
 
@@ -50,6 +51,7 @@ class EMA(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
+        check_flags("EMA", use_buffers=use_buffers, use_for_eval=use_for_eval)
         _check_counts(update_every=(update_every, 1), start_iter=(start_iter, 0))
         if not _is_number(decay) or not 0.0 < decay < 1.0:
             raise InvalidOptionError(

@@ -15,6 +15,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
+from ._flags import check_flags
 
 __all__ = ["Evaluate"]
 
@@ -56,6 +57,7 @@ class Evaluate(Aspect):
                 option="interval",
                 value=interval,
             )
+        check_flags("Evaluate", by_epoch=by_epoch)
         self.interval = interval
         self.by_epoch = by_epoch
         self.metrics = _checked_metrics(metrics)

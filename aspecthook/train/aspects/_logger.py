@@ -18,6 +18,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
+from ._flags import check_flags
 from ._timer import IterTimer
 
 __all__ = ["Logger"]
@@ -64,6 +65,7 @@ class Logger(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
+        check_flags("Logger", tensorboard=tensorboard)
         _check_options(interval, window, file_interval, tensorboard)
         _check_json_file(json_file)
         self.interval = interval

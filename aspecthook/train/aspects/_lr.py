@@ -24,6 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
+from ._flags import check_flags
 from ._rules import infer_rule
 
 __all__ = ["LRSchedule"]
@@ -61,6 +62,7 @@ class LRSchedule(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
+        check_flags("LRSchedule", by_epoch=by_epoch)
         _check_options(scheduler, warmup, warmup_iters, warmup_ratio)
         self.scheduler = scheduler
         self.by_epoch = by_epoch

@@ -10,6 +10,7 @@ from ..._priority import Priority
 from ..._rich import import_rich
 from ..._typing import Unpack
 from .._data import planned_iters
+from ._flags import check_flags
 
 __all__ = ["ProgressBar"]
 
@@ -26,6 +27,7 @@ class ProgressBar(Aspect):
         self, *, transient: bool = False, console: Any = None, **options: Unpack[AspectOptions]
     ) -> None:
         super().__init__(**options)
+        check_flags("ProgressBar", transient=transient)
         self.transient = transient
         self.console = console
         self._progress: Any = None
