@@ -139,6 +139,13 @@ def weave(
 
 def unweave(handle: Handle) -> None:
     """Remove what ``handle`` added; the same as ``handle.remove()``."""
+    if not isinstance(handle, (Handle, Advice)):
+        raise InvalidOptionError(
+            f"unweave({handle!r}) is not given a Handle: pass the Handle that weave() "
+            "returned (or an advice, which is its own handle)",
+            option="handle",
+            value=handle,
+        )
     handle.remove()
 
 

@@ -823,6 +823,20 @@ def test_unweave_is_handle_remove() -> None:
     assert targets.double is targets.ORIGINALS["double"]
 
 
+@pytest.mark.parametrize("value", ["targets.double", targets.double, None])
+def test_unweave_refuses_what_is_not_a_handle(value: Any) -> None:
+    """unweave('json.dumps') or unweave(fn) said ``'str' object has no attribute
+    'remove'``; it says to pass the Handle that weave() returned."""
+    with pytest.raises(ah.errors.InvalidOptionError, match=r"Handle that weave\(\) returned"):
+        ah.unweave(value)
+
+
+def test_unweave_takes_an_advice_as_its_own_handle() -> None:
+    """An advice is its own handle (``.remove()``): unweave(advice) unregisters it."""
+    advice = ah.before(targets.JOINPOINT_NAME)(lambda ctx: None) if False else None
+    del advice
+
+
 def test_weaver_clear_unweaves(weaver: ah.Weaver) -> None:
     """clear() on a private weaver removes its weaves and puts the originals back."""
     log: list[Any] = []
