@@ -531,11 +531,12 @@ class _Builder:
             raise self.error(where, str(exc)) from exc
         for name, value in checked.items():  # torch's schedulers and losses do not check
             default = accepted.defaults.get(name)
-            if type(default) in (int, float) and _number_text(value):
+            integer = type(default) is int or name in accepted.ints  # 'int': no default
+            if (integer or type(default) is float) and _number_text(value):
                 raise self.error(
                     f"{key}.{name}",
                     f"is the string {value!r}, not a number: "
-                    f"{_how_to_write(value, integer=type(default) is int)}",
+                    f"{_how_to_write(value, integer=integer)}",
                 )
         return checked
 

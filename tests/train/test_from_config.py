@@ -652,10 +652,18 @@ def test_a_quoted_number_is_told_to_drop_the_quotes() -> None:
     scheduler = {"type": "StepLR", "step_size": 1, "gamma": "0.5"}
     with pytest.raises(ConfigError, match=r"^scheduler\.gamma: .*write 0\.5 without quotes"):
         Runner.from_config(_config(scheduler=scheduler))
-    model = {"type": "Linear", "in_features": "8", "out_features": 3}  # no default: torch fails
-    with pytest.raises(ConfigError, match=r"^model: Linear\(.*write 8 without quotes") as info:
+    model = {"type": "Linear", "in_features": "8", "out_features": 3}  # no default, 'int'
+    with pytest.raises(ConfigError, match=r"^model\.in_features: .*write 8 without quotes") as info:
         Runner.from_config(_config(model=model))
     assert "1e-3" not in str(info.value)
+
+
+def test_a_quoted_number_for_an_int_without_a_default_is_refused_before_training() -> None:
+    """StepLR(step_size='2') is taken by torch and fails at the first step: a parameter
+    annotated int (here the string annotation 'int') refuses a quoted number when read."""
+    scheduler = {"type": "StepLR", "step_size": "2"}
+    with pytest.raises(ConfigError, match=r"^scheduler\.step_size: .*write 2 without quotes"):
+        Runner.from_config(_config(scheduler=scheduler))
 
 
 @pytest.mark.parametrize("value", [[{"type": "StepLR", "step_size": 1}], 3, 0.5, True])
