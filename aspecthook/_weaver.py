@@ -306,10 +306,10 @@ class Weaver:
             callable(name_or_fn) and not isinstance(name_or_fn, str)
         ):
             return self._declare(name_or_fn, None)
-        if name_or_fn is not None and not isinstance(name_or_fn, str):
+        if name_or_fn is not None and not (isinstance(name_or_fn, str) and name_or_fn.strip()):
             raise AspectDefinitionError(
-                f"@joinpoint takes a name string, got {name_or_fn!r}: use @joinpoint or "
-                "@joinpoint('train_iter')"
+                f"@joinpoint takes a name string, got {name_or_fn!r}: use @joinpoint (named "
+                "module.qualname) or @joinpoint('train_iter')"
             )
         return lambda fn: self._declare(fn, name_or_fn)
 

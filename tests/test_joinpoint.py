@@ -390,6 +390,14 @@ def test_joinpoint_refuses_a_non_string_name() -> None:
         ah.joinpoint(42)  # type: ignore[call-overload]
 
 
+@pytest.mark.parametrize("name", ["", "   "])
+def test_joinpoint_refuses_an_empty_name(name: str) -> None:
+    """An empty name is refused; it used to fall back to module.qualname without a word,
+    so advice written for the name it was meant to have never ran."""
+    with pytest.raises(AspectDefinitionError, match=r"@joinpoint takes a name string"):
+        ah.joinpoint(name)
+
+
 def test_joinpoint_refuses_a_non_callable() -> None:
     """@joinpoint('name') on something that is not a function or method is refused."""
     with pytest.raises(AspectDefinitionError, match="needs a function or method"):
