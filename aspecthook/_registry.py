@@ -156,7 +156,7 @@ class Registry:
         names.update(n for w in weavers for n in w._events)
         for name in names:
             point = Event(name, {})
-            order_stage([a for a in subscribers if _subscribes(a, point)])
+            order_stage([a for a in subscribers if subscribes(a, point)])
 
     def remove_advice(self, weaver: Weaver, advices: list[Advice]) -> None:
         with LOCK:
@@ -200,12 +200,21 @@ def _matches(advice: Advice, jp: JoinPoint) -> bool:
         return False
 
 
-def _subscribes(advice: Advice, event: Event) -> bool:
-    """Whether ``advice`` subscribes to ``event``; a pointcut that raises does not (as in
-    ``emit()``, which logs it)."""
+def subscribes(
+    advice: Advice, point: Event, failed: list[tuple[Advice, Exception]] | None = None
+) -> bool:
+    """Whether ``advice`` subscribes to ``point``; a pointcut that raises does not (it is
+    added to ``failed``, for ``emit()`` to log).
+
+    Subscriptions are matched once per event name, against an event without payload (the
+    list is cached until subscriptions change), so a predicate that reads the payload
+    cannot judge it: it must not break ``emit()`` for every other subscriber.
+    """
     try:
-        return advice.pointcut is not None and advice.pointcut.matches(event)
-    except Exception:
+        return advice.pointcut is not None and advice.pointcut.matches(point)
+    except Exception as exc:
+        if failed is not None:
+            failed.append((advice, exc))
         return False
 
 

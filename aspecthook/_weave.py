@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import types
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,7 +314,8 @@ def _advice_for(
 
 def _functions(kind: str, fns: Any) -> list[Any]:
     """What ``weave(<kind>=fns)`` gives: one function or an iterable of them, each callable."""
-    items = [fns] if callable(fns) or isinstance(fns, str) or not _iterable(fns) else list(fns)
+    listed = isinstance(fns, Iterable) and not callable(fns) and not isinstance(fns, str)
+    items = list(fns) if listed else [fns]
     for fn in items:
         if not callable(fn):
             expected = _EXPECTED[kind]
@@ -326,14 +328,6 @@ def _functions(kind: str, fns: Any) -> list[Any]:
                 expected=expected,
             )
     return items
-
-
-def _iterable(value: Any) -> bool:
-    try:
-        iter(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _refuse_unknown(opts: dict[str, Any]) -> None:

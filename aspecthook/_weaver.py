@@ -20,7 +20,7 @@ from ._handle import Handle
 from ._joinpoint import JoinPoint, JoinPointProxy, find_proxy
 from ._pointcut import Pointcut, PointcutLike, as_pointcut
 from ._process import ensure_sources, warn_local_subscriptions
-from ._registry import LOCK, REGISTRY
+from ._registry import LOCK, REGISTRY, subscribes
 from ._typing import AdviceFunctions
 from .errors import AspectDefinitionError, InvalidOptionError
 
@@ -379,7 +379,7 @@ class Weaver:
                 a
                 for w in weavers
                 for a in w.registered
-                if a.kind == "on" and _matches(a, point, failed)
+                if a.kind == "on" and subscribes(a, point, failed)
             ]
             fns = tuple(a.compiled(event) for a in order_stage(matched))
             self._events[event] = (version, fns)
@@ -426,21 +426,6 @@ class Weaver:
         from ._describe import describe
 
         return describe(pointcut, weaver=self)
-
-
-def _matches(advice: Advice, point: Event, failed: list[tuple[Advice, Exception]]) -> bool:
-    """Whether ``advice`` subscribes to ``point``; a pointcut that raises does not.
-
-    Subscriptions are matched once per event name, against an event without payload (the
-    list is cached until subscriptions change), so a predicate that reads the payload
-    cannot judge it: it must not break ``emit()`` for every other subscriber.
-    """
-    pointcut = advice.pointcut
-    try:
-        return pointcut is not None and pointcut.matches(point)
-    except Exception as exc:
-        failed.append((advice, exc))
-        return False
 
 
 def _log_pointcut_failure(advice: Advice, event: str, exc: Exception) -> None:

@@ -77,7 +77,7 @@ from ._checkpoint_files import (
     _write_manifest,
     _WriteJob,
 )
-from ._flags import check_flags
+from ._options import check_flags
 
 __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 

@@ -17,6 +17,7 @@ import torch
 
 from ...errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
 from ._checkpoint_files import LATEST
+from ._options import check_count
 from ._rules import infer_rule
 
 __all__ = ["_check_storable", "_positive", "_resume_option", "_rule", "_template"]
@@ -65,11 +66,7 @@ def _unstorable(value: Any, where: str) -> str | None:
 
 
 def _positive(option: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidOptionError(
-            f"Checkpoint({option}={value!r}) must be a positive int", option=option, value=value
-        )
-    return value
+    return check_count("Checkpoint", option, value)
 
 
 def _rule(save_best: str | None, rule: str | None) -> str | None:

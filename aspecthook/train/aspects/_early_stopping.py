@@ -12,6 +12,7 @@ from ..._log import get_logger
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
+from ._options import check_count, check_flags
 from ._rules import infer_rule
 
 __all__ = ["EarlyStopping"]
@@ -41,12 +42,7 @@ class EarlyStopping(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
-            raise InvalidOptionError(
-                f"EarlyStopping(patience={patience!r}) must be a positive int",
-                option="patience",
-                value=patience,
-            )
+        check_count("EarlyStopping", "patience", patience)
         delta: Any = min_delta  # from a config or numpy: checked as any value
         if (
             isinstance(delta, bool)
@@ -64,12 +60,7 @@ class EarlyStopping(Aspect):
                 option="monitor",
                 value=monitor,
             )
-        if not isinstance(check_finite, bool):
-            raise InvalidOptionError(
-                f"EarlyStopping(check_finite={check_finite!r}) must be True or False",
-                option="check_finite",
-                value=check_finite,
-            )
+        check_flags("EarlyStopping", check_finite=check_finite)
         self.monitor = monitor
         self.rule = infer_rule(monitor, rule)
         self.patience = patience

@@ -14,7 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
 from .._wrappers import unwrapped, without_wrapper_prefix
-from ._flags import check_flags
+from ._options import check_count, check_flags
 
 __all__ = ["EMA"]
 
@@ -52,7 +52,8 @@ class EMA(Aspect):
     ) -> None:
         super().__init__(**options)
         check_flags("EMA", use_buffers=use_buffers, use_for_eval=use_for_eval)
-        _check_counts(update_every=(update_every, 1), start_iter=(start_iter, 0))
+        check_count("EMA", "update_every", update_every, lowest=1)
+        check_count("EMA", "start_iter", start_iter, lowest=0)
         if not _is_number(decay) or not 0.0 < decay < 1.0:
             raise InvalidOptionError(
                 f"EMA(decay={decay!r}) must be between 0 and 1 (e.g. 0.999)",
@@ -225,14 +226,3 @@ def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_counts(**options: tuple[object, int]) -> None:
-    """Each option an int of at least its lowest value, checked when the EMA is built."""
-    for option, (value, lowest) in options.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
-            raise InvalidOptionError(
-                f"EMA({option}={value!r}) must be an int >= {lowest}",
-                option=option,
-                value=value,
-            )

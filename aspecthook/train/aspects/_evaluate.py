@@ -15,7 +15,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
-from ._flags import check_flags
+from ._options import check_count, check_flags
 
 __all__ = ["Evaluate"]
 
@@ -51,12 +51,7 @@ class Evaluate(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
-            raise InvalidOptionError(
-                f"Evaluate(interval={interval!r}) must be a positive int",
-                option="interval",
-                value=interval,
-            )
+        check_count("Evaluate", "interval", interval)
         check_flags("Evaluate", by_epoch=by_epoch)
         self.interval = interval
         self.by_epoch = by_epoch

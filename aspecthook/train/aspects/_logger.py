@@ -18,7 +18,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from ._flags import check_flags
+from ._options import check_flags
 from ._timer import IterTimer
 
 __all__ = ["Logger"]

@@ -24,7 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
-from ._flags import check_flags
+from ._options import check_flags
 from ._rules import infer_rule
 
 __all__ = ["LRSchedule"]

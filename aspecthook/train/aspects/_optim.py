@@ -17,6 +17,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
+from ._options import check_count
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
@@ -121,12 +122,7 @@ class GradAccumulation(Aspect):
 
     def __init__(self, steps: int, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-            raise InvalidOptionError(
-                f"GradAccumulation(steps={steps!r}) must be a positive int",
-                option="steps",
-                value=steps,
-            )
+        check_count("GradAccumulation", "steps", steps)
         self.steps = steps
         self._total: int | None = None  # the run's iterations, when known (before_run)
         self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps

@@ -10,7 +10,7 @@ from ..._priority import Priority
 from ..._rich import import_rich
 from ..._typing import Unpack
 from .._data import planned_iters
-from ._flags import check_flags
+from ._options import check_flags
 
 __all__ = ["ProgressBar"]
 

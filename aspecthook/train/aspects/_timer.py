@@ -10,8 +10,8 @@ from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
-from ...errors import InvalidOptionError
 from .._data import planned_iters
+from ._options import check_count
 
 __all__ = ["IterTimer"]
 
@@ -36,14 +36,7 @@ class IterTimer(Aspect):
 
     def __init__(self, window: int = 50, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise InvalidOptionError(
-                f"IterTimer(window={window!r}) must be a positive int: the number of "
-                "iterations the mean time is taken over",
-                option="window",
-                value=window,
-            )
-        self.window = window
+        self.window = check_count("IterTimer", "window", window)
         self.times: deque[float] = deque(maxlen=window)
         self._last_end: float | None = None
         self._start = 0.0

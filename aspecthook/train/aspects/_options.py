@@ -1,0 +1,35 @@
+"""The checks the training aspects make of their on/off and count options (at
+construction), so that each says the same thing the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import InvalidOptionError
+
+__all__ = ["check_count", "check_flags"]
+
+
+def check_flags(aspect: str, **flags: object) -> None:
+    """Refuse a flag that is not a ``bool``: ``'no'`` would count as true and ``None`` as
+    false, each changing what the aspect does without a word."""
+    for option, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidOptionError(
+                f"{aspect}({option}={value!r}) must be True or False: pass a bool (a "
+                "string, a number or None would silently count as one or the other)",
+                option=option,
+                value=value,
+            )
+
+
+def check_count(aspect: str, option: str, value: Any, lowest: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) of at least ``lowest`` (1 when not given, and
+    then said as "a positive int"), else the error."""
+    least = 1 if lowest is None else lowest
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        what = "a positive int" if lowest is None else f"an int >= {lowest}"
+        raise InvalidOptionError(
+            f"{aspect}({option}={value!r}) must be {what}", option=option, value=value
+        )
+    return value
