@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check aspecthook tests examples bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict aspecthook tests/typing
+	$(BIN)/mypy --strict aspecthook tests/typing examples
 
 test: lint typecheck
 	$(BIN)/python -m pytest -q

@@ -31,7 +31,8 @@ class Net(torch.nn.Module):
         self.head = torch.nn.Linear(32, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x))
+        out: torch.Tensor = self.head(self.encoder(x))
+        return out
 
 
 class GradientProbe(ah.Aspect):
@@ -70,7 +71,7 @@ def main() -> None:
 
     for _ in range(5):
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        torch.autograd.backward(torch.nn.functional.cross_entropy(model(x), y))
         optimizer.step()
     print(f"\nactive units / input std per step: {[round(float(a), 3) for a in active]}")
     print(f"gradient norm at the encoder output: {[round(n, 4) for n in probe.norms]}")
