@@ -521,6 +521,48 @@ def test_logger_file_is_strict_json_with_a_nan_loss_and_a_tensor_lr(tmp_path: Pa
     assert record["lr"] == pytest.approx(0.1)
 
 
+def test_logger_records_the_lr_of_every_parameter_group(tmp_path: Path) -> None:
+    """A backbone and a head at different rates: every group's LR is in the records, the
+    first as ``lr``, a named group by its name, an unnamed one by its index; each equals
+    what the optimizer held at that iteration."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 3), torch.nn.Linear(3, 3))
+    optimizer = torch.optim.SGD(
+        [
+            {"params": model[0].parameters(), "lr": 0.1},
+            {"params": model[1].parameters(), "lr": 0.01, "name": "head"},
+            {"params": model[2].parameters(), "lr": 0.5},
+        ]
+    )
+    seen: dict[int, list[float]] = {}
+
+    class Snapshot(ah.Aspect):  # the LRs as the Logger reads them, after the LR step
+        priority = ah.Priority.LOWEST
+
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            seen[ctx.runner.iter] = [g["lr"] for g in ctx.runner.optimizer.param_groups]
+
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,)))
+    runner = Runner(
+        model,
+        optimizer,
+        DataLoader(data, batch_size=4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        scheduler=torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5),
+        max_epochs=2,
+        work_dir=tmp_path,
+        aspects=[Logger(interval=2), Snapshot()],
+    )
+    runner.run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if r["mode"] == "train"]
+    assert [r["iter"] for r in train] == [2, 4, 6, 8]
+    for record in train:
+        lr, head, third = seen[record["iter"]]
+        assert (record["lr"], record["lr/head"], record["lr/pg2"]) == (lr, head, third)
+    assert train[0]["lr/head"] != train[-1]["lr/head"]  # the epoch schedule moved it
+
+
 @pytest.mark.parametrize(
     ("aspect", "option"), [(Logger, "tensorboard"), (ProgressBar, "transient")]
 )

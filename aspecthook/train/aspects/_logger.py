@@ -165,8 +165,8 @@ class Logger(Aspect):
             "mode": TRAIN_EVENT,
             "epoch": _epoch(runner),
             "iter": it,
-            "lr": float(runner.optimizer.param_groups[0]["lr"]),  # torch allows a tensor
         }
+        record.update(_learning_rates(runner.optimizer.param_groups))
         if self.losses:
             record["loss"] = _mean(self.losses)
         outputs = runner.outputs
@@ -217,6 +217,19 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _learning_rates(groups: list[dict[str, Any]]) -> dict[str, float]:
+    """``lr`` of the first parameter group, and with several groups (a backbone and a head
+    trained at different rates) ``lr/<name>`` for each further one: its ``name`` entry
+    when it has one (unique among them), else ``pg<i>``. ``float``: torch allows a tensor
+    LR."""
+    rates = {"lr": float(groups[0]["lr"])}
+    for i, group in enumerate(groups[1:], start=1):
+        name = group.get("name")
+        key = f"lr/{name}" if isinstance(name, str) and name else ""
+        rates[key if key and key not in rates else f"lr/pg{i}"] = float(group["lr"])
+    return rates
 
 
 def _check_json_file(json_file: object) -> None:
