@@ -64,6 +64,23 @@ class Pointcut:
     def __invert__(self) -> Pointcut:
         return _Not(self)
 
+    # Values: ours compare and hash by kind and fields (``Glob('a*') == Glob('a*')``,
+    # ``Name('a') | Name('b')`` equal to another such ``|``); a user's subclass keeps
+    # identity unless it defines its own.
+    def __eq__(self, other: object) -> bool:
+        if type(self).__module__ != __name__:
+            return self is other
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        if type(self).__module__ != __name__:
+            return object.__hash__(self)
+        return hash((type(self), self._values()))
+
+    def _values(self) -> tuple[object, ...]:
+        slots: tuple[str, ...] = type(self).__slots__
+        return tuple(getattr(self, slot) for slot in slots)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
@@ -125,12 +142,6 @@ class Name(Pointcut):
 
     def __repr__(self) -> str:
         return f"Name({self.name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Name and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash((Name, self.name))
 
 
 class NormalizedName(Pointcut):

@@ -219,11 +219,34 @@ def test_repr_shows_the_pointcut(pointcut: Pointcut, text: str) -> None:
     assert repr(pointcut) == text
 
 
-def test_names_are_equal_by_value() -> None:
-    """Two Name pointcuts with the same name are equal and hash alike."""
-    assert Name("a") == Name("a")
-    assert Name("a") != Name("b")
-    assert len({Name("a"), Name("a")}) == 1
+@pytest.mark.parametrize(
+    ("make", "other"),
+    [
+        (lambda: Name("a"), lambda: Name("b")),
+        (lambda: Glob("a*"), lambda: Glob("b*")),
+        (lambda: NormalizedName("a_b"), lambda: NormalizedName("a_c")),
+        (lambda: Predicate(is_step), lambda: Predicate(lambda jp: True)),
+        (lambda: Glob("train_*") | Name("val_iter"), lambda: Name("val_iter") | Glob("train_*")),
+        (lambda: ~Name("a") & Glob("b*"), lambda: ~Name("a") | Glob("b*")),
+    ],
+    ids=["name", "glob", "normalized", "predicate", "or", "and-not"],
+)
+def test_pointcuts_are_equal_by_value(make: Any, other: Any) -> None:
+    """Two pointcuts built alike are equal and hash alike (as set members, dict keys);
+    a different field, kind or operand order is a different pointcut."""
+    assert make() == make()
+    assert len({make(), make()}) == 1
+    assert make() != other()
+    assert make() != Name("zzz") and Glob("a") != Name("a")
+
+
+def test_a_users_pointcut_subclass_keeps_identity_equality() -> None:
+    """A user's subclass says for itself what equal means: without an __eq__ of its own
+    two instances are different pointcuts, however alike, and both stay hashable."""
+    assert Prefix("a") != Prefix("a")
+    assert len({Prefix("a"), Prefix("a")}) == 2
+    one = SlottedPrefix("a")
+    assert one == one and hash(one) == hash(one)
 
 
 @pytest.mark.parametrize(
