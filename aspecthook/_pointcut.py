@@ -75,7 +75,10 @@ class Pointcut:
     def __hash__(self) -> int:
         if type(self).__module__ != __name__:
             return object.__hash__(self)
-        return hash((type(self), self._values()))
+        try:
+            return hash((type(self), self._values()))
+        except TypeError:  # a Predicate over an unhashable callable: still a set member
+            return hash(type(self))
 
     def _values(self) -> tuple[object, ...]:
         slots: tuple[str, ...] = type(self).__slots__

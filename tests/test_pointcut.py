@@ -240,6 +240,21 @@ def test_pointcuts_are_equal_by_value(make: Any, other: Any) -> None:
     assert make() != Name("zzz") and Glob("a") != Name("a")
 
 
+def test_a_predicate_over_an_unhashable_callable_still_hashes() -> None:
+    """A callable object that is unhashable (it defines __eq__ only) makes a Predicate
+    that still goes into a set, equal to one over the same object."""
+
+    class Check:
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Check)
+
+        def __call__(self, point: Any) -> bool:
+            return True
+
+    check = Check()
+    assert len({Predicate(check), Predicate(check), Predicate(Check())}) == 1
+
+
 def test_a_users_pointcut_subclass_keeps_identity_equality() -> None:
     """A user's subclass says for itself what equal means: without an __eq__ of its own
     two instances are different pointcuts, however alike, and both stay hashable."""
