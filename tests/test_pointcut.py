@@ -237,7 +237,8 @@ def test_pointcuts_are_equal_by_value(make: Any, other: Any) -> None:
     assert make() == make()
     assert len({make(), make()}) == 1
     assert make() != other()
-    assert make() != Name("zzz") and Glob("a") != Name("a")
+    assert make() != Name("zzz")
+    assert Glob("a") != Name("a")
 
 
 def test_a_predicate_over_an_unhashable_callable_still_hashes() -> None:
@@ -261,7 +262,7 @@ def test_a_users_pointcut_subclass_keeps_identity_equality() -> None:
     assert Prefix("a") != Prefix("a")
     assert len({Prefix("a"), Prefix("a")}) == 2
     one = SlottedPrefix("a")
-    assert one == one and hash(one) == hash(one)
+    assert {one: 1}[one] == 1
 
 
 @pytest.mark.parametrize(
