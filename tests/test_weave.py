@@ -1721,6 +1721,18 @@ def test_an_instance_with_an_async_call_woven_where_it_is_held_is_an_async_join_
     assert seen == [("before", 2), ("after", 4), ("before", -1), ("after", "ValueError")]
 
 
+def test_an_instance_with_an_async_call_makes_coroutines_named_after_its_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woven where it is held, an instance with an async ``__call__`` makes coroutines
+    named as that ``__call__``'s own, as the instance does unwoven."""
+    monkeypatch.setattr(targets, "service", AsyncService(), raising=False)
+    with ah.woven(f"{MOD}.service", before=lambda ctx: None):
+        coro = targets.service(2)  # type: ignore[attr-defined]
+        assert (coro.__name__, coro.__qualname__) == ("__call__", "AsyncService.__call__")
+        assert asyncio.run(coro) == 4
+
+
 def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:
     """Built-in types cannot have their attributes replaced: a clear skip (or error under
     strict=True), not a raw TypeError."""
