@@ -8,14 +8,15 @@ Advice objects are made per aspect instance, bound to it, when the instance is r
 
 from __future__ import annotations
 
+import inspect
 import re
-from typing import Any, TypedDict
+from typing import Any, Never, TypedDict
 
 from ._advice import Advice, AdviceKind, OrderNames
 from ._advice_checks import _check_errors, _check_name, _names
 from ._pointcut import NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike, resolve_priority
-from .errors import AspectDefinitionError
+from .errors import AspectDefinitionError, AspectParameterError
 
 __all__ = ["MARK", "Aspect", "AspectOptions", "snake_case"]
 
@@ -85,7 +86,10 @@ class Aspect:
         errors: str | None = None,
         order_after: OrderNames | None = None,
         order_before: OrderNames | None = None,
+        **unknown: Never,
     ) -> None:
+        if unknown:  # a misspelt option, passed on by a subclass's **options
+            raise _unknown_options(type(self), tuple(unknown))
         if pointcut is not None:
             self.pointcut = pointcut
         if priority is not None:
@@ -160,6 +164,28 @@ class Aspect:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+# inspect.signature(Aspect) and from_config's parameter check see the options only: the
+# ``**unknown`` above is there to word the error, not to take more keywords.
+_SIGNATURE = inspect.signature(Aspect.__init__)
+setattr(  # mypy knows no __signature__ on a function
+    Aspect.__init__,
+    "__signature__",
+    _SIGNATURE.replace(
+        parameters=[p for p in _SIGNATURE.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    ),
+)
+
+
+def _unknown_options(cls: type, unknown: tuple[str, ...]) -> AspectParameterError:
+    """``AspectParameterError`` naming ``cls`` (not ``Aspect.__init__``, where Python's
+    ``TypeError`` would point), the unknown keywords, a close valid one and the valid ones."""
+    from .registry import Parameters  # only on this error; keeps ``import aspecthook`` light
+
+    accepted = Parameters.of(cls) or Parameters.of(Aspect)
+    assert accepted is not None  # Aspect's own signature is always readable
+    return accepted.refuse(cls.__name__, unknown)
 
 
 def _convention(attr: str) -> tuple[AdviceKind, str] | None:

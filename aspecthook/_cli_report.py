@@ -35,9 +35,27 @@ def _print_summary(timers: list[Any]) -> None:
         return
     table = summaries[0]
     if len(summaries) > 1:
-        rows = sorted((r for s in summaries for r in s), key=lambda r: -r.total_s)
+        rows = sorted(_labelled(timers, summaries), key=lambda r: -r.total_s)
         table = type(summaries[0])(rows)
     print(table, file=sys.stderr)
+
+
+def _labelled(timers: list[Any], summaries: list[Any]) -> list[Any]:
+    """Every timer's rows; a join point that more than one timer times is shown once per
+    timer, as ``name [timer]`` (``[timed #2]``, its place among the timers, where two
+    timers have the same name), so that no two rows read the same."""
+    from collections import Counter
+    from dataclasses import replace
+
+    timing = Counter(row.name for summary in summaries for row in summary)
+    names = [getattr(timer, "name", type(timer).__name__) for timer in timers]
+    rows: list[Any] = []
+    for place, (name, summary) in enumerate(zip(names, summaries, strict=True), 1):
+        label = name if names.count(name) == 1 else f"{name} #{place}"
+        rows += [
+            replace(r, name=f"{r.name} [{label}]") if timing[r.name] > 1 else r for r in summary
+        ]
+    return rows
 
 
 def _trace_problem(path: str) -> str | None:

@@ -16,7 +16,9 @@ Construction notes (measured in bench/calls.py):
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -141,14 +143,37 @@ def _handle_error(
 
 
 def _make_async_dispatch(jp: JoinPoint) -> Callable[..., Any]:
-    """Dispatch for ``async def`` targets: returns a coroutine that awaits async advice."""
+    """Dispatch for ``async def`` targets: returns a coroutine that awaits async advice.
+
+    The coroutine carries the target's ``__name__`` and ``__qualname__`` (its ``repr``, a
+    task's ``repr`` and the "never awaited" warning name the target, not this module):
+    they come from a copy of ``_dispatch_async`` named after the target, made once here,
+    so that naming costs nothing per call.
+    """
+    run = _named_after(jp.target)
 
     def dispatch(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return _dispatch_async(
-            jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs
-        )
+        return run(jp, wrapped, None if instance is _UNBOUND else instance, args, kwargs)
 
     return dispatch
+
+
+def _named_after(target: Any) -> Callable[..., Any]:
+    """``_dispatch_async`` under the names of the coroutine ``target`` makes: a coroutine
+    takes its names from the function object that makes it, so a copy sharing the code
+    is enough. ``_dispatch_async`` itself when the target has no names to give."""
+    func = getattr(target, "__func__", target)
+    while isinstance(func, functools.partial):
+        func = func.func
+    if not isinstance(getattr(func, "__name__", None), str):  # an instance: its __call__ runs
+        func = inspect.getattr_static(type(func), "__call__", None)
+    name, qualname = getattr(func, "__name__", None), getattr(func, "__qualname__", None)
+    if not isinstance(name, str):
+        return _dispatch_async
+    code = _dispatch_async.__code__
+    named = types.FunctionType(code, _dispatch_async.__globals__, name)
+    named.__qualname__ = qualname if isinstance(qualname, str) else name
+    return named
 
 
 async def _maybe_await(value: Any) -> Any:

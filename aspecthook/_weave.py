@@ -12,7 +12,9 @@ module runs a weave through those steps and keeps its ``WeaveRecord``.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import sys
 import types
 import weakref
 from collections.abc import Iterable
@@ -449,7 +451,20 @@ def _version_problem(requires: str) -> str | None:
     try:
         installed = version(req.name)
     except PackageNotFoundError:
-        return f"{req.name} is not installed"
+        return _stdlib_problem(req.name) or f"{req.name} is not installed"
     if req.specifier and not req.specifier.contains(installed, prereleases=True):
         return f"{req.name} {installed} does not satisfy {req.name}{req.specifier}"
     return None
+
+
+def _stdlib_problem(name: str) -> str | None:
+    """Why ``requires=`` cannot name ``name`` when it is a standard-library module rather
+    than an installed distribution, or None when it is not one."""
+    if name not in sys.stdlib_module_names or importlib.util.find_spec(name) is None:
+        return None
+    return (
+        f"{name} is part of the standard library, not an installed distribution, so it has "
+        f"no version to compare: drop requires= (it ships with Python "
+        f"{'.'.join(map(str, sys.version_info[:3]))}), or check sys.version_info before "
+        "weaving"
+    )

@@ -353,17 +353,28 @@ class Parameters:
         unknown = () if self.open else tuple(k for k in params if k not in self.defaults)
         missing = tuple(k for k in self.required if k not in params)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problem = f"does not take {', '.join(map(repr, unknown))}{hint}"
-        elif missing:
-            problem = f"needs {', '.join(map(repr, missing))}"
-        else:
-            return {k: _tuple_if(v, self.defaults.get(k)) for k, v in params.items()}
-        raise AspectParameterError(
-            f"{label} {problem}; its parameters are: {', '.join(valid) or '(none)'}",
+            raise self.refuse(label, unknown)
+        if missing:
+            raise AspectParameterError(
+                f"{label} needs {', '.join(map(repr, missing))}; its parameters are: "
+                f"{', '.join(valid) or '(none)'}",
+                aspect=label,
+                parameters=missing,
+                valid=valid,
+            )
+        return {k: _tuple_if(v, self.defaults.get(k)) for k, v in params.items()}
+
+    def refuse(self, label: str, unknown: tuple[str, ...]) -> AspectParameterError:
+        """The error for keywords ``unknown`` that ``label`` does not take: it names them,
+        the closest valid one to the first, and the valid ones."""
+        valid = tuple(self.defaults)
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return AspectParameterError(
+            f"{label} does not take {', '.join(map(repr, unknown))}{hint}; its parameters "
+            f"are: {', '.join(valid) or '(none)'}",
             aspect=label,
-            parameters=unknown or missing,
+            parameters=unknown,
             valid=valid,
         )
 

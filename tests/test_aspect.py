@@ -14,7 +14,13 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook import Aspect, CallContext, Priority, after, around, before, on_error
-from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, InvalidOptionError
+from aspecthook import aspects as shipped
+from aspecthook.errors import (
+    AdviceSignatureError,
+    AspectDefinitionError,
+    AspectParameterError,
+    InvalidOptionError,
+)
 
 
 @pytest.fixture
@@ -641,6 +647,41 @@ def test_aspect_options_name_every_option_of_aspect_init() -> None:
     keyword parameters."""
     parameters = set(inspect.signature(Aspect.__init__).parameters) - {"self"}
     assert set(ah.AspectOptions.__annotations__) == parameters
+
+
+def test_a_misspelt_keyword_names_the_aspect_class_and_a_close_option() -> None:
+    """Timed(trac=True) raises AspectParameterError (a TypeError) naming Timed, not
+    Aspect.__init__, with the unknown keyword, a did-you-mean and the valid keywords."""
+    with pytest.raises(AspectParameterError) as info:
+        shipped.Timed(trac=True)  # type: ignore[call-arg]
+    message = str(info.value)
+    assert message.startswith("Timed does not take 'trac' (did you mean 'trace'?)")
+    assert "Aspect.__init__" not in message
+    assert "its parameters are: trace, max_events, pointcut, priority, name" in message
+    assert isinstance(info.value, TypeError)
+    assert info.value.aspect == "Timed"
+    assert info.value.parameters == ("trac",)
+    assert {"trace", "pointcut", "order_before"} <= set(info.value.valid)
+
+
+def test_a_misspelt_keyword_of_a_subclass_names_that_subclass() -> None:
+    """A user's aspect that passes **options on, or one with no __init__ of its own, is
+    named in the error; Aspect's signature still shows only its options."""
+
+    class Sized(Aspect):
+        def __init__(self, size: int = 1, **options: Any) -> None:
+            super().__init__(**options)
+            self.size = size
+
+    with pytest.raises(AspectParameterError, match=r"^Sized does not take 'priorty' \(did you"):
+        Sized(2, priorty=1)
+
+    class Plain(Aspect):
+        pass
+
+    with pytest.raises(AspectParameterError, match=r"^Plain does not take 'pointcuts', 'x'"):
+        Plain(pointcuts="a", x=1)  # type: ignore[call-arg]
+    assert "unknown" not in inspect.signature(Aspect).parameters
 
 
 def test_an_unknown_errors_policy_is_refused_when_the_aspect_is_made() -> None:

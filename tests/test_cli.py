@@ -707,6 +707,39 @@ def test_differently_configured_timers_share_one_table_and_trace(program: Path) 
     assert (names.count("json.dumps"), names.count("helper.work")) == (21, 5)
 
 
+@pytest.mark.parametrize(
+    ("second", "labels"),
+    [
+        ("{type: Timed, name: outer}", ("timed", "outer")),
+        ("{type: Timed, max_events: 5}", ("timed #1", "timed #2")),  # equal specs share one
+    ],
+    ids=["named", "same-name"],
+)
+def test_two_timers_of_one_join_point_get_rows_named_after_each_timer(
+    program: Path, second: str, labels: tuple[str, str]
+) -> None:
+    """When two Timed aspects time one join point, the summary's rows for it carry each
+    timer's name (and its place where the names are the same), so no two rows read alike;
+    a join point one timer times keeps its plain name."""
+    write(
+        program,
+        "two_timers.yaml",
+        f"""\
+        weave:
+          - target: "json.dumps"
+            aspects: [Timed, {second}]
+          - target: helper.work
+            aspects: [Timed]
+        """,
+    )
+    done = run(program, "--aspects", "two_timers.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr
+    names = [
+        line.split("│")[1].strip() for line in done.stderr.splitlines() if line.startswith("│")
+    ]
+    assert sorted(names) == sorted([f"json.dumps [{label}]" for label in labels] + ["helper.work"])
+
+
 def test_a_merged_trace_counts_the_dropped_events_of_every_timer(program: Path) -> None:
     """The trace of several Timed aspects says how many events all of them dropped."""
     write(

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import inspect
 import pickle
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -220,6 +222,27 @@ def test_iscoroutinefunction_is_the_originals(flavour: Flavour) -> None:
     """inspect.iscoroutinefunction gives the original's answer, for sync and async alike."""
     assert inspect.iscoroutinefunction(flavour.woven) is flavour.is_async
     assert inspect.iscoroutinefunction(flavour.plain) is flavour.is_async
+
+
+@pytest.mark.parametrize("kind", ["async_function", "async_method"])
+def test_an_advised_async_join_point_makes_a_coroutine_named_as_the_originals(
+    kind: str, weaver: ah.Weaver
+) -> None:
+    """With advice, the coroutine of an async join point has the original's __name__ and
+    __qualname__, which its repr and the never-awaited warning show, not the dispatcher's."""
+    flavour = _flavour(kind)
+    seen = _recorder(weaver, flavour.name)
+    name, qualname = flavour.woven.__name__, flavour.woven.__qualname__
+    coro = flavour.woven(3)
+    assert (coro.__name__, coro.__qualname__) == (name, qualname)
+    assert repr(coro).startswith(f"<coroutine object {qualname} at ")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del coro
+        gc.collect()
+    assert [str(w.message) for w in caught] == [f"coroutine '{qualname}' was never awaited"]
+    assert flavour.call(flavour.woven, 3) == 6
+    assert len(seen) == 1  # the coroutine never awaited ran no advice
 
 
 def test_idle_joinpoint_returns_what_the_original_returns(flavour: Flavour) -> None:

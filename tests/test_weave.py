@@ -1386,7 +1386,14 @@ def test_requires_met_weaves() -> None:
     [
         ("pytest<1", r"pytest \S+ does not satisfy pytest<1"),
         ("aspecthook-no-such-dist>=1", "aspecthook-no-such-dist is not installed"),
+        (
+            "json>=1",
+            r"json is part of the standard library, not an installed distribution, so it "
+            r"has no version to compare: drop requires= \(it ships with Python \d+\.\d+\.\d+\), "
+            r"or check sys.version_info before weaving",
+        ),
     ],
+    ids=["too-old", "missing", "stdlib"],
 )
 def test_requires_not_met_skips_and_logs(requires: str, reason: str) -> None:
     """An unmet version guard skips the weave, logs why and shows it as skipped."""
@@ -1411,6 +1418,14 @@ def test_requires_not_met_with_strict_raises() -> None:
         ah.weave(targets.add_one, before=lambda ctx: None, requires="pytest<1", strict=True)
     assert targets.add_one is targets.ORIGINALS["add_one"]
     assert ah.default_weaver.registered == []
+
+
+def test_requires_on_a_stdlib_module_with_strict_raises_saying_so() -> None:
+    """strict=True with requires= naming a standard-library module raises WeaveTargetError
+    saying it has no installed version, not that it is not installed."""
+    with pytest.raises(WeaveTargetError, match=r"json is part of the standard library.*strict"):
+        ah.weave(targets.add_one, before=lambda ctx: None, requires="json>=1", strict=True)
+    assert targets.add_one is targets.ORIGINALS["add_one"]
 
 
 @pytest.mark.parametrize("requires", ["not a requirement !!", "pytest>>1", ""])
@@ -1704,6 +1719,18 @@ def test_an_instance_with_an_async_call_woven_where_it_is_held_is_an_async_join_
         assert asyncio.run(targets.service(2)) == 4  # type: ignore[attr-defined]
         assert asyncio.run(targets.service(-1)) == "ValueError"  # type: ignore[attr-defined]
     assert seen == [("before", 2), ("after", 4), ("before", -1), ("after", "ValueError")]
+
+
+def test_an_instance_with_an_async_call_makes_coroutines_named_after_its_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woven where it is held, an instance with an async ``__call__`` makes coroutines
+    named as that ``__call__``'s own, as the instance does unwoven."""
+    monkeypatch.setattr(targets, "service", AsyncService(), raising=False)
+    with ah.woven(f"{MOD}.service", before=lambda ctx: None):
+        coro = targets.service(2)  # type: ignore[attr-defined]
+        assert (coro.__name__, coro.__qualname__) == ("__call__", "AsyncService.__call__")
+        assert asyncio.run(coro) == 4
 
 
 def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:

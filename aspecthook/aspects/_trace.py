@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .._files import fsync_dir
+
 __all__ = ["chrome_trace", "write_atomically"]
 
 #: Time zero of every trace (``perf_counter_ns`` at import): shared by all ``Timed``
@@ -84,11 +86,14 @@ def _async_events(
 
 
 def write_atomically(target: Path, text: str) -> None:
-    """Write ``text`` to a temp file next to ``target``, then ``os.replace`` it in.
+    """Write ``text`` to a temp file next to ``target``, fsync it, ``os.replace`` it in,
+    then fsync the folder, as ``Checkpoint`` writes its files.
 
-    A reader never sees a half-written trace, and a crash leaves the old file intact. The
-    temp file's name starts with at most 50 characters of ``target``'s (200 bytes, even in
-    UTF-8), so that it fits where ``target``'s own name is as long as names can be.
+    A reader never sees a half-written trace, a crash leaves the old file intact, and once
+    this returns the new file survives a power loss (the folder's fsync makes the rename
+    durable). The temp file's name starts with at most 50 characters of ``target``'s (200
+    bytes, even in UTF-8), so that it fits where ``target``'s own name is as long as names
+    can be.
     """
     tmp = target.with_name(f".{target.name[:50]}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -103,3 +108,4 @@ def write_atomically(target: Path, text: str) -> None:
         except OSError:
             pass
         raise
+    fsync_dir(target.parent)

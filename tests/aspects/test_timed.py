@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import stat
 import sys
 import threading
 import time
@@ -1010,6 +1011,39 @@ def test_trace_written_atomically(tmp_path: Path) -> None:
     assert timed.export_chrome_trace(str(target)) == target
     assert len(load_events(target)[1]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]
+
+
+def test_trace_export_fsyncs_the_folder_after_the_replace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export fsyncs the temp file, replaces the trace with it, then fsyncs the trace's
+    folder, so that the rename survives a power loss as a checkpoint's does."""
+    target = tmp_path / "trace.json"
+    timed = Timed(trace=True)
+    with ah.weave(quick, timed):
+        quick(1)
+    steps: list[tuple[str, Any]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        folder = stat.S_ISDIR(info.st_mode)
+        steps.append(("fsync", (info.st_dev, info.st_ino) if folder else "file"))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        steps.append(("replace", Path(dst).name))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    timed.export_chrome_trace(target)
+    folder = tmp_path.stat()
+    assert steps == [
+        ("fsync", "file"),
+        ("replace", "trace.json"),
+        ("fsync", (folder.st_dev, folder.st_ino)),
+    ]
 
 
 def test_trace_written_under_the_longest_file_name(tmp_path: Path) -> None:

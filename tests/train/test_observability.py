@@ -15,7 +15,7 @@ from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
 import aspecthook as ah
-from aspecthook.errors import InvalidOptionError, RunnerError
+from aspecthook.errors import AspectParameterError, InvalidOptionError, RunnerError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import Checkpoint, Evaluate, IterTimer, Logger, ProgressBar
 
@@ -35,6 +35,16 @@ def _runner(tmp_path: Path, aspects: list[Any], **kwargs: Any) -> Runner:
         aspects=aspects,
         **kwargs,
     )
+
+
+def test_a_misspelt_keyword_to_logger_names_logger() -> None:
+    """Logger(intervl=5) raises AspectParameterError naming Logger and 'interval'."""
+    with pytest.raises(
+        AspectParameterError,
+        match=r"^Logger does not take 'intervl' \(did you mean 'interval'\?\); its parameters "
+        r"are: interval, ",
+    ):
+        Logger(intervl=5)  # type: ignore[call-arg]
 
 
 def test_logger_writes_console_events_and_metrics_jsonl(tmp_path: Path) -> None:

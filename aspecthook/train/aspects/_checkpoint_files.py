@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..._files import fsync_dir
 from ..._log import get_logger
 from ...errors import RunnerError
 
@@ -94,17 +95,7 @@ def _atomic_write(path: Path, data: bytes | memoryview) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; skipped where folders cannot be opened)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    fsync_dir(path.parent)
 
 
 def _digest(data: memoryview) -> dict[str, Any]:
