@@ -45,7 +45,8 @@ from .errors import ConfigError, WeaveTargetError
 __all__ = ["main"]
 
 _VALUED = frozenset({"--aspects", "--trace"})  # our options that take a value
-_OPTIONS = ("--aspects", "--strict", "--trace", "--no-summary", "--help", "-h")
+_NAMED = ("--aspects", "--strict", "--trace", "--no-summary", "--describe")
+_OPTIONS = (*_NAMED, "--help", "-h")
 
 
 class _UsageError(Exception):
@@ -60,6 +61,7 @@ class RunOptions:
     strict: bool = False
     trace: str | None = None
     summary: bool = True
+    describe: bool = False
     script: str | None = None
     module: str | None = None
     args: list[str] = field(default_factory=list)
@@ -93,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _top_usage() -> str:
     return (
         f"usage: {PROG} run [--aspects FILE] [--strict] [--trace PATH] [--no-summary] "
-        "[--] script.py [args...]\n"
+        "[--describe] [--] script.py [args...]\n"
         f"       {PROG} run [options] -m module [args...]\n"
         f"       {PROG} --version\n\n"
         "Runs an unmodified Python program with aspects woven from FILE (YAML or TOML).\n"
@@ -124,6 +126,12 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="do not print the Timed summary table at exit",
     )
+    parser.add_argument(
+        "--describe",
+        action="store_true",
+        help="count every advice's calls and time, and print every join point with its "
+        "advice, calls and time at exit",
+    )
     return parser
 
 
@@ -150,7 +158,9 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
             i += 1
         i += 1
     parsed = _run_parser().parse_args(ours)
-    options = RunOptions(parsed.aspects, parsed.strict, parsed.trace, parsed.summary is None)
+    options = RunOptions(
+        parsed.aspects, parsed.strict, parsed.trace, parsed.summary is None, parsed.describe
+    )
     program = list(args[i:])
     if not program:
         raise _UsageError("give the program to run: script.py [args...] or -m module [args...]")
@@ -172,10 +182,10 @@ def _check_option(name: str) -> None:
     option (``--aspect FILE`` would be ``--aspects`` missing its value)."""
     if name in _OPTIONS:
         return
-    close = difflib.get_close_matches(name, _OPTIONS[:4], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, _NAMED, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}? Ours" if close else ": ours"
     raise _UsageError(
-        f"unknown option {name!r}{hint} are {', '.join(_OPTIONS[:4])}; the program's own "
+        f"unknown option {name!r}{hint} are {', '.join(_NAMED)}; the program's own "
         "options go after the script (or -m module)"
     )
 

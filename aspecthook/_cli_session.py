@@ -1,5 +1,5 @@
 """The session of ``aspecthook run``: the config read, its aspects woven, and the exit
-report of the weaves that never took effect, the summary and the trace.
+report of the weaves that never took effect, the advice table, the summary and the trace.
 
 Separate from the command line, which only parses, and from the running of the program,
 which imitates python: this is where the config meets ``weave``.
@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
 from ._cli_report import PROG, _is_timer, _print_summary, _trace_problem, _warn, _write_trace
 from ._config import RunConfig, WeaveSpec, load_config
+from ._describe import describe
 from ._install import ENDING
+from ._tracking import track_calls
 from .errors import AspectHookError, WeaveTargetError
 
 if TYPE_CHECKING:
@@ -38,10 +40,12 @@ class Session:
     strict: bool
     trace: str | None
     summary: bool
+    describe: bool = False  # count calls while the program runs, print describe() at exit
     program: tuple[str, ...] = ()  # the module names of the program itself (run as __main__)
     aspects: list[Any] = field(default_factory=list)
     records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
     handles: list[Any] = field(default_factory=list)
+    tracking: track_calls | None = None  # the switch turned on for describe, put back at exit
 
     @classmethod
     def start(cls, options: RunOptions) -> Session:
@@ -56,6 +60,7 @@ class Session:
             strict=options.strict or config.strict,
             trace=os.path.abspath(trace) if trace else None,
             summary=options.summary and config.summary,
+            describe=options.describe or config.describe,
             program=_program_modules(options),
         )
         from .registry import ASPECTS
@@ -65,6 +70,8 @@ class Session:
             if all(aspect is not seen for seen in session.aspects):
                 session.aspects.append(aspect)
         _configure_logging(config, session.aspects)
+        if session.describe:
+            session.tracking = track_calls()  # before weaving: every call is counted
         _quiet_core_logs()  # skipped targets are reported below, once, with their key
         try:
             for weave_spec, aspects in zip(config.weaves, built, strict=True):
@@ -137,6 +144,11 @@ class Session:
         Unweaving first keeps our own exit work (the trace is written with ``json``) out
         of the timings and logs of a config that instruments ``json.*``.
         """
+        # Read while the weaves are in place (they leave describe() with their handles);
+        # printed after unweaving, so rendering it runs no advice of the config.
+        rows = describe() if self.describe else None
+        if self.tracking is not None:
+            self.tracking.__exit__(None, None, None)
         ending = ENDING.set(True)  # an idle proxy left under a wrapper no longer matters
         try:
             for handle in self.handles:
@@ -150,6 +162,9 @@ class Session:
                 print(f"{PROG}: error: {where} (strict mode)", file=sys.stderr)
             else:
                 _warn(where)
+        if rows is not None:
+            sys.stdout.flush()
+            print(rows, file=sys.stderr)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
             _print_summary(timers)

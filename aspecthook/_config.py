@@ -9,6 +9,7 @@ the person reading it is editing that file, not our code::
     strict: false            # a missing target is an error instead of a warning
     trace: trace.json        # write the Timed Chrome trace here at exit
     summary: true            # print the Timed summary table at exit (stderr)
+    describe: false          # print every join point's advice, calls and time at exit
     logging: {format: console, level: info}   # how Logged writes (configure_logging)
     weave:
       - target: "json.*"     # or a list of targets
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AspectSpec", "RunConfig", "WeaveSpec", "load_config", "parse_config"]
 
-_TOP_KEYS = ("logging", "strict", "summary", "trace", "weave")
+_TOP_KEYS = ("describe", "logging", "strict", "summary", "trace", "weave")
 _WEAVE_KEYS = ("aspects", "name", "requires", "target")
 _LOGGING_KEYS = ("file", "format", "level")
 _SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -75,6 +76,7 @@ class RunConfig:
     strict: bool = False
     trace: str | None = None
     summary: bool = True
+    describe: bool = False
     logging: Mapping[str, Any] | None = None
 
     def error(self, key: str, message: str) -> ConfigError:
@@ -220,6 +222,7 @@ def parse_config(data: Any, file: str = "<config>") -> RunConfig:
         strict=_bool(file, "strict", data.get("strict", False)),
         trace=_optional_str(file, "trace", data.get("trace")),
         summary=_bool(file, "summary", data.get("summary", True)),
+        describe=_bool(file, "describe", data.get("describe", False)),
         logging=_logging(file, data.get("logging")),
     )
 

@@ -614,6 +614,40 @@ def test_no_summary(program: Path) -> None:
     assert "timings" not in run(program, "--aspects", "quiet.yaml", "prog.py").stderr
 
 
+@pytest.mark.parametrize("how", ["option", "file"])
+def test_describe_prints_every_join_point_with_its_calls(program: Path, how: str) -> None:
+    """--describe (or describe: true) counts every advice's calls while the program runs
+    and prints the join points with their advice and counts at exit: 20 calls each of
+    json.dumps (the program, and once more for its argv) and json.loads (its helper, woven
+    on import); a target that
+    was never woven shows as skipped. Without it, no such table."""
+    write(program, "described.yaml", "describe: true\n" + CONFIG + MISSING_TARGET)
+    write(program, "plain.yaml", CONFIG + MISSING_TARGET)
+    file = "plain.yaml" if how == "option" else "described.yaml"
+    args = ("--describe", "--aspects", file) if how == "option" else ("--aspects", file)
+    done = run(program, *args, "prog.py")
+    assert done.returncode == 0, done.stderr
+    assert "join points and advice" in done.stderr
+    table = done.stderr[done.stderr.index("join points and advice") : done.stderr.index("timings")]
+    rows = {
+        cells[0]: cells
+        for line in table.splitlines()
+        if line.startswith("│") and (cells := [c.strip() for c in line.split("│")[1:-1]])
+    }
+    assert rows["json.dumps"][1:3] == ["around", "1"]
+    assert rows["json.dumps"][8] == "21"  # calls: 20 in the loop, one for argv
+    assert rows["json.loads"][8] == "20"
+    assert rows["nosuchmodule.f"][7] == "skipped"
+    quiet = run(program, "--aspects", "plain.yaml", "prog.py")
+    assert "join points and advice" not in quiet.stderr
+
+
+MISSING_TARGET = """\
+  - target: nosuchmodule.f
+    aspects: [Timed]
+"""
+
+
 def test_trace_file_is_written(program: Path) -> None:
     """--trace writes Trace Event JSON with complete, nested events of every weave."""
     write(

@@ -214,7 +214,7 @@ def test_unknown_key_suggests_and_lists_valid_ones() -> None:
     assert error.key == "waeve"
     assert str(error) == (
         "cfg.yaml: waeve: is not a known key (did you mean 'weave'?); "
-        "valid keys: logging, strict, summary, trace, weave"
+        "valid keys: describe, logging, strict, summary, trace, weave"
     )
 
 
