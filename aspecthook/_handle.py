@@ -8,6 +8,10 @@ from typing import Any
 
 __all__ = ["Handle"]
 
+#: Guards ``_WAITING``: which handle's removal each waiting thread waits for.
+_WAITS = threading.Lock()
+_WAITING: dict[int, Handle] = {}
+
 
 class Handle:
     """Undo for one registration: ``remove()`` (idempotent) or ``with handle: ...``.
@@ -16,7 +20,7 @@ class Handle:
     target strongly, so targets can be garbage collected while a handle is alive.
     """
 
-    __slots__ = ("_lock", "_undo", "description", "items")
+    __slots__ = ("_done", "_lock", "_remover", "_undo", "description", "items")
 
     def __init__(
         self,
@@ -26,6 +30,10 @@ class Handle:
     ) -> None:
         self._undo = undo
         self._lock = threading.Lock()
+        #: While ``remove()`` runs the undo: the thread running it, and the event set
+        #: when it has finished (what a ``remove()`` from another thread waits for).
+        self._remover: int | None = None
+        self._done: threading.Event | None = None
         self.description = description
         self.items: tuple[Any, ...] = tuple(items)
 
@@ -35,11 +43,30 @@ class Handle:
         return self._undo is not None
 
     def remove(self) -> None:
-        """Undo the registration; a second call does nothing."""
+        """Undo the registration; a second call does nothing.
+
+        It returns once the registration is undone, also when another thread is undoing
+        it at the same time (this call then waits for that one), except where waiting
+        could never end: a call from inside the undo itself (advice or a callback of
+        the removal that removes the handle again), and one from a thread that the
+        removing thread is itself waiting for, or that holds the registry's lock.
+        """
+        me = threading.get_ident()
         with self._lock:
             undo, self._undo = self._undo, None
-        if undo is not None:
+            if undo is not None:
+                self._remover, self._done = me, threading.Event()
+            remover, done = self._remover, self._done
+        if undo is None:
+            if done is not None and remover is not None and remover != me:
+                _wait(self, done, me)
+            return
+        assert done is not None
+        try:
             undo()
+        finally:
+            self._remover = self._done = None
+            done.set()
 
     def __enter__(self) -> Handle:
         return self
@@ -50,3 +77,39 @@ class Handle:
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"
         return f"<Handle {self.description} ({state})>"
+
+
+def _wait(handle: Handle, done: threading.Event, me: int) -> None:
+    """Wait until another thread has finished removing ``handle``, unless that could
+    deadlock: that thread waits (directly or through others) for a removal this thread
+    is running, or this thread holds the registry lock that the removal takes."""
+    from ._registry import LOCK
+
+    # RLock._is_owned (what threading.Condition uses) is missing from the type stubs.
+    if LOCK._is_owned():  # type: ignore[attr-defined]
+        return
+    with _WAITS:
+        if _waits_for(handle, me):
+            return
+        _WAITING[me] = handle
+    try:
+        done.wait()
+    finally:
+        with _WAITS:
+            del _WAITING[me]
+
+
+def _waits_for(handle: Handle, me: int) -> bool:
+    """Whether the thread removing ``handle`` waits, through a chain of removals, for
+    one that thread ``me`` is running (under ``_WAITS``)."""
+    seen: set[int] = set()
+    current: Handle | None = handle
+    while current is not None:
+        remover = current._remover
+        if remover is None or remover in seen:
+            return False
+        if remover == me:
+            return True
+        seen.add(remover)
+        current = _WAITING.get(remover)
+    return False

@@ -110,6 +110,7 @@ def weave(
     """
     check_weaver(weaver)
     weaver = weaver or default_weaver
+    weaver._check_open("weave")
     _check_alias(name)
     if is_module(target):  # an nn.Module instance: through torch's own hooks
         kinds = {"before": before, "after": after, "on_error": on_error, "around": around}

@@ -22,7 +22,7 @@ from ._pointcut import Pointcut, PointcutLike, as_pointcut
 from ._process import ensure_sources, warn_local_subscriptions
 from ._registry import LOCK, REGISTRY, subscribes
 from ._typing import AdviceFunctions
-from .errors import AspectDefinitionError, InvalidOptionError
+from .errors import AspectDefinitionError, InvalidOptionError, WeaverClosedError
 
 if TYPE_CHECKING:
     from ._describe import Description
@@ -123,13 +123,25 @@ class Weaver:
         self._events: dict[str, tuple[int, tuple[Callable[..., Any], ...]]] = {}
         #: Stacked decorators' shared handles, to the two handles each one joined.
         self._stacks: dict[Handle, tuple[Handle, Handle]] = {}
+        #: Set (under LOCK) when close() starts: registrations are refused from then on.
+        self._closed = False
+        # close() is this handle's undo: a second close(), in any thread, is a no-op that
+        # returns once the first has finished. (Weakly: an unused weaver is freed at once.)
+        self._closer = Handle(functools.partial(_shut, weakref.ref(self)), f"close {name}")
         if self.is_global:
             with LOCK:
                 REGISTRY.weavers.add(self)
 
     def __repr__(self) -> str:
         scope = "global" if self.is_global else "local"
+        if self._closed:
+            return f"<Weaver {self.name!r} {scope}, closed>"
         return f"<Weaver {self.name!r} {scope}, {len(self.registered)} advice>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called: the weaver then refuses registrations."""
+        return self._closed
 
     # -- advice decorators ----------------------------------------------------------------
 
@@ -156,6 +168,7 @@ class Weaver:
     def _decorator(
         self, kind: AdviceKind, pointcut: PointcutLike | None, opts: dict[str, Any]
     ) -> AdviceDecorator:
+        self._check_open(kind)
         _check_decorator(kind, pointcut, opts)
         pc = as_pointcut(pointcut) if pointcut is not None else None
 
@@ -195,11 +208,15 @@ class Weaver:
                 raise AspectDefinitionError(
                     f"{advice!r} is registered already: remove() it first or make a new one"
                 )
-        REGISTRY.add_advice(self, items)
-        handle = Handle(lambda: self._remove(items, handle), f"{len(items)} advice", items)
-        for advice in items:
-            advice._handle = handle
-        with LOCK:  # _stack and _unstack rewrite the list under it
+        # One step, so that close() (which sets _closed under LOCK) either refuses this
+        # registration or finds its handle to remove; _stack and _unstack rewrite the
+        # handle list under LOCK too.
+        with LOCK:
+            self._check_open("register")
+            REGISTRY.add_advice(self, items)
+            handle = Handle(lambda: self._remove(items, handle), f"{len(items)} advice", items)
+            for advice in items:
+                advice._handle = handle
             self._handles.append(handle)
         if self.is_global:
             try:
@@ -275,15 +292,40 @@ class Weaver:
             handle.remove()
 
     def close(self) -> None:
-        """Clear this weaver and stop it reaching any join point."""
-        self.clear()
-        with LOCK:
-            REGISTRY.weavers.discard(self)
+        """Clear this weaver and stop it reaching any join point; it refuses registrations
+        afterwards (``WeaverClosedError``). Closing again does nothing. ``describe()``,
+        ``emit()`` and ``clear()`` still work. The default weaver cannot be closed."""
+        if self is default_weaver:
+            raise WeaverClosedError(
+                "the default weaver cannot be closed: the module-level functions "
+                "(aspecthook.before, weave, ...) register on it for the whole process; "
+                "call default_weaver.clear() to remove everything registered on it",
+                weaver=self.name,
+                operation="close",
+            )
+        self._closer.remove()
+
+    def _check_open(self, operation: str) -> None:
+        """Raise ``WeaverClosedError`` if this weaver is closed (``operation`` is refused)."""
+        if self._closed:
+            raise WeaverClosedError(
+                f"{operation}() on weaver {self.name!r}, which is closed: close() removed "
+                "its advice and it takes no more registrations; register on a new Weaver "
+                "(for a closed runner's weaver, build a new Runner)",
+                weaver=self.name,
+                operation=operation,
+            )
 
     def track(self, handle: Handle) -> Handle:
-        """Let ``clear()`` remove ``handle`` too (used by weave())."""
+        """Let ``clear()`` remove ``handle`` too (used by weave()). On a weaver closed
+        meanwhile, ``handle`` is removed at once and ``WeaverClosedError`` raised."""
         with LOCK:
-            self._handles.append(handle)
+            closed = self._closed
+            if not closed:
+                self._handles.append(handle)
+        if closed:
+            handle.remove()
+            self._check_open("weave")
         return handle
 
     def forget(self, handle: Handle) -> None:
@@ -315,6 +357,7 @@ class Weaver:
 
     def _declare(self, fn: Any, name: str | None, *, counter: str | None = None) -> Any:
         """``@joinpoint`` on ``fn``; ``counter`` numbers its calls (``JoinPoint.counter``)."""
+        self._check_open("joinpoint")
         if isinstance(fn, (classmethod, staticmethod)) or callable(fn):
             func = getattr(fn, "__func__", fn)
         else:
@@ -426,6 +469,18 @@ class Weaver:
         from ._describe import describe
 
         return describe(pointcut, weaver=self)
+
+
+def _shut(ref: weakref.ref[Weaver]) -> None:
+    """What ``Weaver.close()`` does, once: refuse registrations, clear, stop reaching."""
+    weaver = ref()
+    if weaver is None:
+        return
+    with LOCK:
+        weaver._closed = True
+    weaver.clear()
+    with LOCK:
+        REGISTRY.weavers.discard(weaver)
 
 
 def _log_pointcut_failure(advice: Advice, event: str, exc: Exception) -> None:

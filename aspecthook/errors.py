@@ -25,6 +25,7 @@ __all__ = [
     "UnknownPriorityError",
     "UnsupportedAdviceError",
     "WeaveTargetError",
+    "WeaverClosedError",
 ]
 
 
@@ -111,6 +112,23 @@ class WeaveTargetError(AspectHookError, LookupError):
     def __init__(self, message: str, *, target: str) -> None:
         super().__init__(message)
         self.target = target
+
+
+class WeaverClosedError(AspectHookError, RuntimeError):
+    """A closed ``Weaver`` was given a registration, or the default weaver was closed.
+
+    ``close()`` removes everything a weaver holds and stops it reaching join points, so a
+    registration on it afterwards (advice, an aspect, a weave, a join point) is refused
+    rather than half-working. The default weaver is never closed: the module-level
+    functions register on it for the life of the process. A ``RuntimeError``, as for
+    other objects used after they were shut. ``weaver`` is the weaver's name and
+    ``operation`` what was refused (``'register'``, ``'before'``, ``'weave'``, ``'close'``...).
+    """
+
+    def __init__(self, message: str, *, weaver: str, operation: str) -> None:
+        super().__init__(message)
+        self.weaver = weaver
+        self.operation = operation
 
 
 class UnsupportedAdviceError(AspectHookError, TypeError):

@@ -19,6 +19,7 @@ from aspecthook.errors import (
     InvalidPointcutError,
     OrderingCycleError,
     UnknownPriorityError,
+    WeaverClosedError,
     WeaveTargetError,
 )
 
@@ -30,6 +31,7 @@ NATURAL_BUILTINS = [
     (OrderingCycleError, ValueError),
     (AspectDefinitionError, TypeError),
     (WeaveTargetError, LookupError),
+    (WeaverClosedError, RuntimeError),
 ]
 
 
@@ -67,8 +69,12 @@ def test_errors_module_exports_every_error() -> None:
         (lambda: InvalidOptionError("m", option="every", value=0), {"option": "every", "value": 0}),
         (lambda: OrderingCycleError("m", cycle=("a", "b", "a")), {"cycle": ("a", "b", "a")}),
         (lambda: WeaveTargetError("m", target="pkg.mod.f"), {"target": "pkg.mod.f"}),
+        (
+            lambda: WeaverClosedError("m", weaver="mine", operation="before"),
+            {"weaver": "mine", "operation": "before"},
+        ),
     ],
-    ids=["signature", "priority", "option", "cycle", "weave"],
+    ids=["signature", "priority", "option", "cycle", "weave", "closed"],
 )
 def test_errors_carry_structured_fields(make: object, attributes: dict[str, object]) -> None:
     """Errors carry what went wrong as attributes, besides the message."""
@@ -115,6 +121,7 @@ ALL_ERRORS = [
     UnknownPriorityError("m", value="urgent"),
     errors.UnsupportedAdviceError("m", kind="around", target="net"),
     WeaveTargetError("m", target="pkg.mod.f"),
+    WeaverClosedError("m", weaver="mine", operation="register"),
 ]
 
 

@@ -296,6 +296,25 @@ def test_weaver_fixture_isolates_tests(pytester: pytest.Pytester) -> None:
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_a_test_may_close_the_weaver_fixture_itself(pytester: pytest.Pytester) -> None:
+    """A test that closes the fixture's weaver (or code it calls does) tears down cleanly:
+    closing it again after the test does nothing."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        def test_closes(weaver):
+            weaver.before("fixture_closed")(lambda ctx: None)
+            weaver.close()
+            assert weaver.closed
+
+        def test_nothing_leaked():
+            assert ah.describe("fixture_closed").advice_names("fixture_closed", "before") == []
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
 def test_without_the_fixture_registrations_leak(pytester: pytest.Pytester) -> None:
     """The isolation is the fixture's doing: a test without it leaks into the next one."""
     pytester.makepyfile(

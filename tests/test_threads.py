@@ -13,6 +13,7 @@ import pytest
 from _weave_targets import Model
 
 import aspecthook as ah
+from aspecthook._registry import LOCK, REGISTRY
 
 CALLERS = 5
 WEAVERS = 3
@@ -184,3 +185,158 @@ def test_register_and_remove_advice_while_calling(weaver: ah.Weaver) -> None:
     assert errors == []
     assert weaver.registered == []
     assert [r.stage for r in weaver.describe("threads_step")] == [""]
+
+
+# -- removing one registration from two threads at once ----------------------------------------
+
+
+def _run(fn: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
+    """Start ``fn`` on a daemon thread (a deadlock fails the test, not the session)."""
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # report any failure from the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def blocked_removal(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Removals stop inside, before the registry takes the advice off, until released:
+    (entered, release)."""
+    entered, release = threading.Event(), threading.Event()
+    original = REGISTRY.remove_advice
+
+    def remove_advice(weaver: ah.Weaver, advices: list[ah.Advice]) -> None:
+        entered.set()
+        release.wait(10)
+        original(weaver, advices)
+
+    monkeypatch.setattr(REGISTRY, "remove_advice", remove_advice)
+    return entered, release
+
+
+def test_a_second_remove_returns_only_once_the_first_has_removed(
+    weaver: ah.Weaver, blocked_removal: tuple[threading.Event, threading.Event]
+) -> None:
+    """remove() in a second thread while a first is removing the same advice waits for it:
+    when it returns, the advice is gone (it does not run in that thread's next call)."""
+    entered, release = blocked_removal
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    @weaver.joinpoint("threads_remove")
+    def step(x: int) -> int:
+        return x
+
+    advice = weaver.before("threads_remove")(lambda ctx: seen.append(ctx.args[0]))
+    first = _run(advice.remove, errors)
+    assert entered.wait(10)
+    returned = threading.Event()
+
+    def second() -> None:
+        advice.remove()
+        returned.set()
+        step(2)
+
+    other = _run(second, errors)
+    assert not returned.wait(0.3), "the second remove() returned while the first was removing"
+    step(1)  # the first removal has not taken it off yet
+    release.set()
+    first.join(10)
+    other.join(10)
+    assert returned.is_set()
+    assert errors == []
+    assert seen == [1]
+    assert weaver.registered == []
+    advice.remove()  # and a third, later, is a no-op
+
+
+def test_advice_that_removes_itself_while_another_thread_removes_it(
+    weaver: ah.Weaver, blocked_removal: tuple[threading.Event, threading.Event]
+) -> None:
+    """Advice running in one thread that calls its own remove() while another thread is
+    removing it waits for that removal, then the call completes."""
+    entered, release = blocked_removal
+    errors: list[BaseException] = []
+    results: list[int] = []
+
+    @weaver.joinpoint("threads_self_remove")
+    def step(x: int) -> int:
+        return x * 2
+
+    def drop(ctx: ah.CallContext) -> None:
+        advice.remove()
+
+    advice = weaver.before("threads_self_remove")(drop)
+    first = _run(advice.remove, errors)
+    assert entered.wait(10)
+    caller = _run(lambda: results.append(step(3)), errors)
+    release.set()
+    first.join(10)
+    caller.join(10)
+    assert not first.is_alive()
+    assert not caller.is_alive()
+    assert errors == []
+    assert results == [6]
+
+
+def test_removals_that_remove_each_other_from_two_threads_do_not_deadlock() -> None:
+    """Handles whose undo removes the other, removed from two threads at once, both
+    finish: a removal does not wait for one that is waiting for it."""
+    both_in = threading.Barrier(2, timeout=10)
+    undone: list[str] = []
+
+    def undo(name: str, other: Callable[[], ah.Handle]) -> Callable[[], None]:
+        def run() -> None:
+            both_in.wait()
+            other().remove()
+            undone.append(name)
+
+        return run
+
+    first: ah.Handle = ah.Handle(undo("first", lambda: second))
+    second: ah.Handle = ah.Handle(undo("second", lambda: first))
+    errors: list[BaseException] = []
+    threads = [_run(first.remove, errors), _run(second.remove, errors)]
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    assert sorted(undone) == ["first", "second"]
+    assert not first.active
+    assert not second.active
+
+
+def test_remove_under_the_registry_lock_does_not_wait_for_a_removal_that_needs_it() -> None:
+    """A remove() made while holding the registry lock (code run by a registration, e.g. a
+    logger) does not wait for another thread's removal of that handle, which needs the
+    lock to finish."""
+    entered, release = threading.Event(), threading.Event()
+
+    def undo() -> None:
+        entered.set()
+        release.wait(10)
+        with LOCK:
+            pass
+
+    handle = ah.Handle(undo)
+    errors: list[BaseException] = []
+
+    def under_lock() -> None:
+        with LOCK:
+            handle.remove()
+            release.set()
+
+    first = _run(handle.remove, errors)
+    assert entered.wait(10)
+    second = _run(under_lock, errors)
+    second.join(10)
+    first.join(10)
+    assert not first.is_alive()
+    assert not second.is_alive()
+    assert errors == []

@@ -166,6 +166,16 @@ def _check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
     return path
 
 
+def _check_open(method: str, *, closed: bool) -> None:
+    """``add_aspect()`` / ``joinpoint()`` of a closed runner: its weaver takes no more."""
+    if closed:
+        raise RunnerError(
+            f"runner.{method}() on a closed runner: close() removed its aspects and "
+            "its weaver takes no more; build a new Runner, or call close() only when "
+            "done with this one"
+        )
+
+
 def _check_can_run(method: str, *, closed: bool, running: bool) -> None:
     """``run()`` / ``test()`` of a closed runner, or ``run()`` inside its own run."""
     if closed:

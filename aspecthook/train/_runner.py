@@ -28,6 +28,7 @@ from . import _loop
 from ._checks import (
     _check_can_run,
     _check_limits,
+    _check_open,
     _check_optimizer,
     _check_parts,
     _check_scheduler,
@@ -270,6 +271,7 @@ class Runner:
     def joinpoint(self, name: Any = None) -> Any:
         """Declare one of your callables a join point of this run (advised by its aspects):
         ``@runner.joinpoint``, ``@runner.joinpoint()`` or ``@runner.joinpoint('augment')``."""
+        _check_open("joinpoint", closed=self._closed)
         return self.weaver.joinpoint(name)
 
     def train_epoch(self) -> None:
@@ -307,6 +309,7 @@ class Runner:
         OpenMMLab-style hooks and Keras-style callbacks are wrapped first
         (``aspecthook.adapters.as_aspect``).
         """
+        _check_open("add_aspect", closed=self._closed)
         aspect = _unique(_adapt(aspect), self.aspects)
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
@@ -561,8 +564,9 @@ class Runner:
         return self.weaver.describe()
 
     def close(self) -> None:
-        """Unregister this runner's aspects; ``run()`` and ``test()`` are refused after it.
-        Calling it again does nothing."""
+        """Unregister this runner's aspects and close its weaver; ``run()``, ``test()``,
+        ``add_aspect()`` and ``joinpoint()`` are refused after it (``describe()`` and
+        events still work). Calling it again does nothing."""
         self._closed = True
         for handle in reversed(self._handles):
             handle.remove()

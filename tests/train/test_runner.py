@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import aspecthook as ah
-from aspecthook.errors import RunnerError
+from aspecthook.errors import RunnerError, WeaverClosedError
 from aspecthook.train import JOINPOINTS, Runner, _loop
 from aspecthook.train.aspects import Checkpoint, Evaluate, Logger, ProgressBar
 
@@ -645,6 +645,21 @@ def test_a_closed_runner_refuses_to_run_or_test() -> None:
     with pytest.raises(RunnerError, match=r"runner.test\(\) on a closed runner"):
         runner.test()
     assert runner.iter == 2
+
+
+def test_a_closed_runner_takes_no_more_aspects_but_still_describes_and_emits() -> None:
+    """After close() add_aspect() and joinpoint() raise RunnerError, and its weaver refuses
+    registrations (WeaverClosedError); describe() and the weaver's events still work."""
+    runner = _runner(max_iters=1)
+    runner.close()
+    with pytest.raises(RunnerError, match=r"runner.add_aspect\(\) on a closed runner"):
+        runner.add_aspect(Logger(json_file=None))
+    with pytest.raises(RunnerError, match=r"runner.joinpoint\(\) on a closed runner"):
+        runner.joinpoint("augment")
+    with pytest.raises(WeaverClosedError, match="build a new Runner"):
+        runner.weaver.before("train_iter")(lambda ctx: None)
+    assert runner.describe().advice_names("train_iter", "before") == []
+    assert runner.weaver.emit("checkpoint.saved", path="x").payload == {"path": "x"}
 
 
 def test_run_called_from_advice_of_its_own_run_is_refused() -> None:

@@ -222,6 +222,9 @@ def weaving(weaver: ah.Weaver) -> None:
     ah.woven("json.dumps", strict="yes")  # type: ignore[arg-type]
     ah.woven("json.dumps", requires=3)  # type: ignore[arg-type]
     weaver.weave("json.dumps", "Timed")  # type: ignore[arg-type]
+    if not weaver.closed:
+        weaver.close()
+    weaver.closed = True  # type: ignore[misc]
 
 
 # -- shipped aspects, and names that load on first use -------------------------------------------
