@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import multiprocessing
 import pickle
+import re
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +51,23 @@ def test_base_error_is_an_exception() -> None:
     """AspectHookError is an Exception, so `except Exception` catches every aspecthook error."""
     assert issubclass(AspectHookError, Exception)
     assert not issubclass(AspectHookError, (TypeError, ValueError, LookupError))
+
+
+def test_the_api_page_has_one_row_per_error_naming_its_builtins() -> None:
+    """docs/api.md's errors table lists every error of aspecthook.errors once, with the
+    builtins a caller can catch it as (the table is what users read to choose an except)."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:-1]]
+        for line in page.read_text().splitlines()
+        if line.startswith("| `") and line.split("`")[1] in errors.__all__
+    ]
+    names = [row[0].strip("`") for row in rows]
+    assert sorted(names) == sorted(errors.__all__)
+    for name, bases, _ in rows:
+        error = getattr(errors, name.strip("`"))
+        for base in re.findall(r"`(\w+)`", bases):
+            assert issubclass(error, getattr(errors, base, None) or getattr(builtins, base))
 
 
 def test_errors_module_exports_every_error() -> None:
