@@ -29,6 +29,7 @@ from ._log import get_logger
 from ._pending import _defer
 from ._pointcut import Name
 from ._registry import LOCK
+from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
     _imported,
     _missing_module,
@@ -36,6 +37,8 @@ from ._targets import (
     _resolve_object,
     _resolve_path,
     _submodule_pending,
+    _subtype_base,
+    _subtype_parts,
     _unimported_matches,
 )
 from ._torch_hooks import is_module, weave_module
@@ -199,6 +202,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
     and why it is skipped (``None`` when it is not)."""
     sites: list[Any] = []
     deferred = False
+    if isinstance(target, str) and _subtype_parts(target) is not None and _imported(target):
+        _subtype_base(target)  # refuses a '+' after what is not a class, as a bad '+' above
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
@@ -221,7 +226,11 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
 def _weave_now(
     record: WeaveRecord, target: Any, sites: list[Any], weaver: Weaver, strict: bool
 ) -> bool:
-    """Weave the sites found now; whether a glob also waits for modules not imported yet."""
+    """Weave the sites found now; whether the weave waits for more: a glob for modules
+    not imported yet, a ``'pkg.Base+.method'`` for subclasses created later."""
+    if isinstance(target, str) and "+" in target:
+        weave_subtypes(record, target, weaver, strict)
+        return True
     record.points.update(_install_all(sites, record.names, weaver))
     # A glob over a package's modules also covers those not imported yet.
     later = _unimported_matches(target) if isinstance(target, str) else []
@@ -383,6 +392,7 @@ def _rebind(advice: Advice, token: Name) -> Advice:
 def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
     with LOCK:
         record.cancelled = True
+        unfollow(record)
         if record in WEAVES:
             WEAVES.remove(record)
         points, record.points = list(record.points), weakref.WeakSet()
