@@ -3,10 +3,10 @@
 A target (a function, method, class, module, instance, join point proxy, a dotted path
 with globs after the module, or ``'pkg.mod.Base+.method'`` for a class and its subclasses)
 becomes a list of sites: ``(holder, attribute)`` pairs where a proxy is installed, or
-join points woven already. Path helpers also say whether a
-path's module is imported, importable, or a package whose matching submodules are not
-imported yet (``_weave`` and ``_pending`` defer those). Kept apart from installing proxies:
-nothing here changes the objects it looks at.
+join points woven already. Path helpers also say whether a path's module is imported,
+importable, or a package whose matching submodules are not imported yet (``_weave`` and
+``_pending`` defer those). Kept apart from installing proxies: nothing here changes the
+objects it looks at.
 """
 
 from __future__ import annotations

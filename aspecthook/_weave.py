@@ -6,8 +6,9 @@ proxy with ``wrapt.find_wrapper`` (even under a foreign wrapper) and adds to its
 point. When the last weave of a callable is removed, ``wrapt.unwrap_object`` puts the
 original back, splicing our proxy out from under any wrapper another library added.
 Finding what a target names is ``_targets``' job, installing and removing the proxies
-``_install``'s, and weaving a path when its module is imported ``_pending``'s; this
-module runs a weave through those steps and keeps its ``WeaveRecord``.
+``_install``'s, weaving a path when its module is imported ``_pending``'s, and weaving
+the subclasses a ``'pkg.Base+.method'`` path follows as they are created ``_subtypes``';
+this module runs a weave through those steps and keeps its ``WeaveRecord``.
 """
 
 from __future__ import annotations
@@ -99,12 +100,15 @@ def weave(
     ``target`` is a function, method, classmethod, staticmethod, class (its methods),
     module (its functions), instance (its methods, for that instance only), a join point
     proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
-    say where the module ends; globs allowed after the module). A path whose module is
-    not imported yet is woven when it is imported; so is each submodule a glob matches
-    (``'pkg.*.func'``) that is imported later. ``name=`` makes the woven callables
-    answer to that join point name too. ``requires='pkg>=1.0'`` skips the weave (logged,
-    ``skipped`` in ``describe()``) when the installed version does not fit; a missing
-    target is skipped the same way. ``strict=True`` raises ``WeaveTargetError`` instead.
+    say where the module ends; globs allowed after the module), or
+    ``'pkg.mod.Base+.method'``: ``Base.method`` and each subclass's own ``method``, those
+    of subclasses created later included (a malformed ``+`` raises ``WeaveTargetError``).
+    A path whose module is not imported yet is woven when it is imported; so is each
+    submodule a glob matches (``'pkg.*.func'``) that is imported later. ``name=`` makes
+    the woven callables answer to that join point name too. ``requires='pkg>=1.0'`` skips
+    the weave (logged, ``skipped`` in ``describe()``) when the installed version does not
+    fit; a missing target is skipped the same way. ``strict=True`` raises
+    ``WeaveTargetError`` instead.
     ``**opts`` (``priority=``, ``every=`` ...) apply to the ``before=``/``after=``/...
     functions. An ``nn.Module`` instance is woven through torch's own module hooks
     instead of a proxy (``forward`` / ``backward`` join points; see ``_torch_hooks``).

@@ -142,6 +142,31 @@ def test_glob_method_part_weaves_own_methods_but_not_dunders(
     assert log == [f"{mod.__name__}.Base.a", f"{mod.__name__}.Child.b"]
 
 
+def test_colon_form_says_where_the_module_ends(mod: types.ModuleType) -> None:
+    """'pkg.mod:Base+.method' weaves the same, and its alias is the dotted spelling."""
+    log: list[str] = []
+    with ah.woven(f"{mod.__name__}:Base+.m", before=_logging(log)):
+        mod.Own().m()
+        assert ah.describe(f"{mod.__name__}.Base+.m")
+    assert log == [f"{mod.__name__}.Own.m", f"{mod.__name__}.Base.m"]
+
+
+def test_local_weaver_reaches_later_subclasses(mod: types.ModuleType) -> None:
+    """A local weaver's '+' weave makes later subclasses' join points its own too."""
+    local = ah.Weaver("local", local=True)
+    log: list[str] = []
+    try:
+        with local.weave(f"{mod.__name__}.Base+.m", before=_logging(log)):
+            _define(mod, "class Later(Base):\n    def m(self):\n        return []\n")
+            mod.Later().m()
+            assert [row.joinpoint for row in local.describe() if row.stage] == [
+                f"{mod.__name__}.{cls}.m" for cls in ("Base", "Later", "Own")
+            ]
+    finally:
+        local.close()
+    assert log == [f"{mod.__name__}.Later.m"]
+
+
 # -- classes defined later -----------------------------------------------------------------
 
 
