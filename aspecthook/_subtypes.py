@@ -6,9 +6,9 @@ Python calls ``__init_subclass__`` for every new subclass (class statement or
 one wrapt ``FunctionWrapper`` around its ``__init_subclass__`` (its own or the one it
 inherits), however many weaves follow it. The wrapper calls the original first, with
 every argument, then weaves the new class's own matching methods for each weave that
-follows ``Base``. When the last of those weaves is removed, ``wrapt.unwrap_object`` takes
-the wrapper off; one put where ``Base`` had no ``__init_subclass__`` of its own is
-deleted, so ``Base.__dict__`` is as it was. Finding the sites is ``_targets``' job.
+follows ``Base``. When the last of those weaves is removed, the wrapper comes off: one
+put where ``Base`` had no ``__init_subclass__`` of its own is deleted, so
+``Base.__dict__`` is as it was. Finding the sites is ``_targets``' job.
 """
 
 from __future__ import annotations
@@ -55,10 +55,17 @@ class _SubclassHook:
         self.base_ref = weakref.ref(base)
         self.wrapper_ref: weakref.ref[Any] | None = None
         self.followers: list[_Follower] = []
+        self.own = _HOOK in vars(base)  # else the wrapper stands in for the inherited one
 
     def __call__(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        result = wrapped(*args, **kwargs)
         new = getattr(wrapped, "__self__", instance)  # the class being created
+        base = self.base_ref()
+        if self.own or base is None or not inspect.isclass(new):
+            result = wrapped(*args, **kwargs)
+        else:
+            # What Base inherits is looked up now, not taken from when the wrapper was
+            # put: a class above Base hooked later (another '+' weave) must run too.
+            result = super(base, new).__init_subclass__(*args, **kwargs)
         if self.followers and inspect.isclass(new):
             _weave_subclass(new, self.followers)
         return result
@@ -145,13 +152,19 @@ def _hook(base: type) -> _SubclassHook:
 
 
 def _unhook(base: type, hook: _SubclassHook) -> None:
-    """Take ``hook`` off ``base``; under a plain wrapper it stays, weaving nothing."""
+    """Take ``hook`` off ``base``; under a plain wrapper it stays, weaving nothing.
+
+    One that stands in for an inherited ``__init_subclass__`` is deleted: putting back
+    what it wrapped would shadow a class above ``Base`` hooked since."""
     wrapper = hook.wrapper_ref() if hook.wrapper_ref is not None else None
     if wrapper is None:
         _HOOKS.pop(base, None)
         return
     try:
-        wrapt.unwrap_object(base, _HOOK, wrapper, missing_ok=True)
+        if not hook.own and vars(base).get(_HOOK) is wrapper:
+            delattr(base, _HOOK)
+        else:  # Base's own, or ours under another wrapt wrapper: spliced out
+            wrapt.unwrap_object(base, _HOOK, wrapper, missing_ok=True)
     except wrapt.WrapperNotOutermostError as exc:
         name = f"{base.__module__}.{base.__qualname__}.{_HOOK}"
         get_logger().warning("weave.unwrap_failed", target=name, reason=str(exc))

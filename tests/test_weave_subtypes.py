@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib
 import itertools
+import random
 import sys
 import textwrap
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import wrapt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import aspecthook as ah
@@ -414,21 +415,32 @@ def test_two_weaves_on_one_base_removed_in_either_order(mod: types.ModuleType, f
     assert not any(find_proxy(_own(c)) for c in (mod.Base, mod.Own, mod.One, mod.Two))
 
 
-def test_plus_weave_on_a_subclass_and_on_its_base(mod: types.ModuleType) -> None:
-    """'Base+.m' and 'Own+.m' hook both classes; a class below both runs both weaves'
-    advice, and removing them in any order leaves both classes as they were."""
+@pytest.mark.parametrize("base_first", [True, False])
+@pytest.mark.parametrize("remove_base_first", [True, False])
+def test_plus_weaves_on_a_subclass_and_on_its_base(
+    mod: types.ModuleType, base_first: bool, remove_base_first: bool
+) -> None:
+    """'Base+.m' and 'Own+.m' hook both classes, in either order; a class defined below
+    both runs both weaves' advice, while each lasts, and removing them in any order
+    leaves both classes as they were."""
     dicts = {cls: dict(vars(cls)) for cls in (mod.Base, mod.Own)}
     log: list[str] = []
-    outer = ah.weave(f"{mod.__name__}.Base+.m", before=lambda ctx: log.append("base+"))
-    inner = ah.weave(f"{mod.__name__}.Own+.m", before=lambda ctx: log.append("own+"))
+    paths = {"base+": f"{mod.__name__}.Base+.m", "own+": f"{mod.__name__}.Own+.m"}
+    order = ["base+", "own+"] if base_first else ["own+", "base+"]
+    handles = {
+        key: ah.weave(paths[key], before=lambda ctx, key=key: log.append(key)) for key in order
+    }
     _define(mod, "class Deep(Own):\n    def m(self):\n        return ['Deep']\n")
     mod.Deep().m()
-    assert log == ["base+", "own+"]
-    outer.remove()
-    log.clear()
-    mod.Deep().m()
-    assert log == ["own+"]
-    inner.remove()
+    assert log == order
+    first, second = ("base+", "own+") if remove_base_first else ("own+", "base+")
+    handles[first].remove()
+    _define(mod, "class Deeper(Deep):\n    def m(self):\n        return ['Deeper']\n")
+    for cls in (mod.Deep, mod.Deeper):
+        log.clear()
+        cls().m()
+        assert log == [second]
+    handles[second].remove()
     assert {cls: dict(vars(cls)) for cls in dicts} == dicts
     assert find_proxy(_own(mod.Deep)) is None
 
@@ -601,7 +613,7 @@ def test_missing_class_is_skipped_unless_strict(mod: types.ModuleType) -> None:
 
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("weave")),
+        st.tuples(st.just("weave"), st.integers(0, 20)),
         st.tuples(st.just("define"), st.integers(0, 20), st.booleans(), st.booleans()),
         st.tuples(st.just("remove"), st.integers(0, 20)),
     ),
@@ -609,85 +621,91 @@ _ops = st.lists(
 )
 
 
-def _levels(cls: type, calls_super: dict[type, bool]) -> list[type]:
-    """The classes whose own ``m`` a call of ``cls().m()`` runs, outermost first."""
-    levels: list[type] = []
-    for klass in cls.__mro__:
-        if "m" in vars(klass) and (not levels or calls_super[levels[-1]]):
-            levels.append(klass)
-    return levels
+class _Model:
+    """The classes of one example, which of them calls ``super().m()``, the weaves."""
+
+    def __init__(self) -> None:
+        self.mod = _module("class Base:\n    def m(self):\n        return 0\n")
+        self.classes: list[type] = [self.mod.Base]
+        self.calls_super: dict[type, bool] = {self.mod.Base: False}
+        self.originals = {self.mod.Base: _own(self.mod.Base)}
+        self.live: dict[int, tuple[ah.Handle, type]] = {}  # in the order they were woven
+        self.numbers = itertools.count()
+        self.log: list[tuple[str, int]] = []
+
+    def weave(self, index: int) -> None:
+        """Weave 'Cls+.m' for a class that defines its own m."""
+        owners = list(self.originals)
+        cls = owners[index % len(owners)]
+        number = next(self.numbers)
+        handle = ah.weave(
+            f"{self.mod.__name__}.{cls.__name__}+.m",
+            before=lambda ctx: self.log.append((ctx.joinpoint.name, number)),
+        )
+        self.live[number] = (handle, cls)
+
+    def define(self, parent_index: int, own: bool, chain: bool) -> None:
+        parent = self.classes[parent_index % len(self.classes)]
+        name = f"C{len(self.classes)}"
+        body = f"    def m(self):\n        return {'super().m()' if chain else 0}\n"
+        _define(self.mod, f"class {name}({parent.__name__}):\n{body if own else '    pass'}\n")
+        cls = vars(self.mod)[name]
+        self.classes.append(cls)
+        self.calls_super[cls] = own and chain
+        if own:
+            self.originals[cls] = wrapt.unwrapped(_own(cls))
+
+    def levels(self, cls: type) -> list[type]:
+        """The classes whose own ``m`` a call of ``cls().m()`` runs, outermost first."""
+        levels: list[type] = []
+        for klass in cls.__mro__:
+            if "m" in vars(klass) and (not levels or self.calls_super[levels[-1]]):
+                levels.append(klass)
+        return levels
+
+    def check(self) -> None:
+        """Each class's call runs, at each level, the advice of the weaves over that level."""
+        for cls in self.classes:
+            self.log.clear()
+            cls().m()
+            expected = [
+                (f"{self.mod.__name__}.{level.__qualname__}.m", n)
+                for level in self.levels(cls)
+                for n, (_, over) in self.live.items()
+                if issubclass(level, over)
+            ]
+            assert self.log == expected, cls.__qualname__
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_ops, st.randoms(use_true_random=False))
+# A subclass's '+' weave before its base's: a class defined below both runs both.
+@example(
+    [("define", 0, True, False), ("weave", 1), ("weave", 0), ("define", 1, True, False)],
+    random.Random(0),
+)
 def test_weaves_and_subclasses_in_any_sequence(ops: list[tuple[Any, ...]], rnd: Any) -> None:
-    """Whatever the order of weaves, subclass definitions and removals, exactly the live
-    weaves' advice runs at every class's method; at the end every original is back."""
-    mod = _module("class Base:\n    def m(self):\n        return 0\n")
-    classes: list[type] = [mod.Base]
-    calls_super: dict[type, bool] = {mod.Base: False}
-    originals = {mod.Base: _own(mod.Base)}
-    base_dict = dict(vars(mod.Base))
-    handles: dict[int, ah.Handle] = {}  # by number, in the order they were woven
-    numbers = itertools.count()
-    log: list[tuple[str, int]] = []
+    """Whatever the order of '+' weaves (over any class that defines the method), subclass
+    definitions and removals, exactly the live weaves' advice runs at every class's
+    method; once all are removed every original is back and no class keeps a hook."""
+    model = _Model()
+    base_dict = dict(vars(model.mod.Base))
     try:
         for op in ops:
             if op[0] == "weave":
-                number = next(numbers)
-                handles[number] = ah.weave(
-                    f"{mod.__name__}.Base+.m",
-                    before=lambda ctx, n=number: log.append((ctx.joinpoint.name, n)),
-                )
+                model.weave(op[1])
             elif op[0] == "define":
-                _, parent, own, chain = op
-                parent_cls = classes[parent % len(classes)]
-                _define_in(mod, classes, calls_super, originals, parent_cls, own, chain)
-            elif handles:
-                handles.pop(sorted(handles)[op[1] % len(handles)]).remove()
-            _check_classes(mod, classes, calls_super, list(handles), log)
-        for number in rnd.sample(sorted(handles), len(handles)):
-            handles.pop(number).remove()
-        assert dict(vars(mod.Base)) == base_dict
-        assert {cls: _own(cls) for cls in originals} == originals
+                model.define(*op[1:])
+            elif model.live:
+                number = sorted(model.live)[op[1] % len(model.live)]
+                model.live.pop(number)[0].remove()
+            model.check()
+        for number in rnd.sample(sorted(model.live), len(model.live)):
+            model.live.pop(number)[0].remove()
+        model.check()
+        assert dict(vars(model.mod.Base)) == base_dict
+        assert {cls: _own(cls) for cls in model.originals} == model.originals
+        assert not [cls for cls in model.classes if "__init_subclass__" in vars(cls)]
     finally:
         ah.default_weaver.clear()
-        sys.modules.pop(mod.__name__, None)
-
-
-def _define_in(
-    mod: types.ModuleType,
-    classes: list[type],
-    calls_super: dict[type, bool],
-    originals: dict[type, Any],
-    parent: type,
-    own: bool,
-    chain: bool,
-) -> None:
-    name = f"C{len(classes)}"
-    body = ("super().m()" if chain else "0") if own else None
-    method = f"    def m(self):\n        return {body}\n" if own else "    pass\n"
-    _define(mod, f"class {name}({parent.__name__}):\n{method}")
-    cls = vars(mod)[name]
-    classes.append(cls)
-    calls_super[cls] = chain
-    if own:
-        originals[cls] = wrapt.unwrapped(_own(cls))
-
-
-def _check_classes(
-    mod: types.ModuleType,
-    classes: list[type],
-    calls_super: dict[type, bool],
-    live: list[int],
-    log: list[tuple[str, int]],
-) -> None:
-    for cls in classes:
-        log.clear()
-        cls().m()
-        expected = [
-            (f"{mod.__name__}.{level.__qualname__}.m", n)
-            for level in _levels(cls, calls_super)
-            for n in live
-        ]
-        assert log == expected, cls.__qualname__
+        sys.modules.pop(model.mod.__name__, None)
