@@ -52,7 +52,7 @@ class _SubclassHook:
     this, and a woven class must stay collectable."""
 
     def __init__(self, base: type) -> None:
-        self.base_ref = weakref.ref(base)
+        self.base_ref: weakref.ref[type[Any]] = weakref.ref(base)
         self.wrapper_ref: weakref.ref[Any] | None = None
         self.followers: list[_Follower] = []
         self.own = _HOOK in vars(base)  # else the wrapper stands in for the inherited one
@@ -65,7 +65,8 @@ class _SubclassHook:
         else:
             # What Base inherits is looked up now, not taken from when the wrapper was
             # put: a class above Base hooked later (another '+' weave) must run too.
-            result = super(base, new).__init_subclass__(*args, **kwargs)
+            inherited = super(base, new).__init_subclass__  # type: ignore[misc]  # new < base
+            result = inherited(*args, **kwargs)
         if self.followers and inspect.isclass(new):
             _weave_subclass(new, self.followers)
         return result

@@ -271,6 +271,31 @@ def test_original_init_subclass_runs_first_with_its_keywords(
     assert log == [f"{mod.__name__}.Tagged.m"]
 
 
+def test_inherited_init_subclass_gets_the_keywords(
+    make_module: Callable[[str], types.ModuleType],
+) -> None:
+    """A Base without its own __init_subclass__ passes class keywords to the one it
+    inherits, and has none of its own again once the weave is removed."""
+    mod = make_module(
+        """
+        class Parent:
+            def __init_subclass__(cls, tag=None, **kwargs):
+                super().__init_subclass__(**kwargs)
+                cls.tag = tag
+
+        class Base(Parent):
+            def m(self):
+                return 1
+        """
+    )
+    base_dict = dict(vars(mod.Base))
+    with ah.woven(f"{mod.__name__}.Base+.m", before=lambda ctx: None):
+        _define(mod, "class Tagged(Base, tag='t'):\n    def m(self):\n        return 2\n")
+        assert mod.Tagged.tag == "t"
+        assert find_proxy(_own(mod.Tagged)) is not None
+    assert dict(vars(mod.Base)) == base_dict
+
+
 def test_unknown_class_keyword_fails_as_without_the_weave(mod: types.ModuleType) -> None:
     """A class keyword no __init_subclass__ takes fails as it does without the weave."""
     with ah.woven(f"{mod.__name__}.Base+.m", before=lambda ctx: None):
