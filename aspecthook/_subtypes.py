@@ -68,7 +68,7 @@ class _SubclassHook:
             inherited = super(base, new).__init_subclass__  # type: ignore[misc]  # new < base
             result = inherited(*args, **kwargs)
         if self.followers and inspect.isclass(new):
-            _weave_subclass(new, self.followers)
+            _weave_subclass(new, self)
         return result
 
     def installed(self, base: type) -> bool:
@@ -173,13 +173,13 @@ def _unhook(base: type, hook: _SubclassHook) -> None:
         _HOOKS.pop(base, None)
 
 
-def _weave_subclass(new: type, followers: list[_Follower]) -> None:
-    """Weave the class ``new`` for each live weave following one of its bases.
+def _weave_subclass(new: type, hook: _SubclassHook) -> None:
+    """Weave the class ``new`` for each weave that follows the class ``hook`` is on.
 
     A failure is logged (``weave.failed``) and leaves the class as created, unless the
     weave was strict: then the class statement raises it."""
     with LOCK:
-        for follower in list(followers):
+        for follower in list(hook.followers):
             record = follower.record
             sites = _own_sites(new, follower.pattern)
             if record.cancelled or not sites:

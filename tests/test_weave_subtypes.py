@@ -347,6 +347,36 @@ def test_init_subclass_failing_leaves_nothing_woven(
         ]
 
 
+FROZEN = """
+class Frozen(type):
+    def __setattr__(cls, name, value):
+        if name != "__init_subclass__":
+            raise AttributeError(f"{cls.__name__} is frozen")
+        super().__setattr__(name, value)
+
+class Base(metaclass=Frozen):
+    pass
+"""
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_new_subclass_that_cannot_be_woven(
+    make_module: Callable[[str], types.ModuleType], strict: bool
+) -> None:
+    """A new subclass whose method cannot be replaced is created unwoven (logged); with
+    strict=True its class statement raises."""
+    mod = make_module(FROZEN)
+    with ah.woven(f"{mod.__name__}.Base+.m", before=lambda ctx: None, strict=strict):
+        source = "class Child(Base):\n    def m(self):\n        return 1\n"
+        if strict:
+            with pytest.raises(WeaveTargetError, match="is frozen"):
+                _define(mod, source)
+        else:
+            _define(mod, source)
+            assert find_proxy(_own(mod.Child)) is None
+    assert "__init_subclass__" not in vars(mod.Base)
+
+
 def test_subclass_created_on_another_thread(mod: types.ModuleType) -> None:
     """Class creation on other threads, during and after weaving, weaves each class once."""
     log: list[str] = []
