@@ -207,7 +207,9 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
     sites: list[Any] = []
     deferred = False
     if isinstance(target, str) and _subtype_parts(target) is not None and _imported(target):
-        _subtype_base(target)  # refuses a '+' after what is not a class, as a bad '+' above
+        # A misplaced '+' raised just now, one after what is not a class raises here: both
+        # are mistakes in the path, refused strict or not (a missing class is skipped).
+        _subtype_base(target)
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
