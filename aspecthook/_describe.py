@@ -212,12 +212,13 @@ def _joinpoint_rows(jp: Any) -> list[Row]:
 
 
 def _weave_rows(records: list[Any], weaver: Weaver | None, selected: Any) -> list[Row]:
-    """Weaves not in place (pending, skipped, failed), by their target's name: those the
-    pointcut selects, when one is given."""
+    """Weaves not in place (pending, skipped, failed) or waiting for more (a subclass weave
+    that matches nothing yet), by their target's name: those the pointcut selects, when
+    one is given."""
     return [
         Row(r.target, "", 0, "", None, "", "", "", r.status, note=r.reason)
         for r in records
-        if r.status != "active"
+        if (r.status != "active" or r.reason)
         and (weaver is None or r.weaver is weaver)
         and (selected is None or _selects(selected, r.target))
     ]

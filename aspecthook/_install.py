@@ -186,8 +186,11 @@ def _path_alias(path: str, sites: list[Any]) -> tuple[str, ...]:
     point's own name differs: a join point is named where its callable lives
     (``'torch.optim.optimizer.Optimizer.step'``, ``'posixpath.join'``), and advice by the
     name the weave was given (``'torch.optim.Optimizer.step'``, ``'os.path.join'``) must
-    reach it too. None for a glob, or a path to a class or module (several callables)."""
+    reach it too. None for a glob, or a path to a class or module (several callables).
+    ``'pkg.mod.Base+.method'`` is a name of every callable it weaves (not with a glob)."""
     typed = path.replace(":", ".")
+    if "+" in path and not _GLOB.intersection(path):
+        return (typed,)
     if _GLOB.intersection(path) or len(sites) != 1 or not isinstance(sites[0], tuple):
         return ()
     parent, attr = sites[0]

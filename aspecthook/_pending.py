@@ -17,6 +17,7 @@ import wrapt
 from ._install import _install_all, _path_alias, _release
 from ._log import get_logger
 from ._registry import LOCK
+from ._subtypes import following, weave_subtypes
 from ._targets import _GLOB, _resolve_path, _split, _submodule_pending, _unimported_matches
 from .errors import WeaveTargetError
 
@@ -66,7 +67,12 @@ def _defer(
                 if not sites and _submodule_pending(path):
                     return  # a glob found nothing yet: the submodule's own hook comes later
                 named = names if quiet else (*names, *_path_alias(path, sites))
-                points = _install_all(sites, named, weaver)
+                if "+" in path:  # Base+.method: Base and its subclasses, now and later
+                    record.names = named
+                    weave_subtypes(record, path, weaver, strict)
+                    points = []
+                else:
+                    points = _install_all(sites, named, weaver)
             except Exception as exc:
                 if _submodule_pending(path):
                     return  # a parent package was imported; the submodule's hook comes later
@@ -95,7 +101,7 @@ def _hook_modules(path: str, quiet: bool) -> list[str]:
     candidates = [
         ".".join(parts[:i])
         for i in range(1, len(parts) + 1)
-        if not _GLOB.intersection(".".join(parts[:i]))
+        if not _GLOB.union("+").intersection(".".join(parts[:i]))
     ]
     if ":" in path:
         candidates = [".".join(module_parts)]
@@ -124,7 +130,7 @@ def _woven_on_import(
         record.status, record.reason = "active", ""
     if quiet:
         _expansion_done(record, path, strict)
-    elif not record.points and not record.waiting:
+    elif not record.points and not record.waiting and not following(record):
         reason = f"{path} matched nothing"
         _fail(record, path, reason)
         if strict:

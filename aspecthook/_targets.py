@@ -1,11 +1,12 @@
 """Resolving what ``weave()`` was given to the places its callables live.
 
-A target (a function, method, class, module, instance, join point proxy, or a dotted
-path with globs after the module) becomes a list of sites: ``(holder, attribute)`` pairs
-where a proxy is installed, or join points woven already. Path helpers also say whether a
-path's module is imported, importable, or a package whose matching submodules are not
-imported yet (``_weave`` and ``_pending`` defer those). Kept apart from installing proxies:
-nothing here changes the objects it looks at.
+A target (a function, method, class, module, instance, join point proxy, a dotted path
+with globs after the module, or ``'pkg.mod.Base+.method'`` for a class and its subclasses)
+becomes a list of sites: ``(holder, attribute)`` pairs where a proxy is installed, or
+join points woven already. Path helpers also say whether a path's module is imported,
+importable, or a package whose matching submodules are not imported yet (``_weave`` and
+``_pending`` defer those). Kept apart from installing proxies: nothing here changes the
+objects it looks at.
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ def _module_of(path: str) -> str:
 
 
 def _resolve_path(path: str) -> list[tuple[Any, str]]:
+    if "+" in path:
+        return _subtype_sites(path)
     module_parts, attrs = _split(path)
     module = sys.modules[".".join(module_parts)]
     if not attrs:
@@ -379,3 +382,136 @@ def _raw(obj: Any, name: str) -> Any:
             if name in vars(klass):
                 return vars(klass)[name]
     return getattr(obj, name)
+
+
+# -- 'pkg.mod.Base+.method': a class and its subclasses ------------------------------------
+
+_SUBTYPE_FORM = "'pkg.mod.Base+.method' (a glob such as 'pkg.mod.Base+.*' for every method)"
+
+
+def _subtype_parts(path: str) -> tuple[str, str] | None:
+    """``('pkg.mod.Base', 'method')`` for ``'pkg.mod.Base+.method'``, None for a path
+    without ``+``; a ``+`` anywhere else is refused, saying where it goes."""
+    if "+" not in path:
+        return None
+    base, _, rest = path.partition("+")
+    method = rest[1:]
+    if not rest or rest == ".":
+        raise _subtype_error(path, "nothing follows the '+'", _no_method_hint(base))
+    if "+" in rest:
+        raise _subtype_error(path, "it has more than one '+'")
+    if not base or base[-1] in ".:" or not rest.startswith("."):
+        raise _subtype_error(path, "a '+' goes right after a class name, then '.method'")
+    if "." in method or ":" in method:
+        raise _subtype_error(path, f"only a method name may follow '+.', not {method!r}")
+    if _GLOB.intersection(base):
+        raise _subtype_error(path, "the class before the '+' must be named without globs")
+    return base, method
+
+
+def _no_method_hint(base: str) -> str:
+    """For ``'pkg.Base.method+'``: where the ``+`` goes, unless ``base`` is a class or a
+    module as far as the modules imported tell."""
+    head, _, last = base.rpartition(".")
+    module_parts, attrs = _split(base)
+    module = sys.modules.get(".".join(module_parts))
+    known = module is not None and (not attrs or inspect.isclass(_lookup(module, attrs)))
+    if not head or known:  # 'pkg.mod.Base+' or 'pkg.mod+': no method moved before the '+'
+        return ""
+    return f"; if {last} is the method, the '+' goes after its class: '{head}+.{last}'"
+
+
+def _subtype_error(path: str, problem: str, hint: str = "") -> WeaveTargetError:
+    return WeaveTargetError(
+        f"{path!r}: {problem}{hint}. '+' selects a class and its subclasses: write {_SUBTYPE_FORM}",
+        target=path,
+    )
+
+
+def _subtype_base(path: str) -> type | None:
+    """The class before the ``+`` of ``path``, whose module is imported; None when the
+    module does not have it (yet). Anything but a class defined in Python is refused."""
+    base_path, method = _subtype_parts(path) or (path, "")
+    module_parts, attrs = _split(base_path)
+    module = sys.modules.get(".".join(module_parts))
+    found = _lookup(module, attrs) if module is not None else None
+    if found is None or (inspect.isclass(found) and not _immutable(found)):
+        return found
+    typed = base_path.replace(":", ".")
+    if inspect.isclass(found):
+        problem = "a built-in type, whose subclasses' creation cannot be followed"
+        fix = f"weave a class of yours and its subclasses, e.g. 'pkg.mod.MyClass+.{method}'"
+    else:
+        kind = "module" if isinstance(found, types.ModuleType) else type(found).__name__
+        problem = f"a {kind}, not a class: '+' selects a class and its subclasses"
+        fix = f"to weave {method} there, write '{typed}.{method}'"
+    raise WeaveTargetError(f"{path}: {typed} is {problem}; {fix}", target=path)
+
+
+def _subtype_class(path: str) -> type:
+    """The class before the ``+`` of ``path``, which must be there."""
+    base = _subtype_base(path)
+    if base is None:
+        base_path = path.partition("+")[0].replace(":", ".")
+        raise WeaveTargetError(
+            f"{path}: there is no {base_path}; check the spelling, or import the module "
+            "that defines it first",
+            target=path,
+        )
+    return base
+
+
+def _subtype_sites(path: str) -> list[tuple[Any, str]]:
+    """The sites of ``'pkg.mod.Base+.method'``: ``Base.method`` (where ``Base``'s own
+    method or the one it inherits is found, as for ``'pkg.mod.Base.method'``), and each
+    subclass's own ``method`` (in its ``__dict__``: a subclass that inherits it reaches
+    the proxy through its MRO)."""
+    _, pattern = _subtype_parts(path) or (path, "")
+    base = _subtype_class(path)
+    sites = _base_sites(base, pattern)
+    for cls in _subclasses(base):
+        sites.extend(_own_sites(cls, pattern))
+    return sites
+
+
+def _base_sites(base: type, pattern: str) -> list[tuple[Any, str]]:
+    glob = bool(_GLOB.intersection(pattern))
+    sites: list[tuple[Any, str]] = []
+    for parent, attr in _expand(base, [pattern]):
+        if inspect.isclass(_raw(parent, attr)):
+            continue  # a nested class: not a method
+        meta = _metaclass_defining(parent, attr)
+        if meta is None:
+            sites.append((parent, attr))
+        elif not glob:
+            raise _metaclass_method_error(parent, attr, meta)
+    return sites
+
+
+def _own_sites(cls: type, pattern: str) -> list[tuple[Any, str]]:
+    """``(cls, name)`` for each method ``cls`` defines itself whose name ``pattern``
+    matches (a glob leaves out dunder names, as globs over a class do)."""
+    if _GLOB.intersection(pattern):
+        names = [n for n in vars(cls) if fnmatchcase(n, pattern) and not n.startswith("__")]
+    else:
+        names = [pattern] if pattern in vars(cls) else []
+    return [
+        (cls, n)
+        for n in names
+        if _is_callable(value := vars(cls)[n]) and not inspect.isclass(value)
+    ]
+
+
+def _subclasses(base: type) -> list[type]:
+    """Every subclass of ``base``, transitively, each once (built-in types left out)."""
+    found: list[type] = []
+    seen = {id(base)}
+    todo = [base]
+    while todo:
+        subs: list[type] = type.__subclasses__(todo.pop(0))
+        for sub in subs:
+            if id(sub) not in seen and not _immutable(sub):
+                seen.add(id(sub))
+                found.append(sub)
+                todo.append(sub)
+    return found

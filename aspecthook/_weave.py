@@ -6,8 +6,9 @@ proxy with ``wrapt.find_wrapper`` (even under a foreign wrapper) and adds to its
 point. When the last weave of a callable is removed, ``wrapt.unwrap_object`` puts the
 original back, splicing our proxy out from under any wrapper another library added.
 Finding what a target names is ``_targets``' job, installing and removing the proxies
-``_install``'s, and weaving a path when its module is imported ``_pending``'s; this
-module runs a weave through those steps and keeps its ``WeaveRecord``.
+``_install``'s, weaving a path when its module is imported ``_pending``'s, and weaving
+the subclasses a ``'pkg.Base+.method'`` path follows as they are created ``_subtypes``';
+this module runs a weave through those steps and keeps its ``WeaveRecord``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ._log import get_logger
 from ._pending import _defer
 from ._pointcut import Name
 from ._registry import LOCK
+from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
     _imported,
     _missing_module,
@@ -38,6 +40,8 @@ from ._targets import (
     _resolve_object,
     _resolve_path,
     _submodule_pending,
+    _subtype_base,
+    _subtype_parts,
     _unimported_matches,
 )
 from ._torch_hooks import is_module, weave_module
@@ -98,12 +102,15 @@ def weave(
     ``target`` is a function, method, classmethod, staticmethod, class (its methods),
     module (its functions), instance (its methods, for that instance only), a join point
     proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
-    say where the module ends; globs allowed after the module). A path whose module is
-    not imported yet is woven when it is imported; so is each submodule a glob matches
-    (``'pkg.*.func'``) that is imported later. ``name=`` makes the woven callables
-    answer to that join point name too. ``requires='pkg>=1.0'`` skips the weave (logged,
-    ``skipped`` in ``describe()``) when the installed version does not fit; a missing
-    target is skipped the same way. ``strict=True`` raises ``WeaveTargetError`` instead.
+    say where the module ends; globs allowed after the module), or
+    ``'pkg.mod.Base+.method'``: ``Base.method`` and each subclass's own ``method``, those
+    of subclasses created later included (a malformed ``+`` raises ``WeaveTargetError``).
+    A path whose module is not imported yet is woven when it is imported; so is each
+    submodule a glob matches (``'pkg.*.func'``) that is imported later. ``name=`` makes
+    the woven callables answer to that join point name too. ``requires='pkg>=1.0'`` skips
+    the weave (logged, ``skipped`` in ``describe()``) when the installed version does not
+    fit; a missing target is skipped the same way. ``strict=True`` raises
+    ``WeaveTargetError`` instead.
     ``**opts`` (``priority=``, ``every=`` ...) apply to the ``before=``/``after=``/...
     functions. An ``nn.Module`` instance is woven through torch's own module hooks
     instead of a proxy (``forward`` / ``backward`` join points; see ``_torch_hooks``).
@@ -202,6 +209,10 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
     and why it is skipped (``None`` when it is not)."""
     sites: list[Any] = []
     deferred = False
+    if isinstance(target, str) and _subtype_parts(target) is not None and _imported(target):
+        # A misplaced '+' raised just now, one after what is not a class raises here: both
+        # are mistakes in the path, refused strict or not (a missing class is skipped).
+        _subtype_base(target)
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
@@ -224,7 +235,11 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
 def _weave_now(
     record: WeaveRecord, target: Any, sites: list[Any], weaver: Weaver, strict: bool
 ) -> bool:
-    """Weave the sites found now; whether a glob also waits for modules not imported yet."""
+    """Weave the sites found now; whether the weave waits for more: a glob for modules
+    not imported yet, a ``'pkg.Base+.method'`` for subclasses created later."""
+    if isinstance(target, str) and "+" in target:
+        weave_subtypes(record, target, weaver, strict)
+        return True
     record.points.update(_install_all(sites, record.names, weaver))
     # A glob over a package's modules also covers those not imported yet.
     later = _unimported_matches(target) if isinstance(target, str) else []
@@ -386,6 +401,7 @@ def _rebind(advice: Advice, token: Name) -> Advice:
 def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
     with LOCK:
         record.cancelled = True
+        unfollow(record)
         if record in WEAVES:
             WEAVES.remove(record)
         points, record.points = list(record.points), weakref.WeakSet()
