@@ -93,6 +93,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -685,6 +686,20 @@ def measure_lockstep(
 # -- reporting ---------------------------------------------------------------------------------
 
 
+def median_interval(values: list[float], level: float = 0.9) -> tuple[float, float]:
+    """A distribution-free interval for the median of ``values`` (order statistics and the
+    binomial distribution): the true median lies in it with probability >= ``level``, or
+    the whole range when there are too few values for that."""
+    ordered, n = sorted(values), len(values)
+    k, below = 0, 0.0  # the widest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n
+        if below > (1 - level) / 2:
+            break
+        k += 1
+    return (ordered[k - 1], ordered[n - k]) if k else (ordered[0], ordered[-1])
+
+
 def summarize(runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
     hand = runs["hand"]
     rows: dict[str, dict[str, Any]] = {}
@@ -705,6 +720,7 @@ def summarize(runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
             "ratio_median": statistics.median(ratios),
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
+            "ratio_interval": median_interval(ratios),
             "ratios": ratios,
             "cpu_ratio_median": statistics.median(cpu_ratios),
             "cpu_ratios": cpu_ratios,
@@ -821,6 +837,12 @@ def print_report(
             "measurement itself)"
         )
     print()
+    if "aspecthook" in rows:
+        low, high = rows["aspecthook"]["ratio_interval"]
+        print(
+            f"aspecthook paired median {rows['aspecthook']['ratio_median']:.3f}x, 90% interval "
+            f"for the median {low:.3f}-{high:.3f}x (order statistics over {rounds} rounds)"
+        )
     print("targets (the issue's, on the paired medians; the lockstep lines are for context)")
     for check in checks:
         mark = "PASS" if check["pass"] else "MISS"

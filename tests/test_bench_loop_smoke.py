@@ -100,3 +100,22 @@ def test_overhead_script_reports_each_configuration(tmp_path: Path) -> None:
     assert set(rows) == {"hand-written", "lr", "lr,timer"}
     for values in rows.values():
         assert all(math.isfinite(float(v)) for v in values[-3:])
+
+
+def test_the_median_interval_holds_the_median_as_often_as_it_says() -> None:
+    """The interval printed beside the paired median: order statistics x(2)..x(9) for ten
+    rounds, the whole range for too few, and over many samples of a known distribution it
+    holds the true median at least 90% of the time."""
+    import random
+
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        from loop import median_interval
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    assert median_interval([float(v) for v in range(10, 0, -1)]) == (2.0, 9.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    rng = random.Random(0)
+    samples = [[rng.expovariate(1.0) for _ in range(10)] for _ in range(2000)]
+    held = sum(low <= math.log(2) <= high for low, high in map(median_interval, samples))
+    assert held / len(samples) >= 0.9
