@@ -41,6 +41,11 @@ GiveUp = Callable[[CallContext, BaseException], Any]
 # state, and a Retry holding it could not be copied.
 _JITTER = random.SystemRandom()
 
+# What stops work rather than reports a failure: never retried, whatever ``on=`` says
+# (``on=BaseException`` included), and refused when ``on=`` names one. Retrying them would
+# keep a program running after Ctrl-C or ``sys.exit()``, or a task after its cancellation.
+_STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
 
 class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
@@ -52,7 +57,9 @@ class Retry(Aspect):
     stop it). When the last attempt fails, ``give_up(ctx, exc)`` is called and the last
     exception propagates unchanged (same object, same traceback); an exception not in
     ``on`` propagates at once, and one raised by ``give_up`` propagates instead of the last
-    one (chained to it).
+    one (chained to it). ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
+    ``asyncio.CancelledError`` stop work, so they propagate at once even under
+    ``on=BaseException``; ``on=`` naming one of them is refused.
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration. A synchronous callable that returns a coroutine (an async function
@@ -121,6 +128,8 @@ class Retry(Aspect):
             try:
                 result = proceed()
             except self.on as exc:
+                if isinstance(exc, _STOPS):
+                    raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
@@ -146,6 +155,8 @@ class Retry(Aspect):
                     return await awaited
                 return await proceed()
             except self.on as exc:
+                if isinstance(exc, _STOPS):
+                    raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
@@ -198,7 +209,9 @@ def _exception_types(on: object) -> tuple[type[BaseException], ...]:
     items = tuple(on) if isinstance(on, (tuple, list)) else (on,)
     types = tuple(_exception_named(t) if isinstance(t, str) else t for t in items)
     if types and all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-        return types  # type: ignore[return-value]  # checked just above
+        classes: tuple[type[BaseException], ...] = types  # type: ignore[assignment]  # just checked
+        _refuse_stops(classes, on)
+        return classes
     raise InvalidOptionError(
         f"on={on!r} is not an exception class or a tuple of them: give e.g. "
         "on=(ConnectionError, TimeoutError), or in a config on: [ConnectionError, "
@@ -206,6 +219,18 @@ def _exception_types(on: object) -> tuple[type[BaseException], ...]:
         option="on",
         value=on,
     )
+
+
+def _refuse_stops(classes: tuple[type[BaseException], ...], on: object) -> None:
+    for cls in classes:
+        if issubclass(cls, _STOPS):
+            raise InvalidOptionError(
+                f"on: {cls.__qualname__} is never retried: it stops the program or a task "
+                "rather than reporting a failure; name the exception classes to retry instead "
+                "(e.g. on=ConnectionError)",
+                option="on",
+                value=on,
+            )
 
 
 def _exception_named(name: str) -> object:

@@ -159,6 +159,53 @@ def test_exceptions_outside_the_filter_are_not_retried(flaky: Flaky) -> None:
     assert raised.value is flaky.raised[0]
 
 
+STOPS = [KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError]
+stopped_calls: list[type[BaseException]] = []
+
+
+def stop(kind: type[BaseException]) -> None:
+    """Records the call, then raises ``kind``: an interrupt, an exit or a cancellation."""
+    stopped_calls.append(kind)
+    raise kind()
+
+
+async def astop(kind: type[BaseException]) -> None:
+    """The async twin of stop."""
+    await asyncio.sleep(0)
+    stop(kind)
+
+
+@pytest.mark.parametrize("kind", STOPS, ids=lambda kind: kind.__name__)
+def test_interrupts_exits_and_cancellations_are_never_retried(
+    kind: type[BaseException],
+) -> None:
+    """Even on=BaseException lets Ctrl-C, sys.exit() or a cancellation through at once,
+    unchanged, without a retry, a sleep, a give_up call or a retry.* report."""
+    stopped_calls.clear()
+    seen: list[BaseException] = []
+    aspect, sleeps = retry(on=BaseException, give_up=lambda ctx, exc: seen.append(exc))
+    with ah.weave(stop, aspect), capture_logs() as logs, pytest.raises(kind):
+        stop(kind)
+    assert (stopped_calls, sleeps, seen, logs) == ([kind], [], [], [])
+
+
+@pytest.mark.parametrize("kind", STOPS, ids=lambda kind: kind.__name__)
+def test_an_async_call_interrupted_or_cancelled_is_never_retried(
+    kind: type[BaseException],
+) -> None:
+    """The same for an async join point: no retry, no async sleep."""
+    stopped_calls.clear()
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    aspect = Retry(on=BaseException, async_sleep=fake_sleep)
+    with ah.weave(astop, aspect), capture_logs() as logs, pytest.raises(kind):
+        asyncio.run(astop(kind))
+    assert (stopped_calls, slept, logs) == ([kind], [], [])
+
+
 def test_a_single_exception_class_is_a_filter_too(flaky: Flaky) -> None:
     """on= takes one exception class as well as a tuple, and subclasses match."""
     flaky.failures = 1
@@ -482,6 +529,9 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
         ({"on": (KeyError, "x")}, r"on: 'x' is not a builtin exception: name one"),
         ({"on": "json:Nope"}, r"on: 'json:Nope' cannot be imported"),
         ({"on": ()}, r"on=\(\) is not an exception class"),
+        ({"on": KeyboardInterrupt}, r"on: KeyboardInterrupt is never retried: it stops"),
+        ({"on": (OSError, "SystemExit")}, r"on: SystemExit is never retried"),
+        ({"on": asyncio.CancelledError}, r"on: CancelledError is never retried"),
         ({"give_up": 3}, r"give_up=3 is not callable"),
         ({"sleep": None}, r"sleep=None is not callable"),
     ],
