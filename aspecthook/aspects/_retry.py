@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import math
 import random
 import time
@@ -102,7 +103,7 @@ class Retry(Aspect):
         self.give_up: GiveUp | None = (
             None if give_up is None else _callable("give_up", give_up, "a function (ctx, exc)")
         )
-        self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
+        self.sleep = _blocking_sleep(_callable("sleep", sleep, "a function sleep(seconds)"))
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
 
     def delay(self, retry: int) -> float:
@@ -160,8 +161,21 @@ class Retry(Aspect):
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
-                await self.async_sleep(self._next_delay(ctx, exc, attempt))
+                await self._pause(self._next_delay(ctx, exc, attempt))
             attempt += 1
+
+    def _pause(self, delay: float) -> Awaitable[Any]:
+        """``async_sleep(delay)``, checked to be something to await."""
+        pause = self.async_sleep(delay)
+        if inspect.isawaitable(pause):
+            return pause
+        raise InvalidOptionError(
+            f"async_sleep={self.async_sleep!r} returned {pause!r}, not an awaitable: give an "
+            "async function, e.g. async_sleep=asyncio.sleep (a blocking sleep would stop "
+            "the event loop)",
+            option="async_sleep",
+            value=self.async_sleep,
+        )
 
     def _next_delay(self, ctx: CallContext, exc: BaseException, attempt: int) -> float:
         delay = self.delay(attempt - 1)
@@ -268,6 +282,19 @@ def _number(option: str, value: object, what: str, low: float, high: float = mat
         option=option,
         value=value,
     )
+
+
+def _blocking_sleep(sleep: Any) -> Any:
+    """``sleep=`` as given, unless it is an async function: called without being awaited,
+    it would not sleep at all (retries without backoff)."""
+    if inspect.iscoroutinefunction(sleep):
+        raise InvalidOptionError(
+            f"sleep={sleep!r} is an async function: sleep= must block, for synchronous join "
+            "points; give it as async_sleep=, which async join points await",
+            option="sleep",
+            value=sleep,
+        )
+    return sleep
 
 
 def _callable(option: str, value: Any, what: str) -> Any:

@@ -362,6 +362,23 @@ def test_async_function_is_retried_with_async_sleep(flaky: Flaky) -> None:
     assert [e["event"] for e in logs] == ["retry.attempt", "retry.attempt"]
 
 
+def test_an_async_sleep_that_returns_no_awaitable_is_reported_as_the_option_at_fault(
+    flaky: Flaky,
+) -> None:
+    """async_sleep=time.sleep (it blocks the loop and returns None) fails the first retry
+    with an error naming the option, not a bare 'NoneType can't be used in await'."""
+    flaky.failures = 1
+    slept: list[float] = []
+    aspect = Retry(backoff=0.5, jitter=0, async_sleep=slept.append)
+    with (
+        ah.weave(afetch, aspect),
+        capture_logs(),
+        pytest.raises(InvalidOptionError, match=r"async_sleep=.* returned None, not an awaitable"),
+    ):
+        asyncio.run(afetch())
+    assert slept == [0.5]
+
+
 def test_async_function_behind_a_plain_decorator_is_retried_when_awaited(flaky: Flaky) -> None:
     """The call returns a coroutine at once; the failures come when it is awaited, so the
     retries are awaited too (the coroutine used to pass as a success, never retried)."""
@@ -534,6 +551,7 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
         ({"on": asyncio.CancelledError}, r"on: CancelledError is never retried"),
         ({"give_up": 3}, r"give_up=3 is not callable"),
         ({"sleep": None}, r"sleep=None is not callable"),
+        ({"sleep": asyncio.sleep}, r"sleep=.* is an async function: sleep= must block"),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
