@@ -32,6 +32,7 @@ whose events are rendered with ``json`` again, without end.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
 import weakref
@@ -207,6 +208,20 @@ def _positive(option: str, value: object) -> int:
     )
 
 
+def _structlog_logger(logger: Any) -> Any:
+    """``logger=`` as given, unless it is a standard library logger: its methods take no
+    event fields, so every call would fail to log."""
+    if isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+        raise InvalidOptionError(
+            f"logger={logger!r} is a standard library logger, which takes no event fields: "
+            "give a structlog logger, e.g. logger=structlog.wrap_logger(logging.getLogger("
+            f"{getattr(logger, 'name', 'name')!r}))",
+            option="logger",
+            value=logger,
+        )
+    return logger
+
+
 # -- the aspect --------------------------------------------------------------------------
 
 
@@ -272,7 +287,7 @@ class Logged(Aspect):
         self._summary = _Summary(
             _positive("max_length", max_length), _positive("max_items", max_items)
         )
-        self.logger = logger if logger is not None else log
+        self.logger = _structlog_logger(logger) if logger is not None else log
         # Level cache: valid while structlog's wrapper class is the one it was made for.
         self._seen: Any = object()
         self._mode = _FULL

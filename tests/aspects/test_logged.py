@@ -774,6 +774,15 @@ def test_failing_logger_never_masks_the_target_exception() -> None:
         ({"max_items": 0}, "max_items=0 is not a positive int"),
         ({"event": ""}, "event='' is not an event name"),
         ({"redact": ("password", 3)}, r"redact=\('password', 3\) is not a list of argument names"),
+        (
+            {"logger": logging.getLogger("logged_test.plain")},
+            r"logger=<Logger logged_test.plain .*> is a standard library logger, which takes no "
+            r"event fields: give a structlog logger, e\.g\. logger=structlog\.wrap_logger",
+        ),
+        (
+            {"logger": logging.LoggerAdapter(logging.getLogger("logged_test.plain"))},
+            r"is a standard library logger",
+        ),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
@@ -782,6 +791,14 @@ def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], ma
         Logged(**options)
     assert isinstance(raised.value, ValueError)
     assert raised.value.option == next(iter(options))
+
+
+def test_a_standard_library_logger_wrapped_by_structlog_gets_the_event() -> None:
+    """The way the refusal of a bare stdlib logger points to works: one event per call."""
+    stdlib = structlog.wrap_logger(logging.getLogger("logged_test.wrapped"))
+    with ah.weave(add, Logged(logger=stdlib)), capture_logs() as logs:
+        add(1)
+    assert [(e["event"], e["outcome"]) for e in logs] == [("call", "ok")]
 
 
 # -- configure_logging ---------------------------------------------------------------------------
