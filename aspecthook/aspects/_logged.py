@@ -132,10 +132,11 @@ def _parameters(ctx: CallContext) -> _Parameters:
     return found
 
 
-def _named_arguments(ctx: CallContext) -> dict[str, Any]:
-    """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed)."""
+def _named_arguments(ctx: CallContext, parameters: _Parameters) -> dict[str, Any]:
+    """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed);
+    ``parameters`` are ``_parameters(ctx)``."""
     args, kwargs = ctx._args, ctx.kwargs
-    names, signature = _parameters(ctx)
+    names, signature = parameters
     named: dict[str, Any]
     if names is not None and len(args) <= len(names):  # the common case, without binding
         named = dict(zip(names, args, strict=False))
@@ -166,6 +167,21 @@ def _named_arguments(ctx: CallContext) -> dict[str, Any]:
     }
     named.update(kwargs)
     return named
+
+
+def _opaque_positional(parameters: _Parameters) -> str | None:
+    """The ``*args`` parameter of a callable (its ``_parameters``) that takes positional
+    arguments only through it, such as ``wrapper(*args, **kwargs)`` (a decorator without
+    ``functools.wraps``), whose positional arguments no parameter names; else None."""
+    names, signature = parameters
+    if names is not None or signature is None:  # no *args, or no signature (#0, #1 ...)
+        return None
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            return parameter.name
+        if parameter.kind in _POSITIONAL:
+            return None
+    return None  # pragma: no cover - names is None only with a *args parameter
 
 
 # -- levels and options ------------------------------------------------------------------
@@ -467,13 +483,19 @@ class Logged(Aspect):
     def summarize_arguments(self, ctx: CallContext) -> dict[str, str]:
         """Parameter name -> capped summary of this call's arguments, redaction applied."""
         redact, summary = self.redact, self._summary.summary
+        parameters = _parameters(ctx)
+        named = _named_arguments(ctx, parameters)
+        if not redact:
+            return {name: summary(value) for name, value in named.items()}
         # An argument no parameter names (``#2``: a call that does not fit the signature,
-        # or a callable without one) may be any of them: masked whenever redact= is set.
+        # or a callable without one; the positional arguments of ``(*args, **kwargs)``, a
+        # wrapper hiding the real signature) may be any of them: masked.
+        opaque = _opaque_positional(parameters)
         return {
             name: _REDACTED
-            if name.lower() in redact or (redact and name.startswith("#"))
+            if name.lower() in redact or name.startswith("#") or name == opaque
             else summary(value)
-            for name, value in _named_arguments(ctx).items()
+            for name, value in named.items()
         }
 
     def _safely(self, point: CallContext | JoinPoint, step: Callable[..., Any], *args: Any) -> Any:

@@ -51,6 +51,18 @@ def login_fails(user: str, password: str) -> None:
     raise PermissionError(f"{user} may not log in")
 
 
+def _unwrapped_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator without functools.wraps: its wrapper's signature hides fn's."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+login_behind_a_wrapper = ah.joinpoint(_unwrapped_decorator(login))
+
+
 def echo(value: Any) -> Any:
     """Return value unchanged."""
     return value
@@ -598,6 +610,23 @@ def test_an_argument_no_parameter_names_is_masked_when_redacting() -> None:
         login("ann", "hunter2", "t0k3n")  # type: ignore[misc]
     assert logs[0]["args"]["#2"] == "***"
     assert "t0k3n" not in repr(logs)
+
+
+def test_positional_arguments_behind_a_wrapper_signature_are_masked_when_redacting() -> None:
+    """Behind (*args, **kwargs) no parameter names a positional argument, so with redact=
+    set the *args tuple is masked (it showed the password); keywords still go by name."""
+    aspect = Logged(redact=("password",))
+    with ah.weave(login_behind_a_wrapper, aspect), capture_logs() as logs:
+        login_behind_a_wrapper("ann", "hunter2", colour="blue")
+        login_behind_a_wrapper(user="ann", password="hunter2")
+    assert [e["args"] for e in logs] == [
+        {"args": "***", "colour": "'blue'"},
+        {"user": "'ann'", "password": "***"},
+    ]
+    assert "hunter2" not in repr(logs)
+    with ah.weave(login_behind_a_wrapper, Logged()), capture_logs() as logs:
+        login_behind_a_wrapper("ann", "hunter2")
+    assert logs[0]["args"] == {"args": "('ann', 'hunter2')"}  # nothing to redact: shown
 
 
 # -- outcomes and levels ---------------------------------------------------------------------
