@@ -506,6 +506,24 @@ def test_a_many_dimensional_memoryview_is_summarised_by_its_bytes() -> None:
     assert peak < 1_000_000
 
 
+@pytest.mark.parametrize("max_length", [1, 2, 3])
+@pytest.mark.parametrize("kind", [bytes, memoryview], ids=["bytes", "memoryview"])
+def test_a_tiny_max_length_still_summarises_a_big_buffer_from_a_slice(
+    kind: Callable[[bytes], Any], max_length: int
+) -> None:
+    """max_length below the '...' it adds took all but the last bytes of a buffer (a
+    negative slice end): a 20 MB argument was repr'd whole before being cut."""
+    value = kind(bytes(20_000_000))
+    tracemalloc.start()
+    try:
+        text = summarize(value, max_length=max_length)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(text) <= 4 * max_length
+    assert peak < 1_000_000
+
+
 class _Cuda:
     """A device as torch names it (``torch.device('cuda:0').type``)."""
 
