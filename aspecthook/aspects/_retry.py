@@ -122,12 +122,16 @@ class Retry(Aspect):
     def retry_call(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Call ``proceed()`` until it returns, the exception is not retryable, or attempts
         run out."""
+        # What every retry is given: the arguments as Retry got them. Copies, as advice
+        # inside Retry may edit ctx.args / ctx.kwargs in place, which must not carry over
+        # to the next attempt (the first attempt needs none: it runs with them as they are).
+        args, kwargs = tuple(ctx._args), ctx.kwargs.copy()
         if ctx.joinpoint.is_async:
-            return self._retry_async(ctx, proceed)
+            return self._retry_async(ctx, proceed, args, kwargs)
         attempt = 1
         while True:
             try:
-                result = proceed()
+                result = proceed() if attempt == 1 else proceed(*args, **kwargs)
             except self.on as exc:
                 if isinstance(exc, _STOPS):
                     raise
@@ -142,19 +146,28 @@ class Retry(Aspect):
                     # has returned: through ``ctx.deferred``, which runs the rest of the
                     # chain from here with this call's arguments (a bare ``proceed()``
                     # then would start the chain at Retry again, a retry loop per retry).
-                    return self._retry_async(ctx, ctx.deferred(proceed), result, attempt)
+                    deferred = ctx.deferred(proceed)
+                    return self._retry_async(ctx, deferred, args, kwargs, result, attempt)
                 return result
             attempt += 1
 
     async def _retry_async(
-        self, ctx: CallContext, proceed: Proceed, first: Any = None, attempt: int = 1
+        self,
+        ctx: CallContext,
+        proceed: Proceed,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        first: Any = None,
+        attempt: int = 1,
     ) -> Any:
+        """Await the attempts; ``first`` is the coroutine of attempt ``attempt`` when a
+        synchronous callable returned it (else attempt 1 is made here)."""
         while True:
             try:
                 if first is not None:
                     awaited, first = first, None
                     return await awaited
-                return await proceed()
+                return await (proceed() if attempt == 1 else proceed(*args, **kwargs))
             except self.on as exc:
                 if isinstance(exc, _STOPS):
                     raise

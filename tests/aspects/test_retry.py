@@ -494,6 +494,56 @@ def test_async_function_behind_a_plain_decorator_retried_by_two_retries_nests_th
     assert attempted_urls == ["u"] * 6
 
 
+attempt_arguments: list[tuple[int, str]] = []
+
+
+def refuse(n: int, mode: str = "plain") -> None:
+    """Always refused; records the arguments each attempt got."""
+    attempt_arguments.append((n, mode))
+    raise ConnectionError("refused")
+
+
+async def arefuse(n: int, mode: str = "plain") -> None:
+    """The async twin of refuse."""
+    await asyncio.sleep(0)
+    refuse(n, mode)
+
+
+def _bump_in_place(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+    ctx.args[0] += 1
+    ctx.kwargs["mode"] = ctx.kwargs.get("mode", "plain") + "+"
+    return proceed()
+
+
+async def _abump_in_place(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+    ctx.args[0] += 1
+    ctx.kwargs["mode"] = ctx.kwargs.get("mode", "plain") + "+"
+    return await proceed()
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_every_attempt_gets_the_arguments_retry_was_given(is_async: bool) -> None:
+    """Around advice inside Retry that edits ctx.args / ctx.kwargs in place edits them for
+    its attempt only: each retry starts again from the call's arguments (the edits used to
+    pile up, attempt after attempt)."""
+    attempt_arguments.clear()
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    aspect = Retry(attempts=3, backoff=0, sleep=lambda s: None, async_sleep=no_sleep)
+    target, bump = (arefuse, _abump_in_place) if is_async else (refuse, _bump_in_place)
+    call = (lambda: asyncio.run(arefuse(1))) if is_async else (lambda: refuse(1))
+    with (
+        ah.weave(target, aspect),
+        ah.weave(target, around=bump, priority="LOW"),  # inside Retry (NORMAL)
+        capture_logs(),
+        pytest.raises(ConnectionError),
+    ):
+        call()
+    assert attempt_arguments == [(2, "plain+")] * 3
+
+
 def test_method_is_retried_on_its_instance() -> None:
     """Retry woven into a method retries the bound call with the same arguments."""
     aspect, sleeps = retry(attempts=3)
