@@ -101,9 +101,21 @@ class Retry(Aspect):
         )
         self.jitter = _number("jitter", jitter, "a fraction of the delay in [0, 1]", 0.0, 1.0)
         self.give_up: GiveUp | None = (
-            None if give_up is None else _callable("give_up", give_up, "a function (ctx, exc)")
+            None
+            if give_up is None
+            else _not_async(
+                "give_up",
+                _callable("give_up", give_up, "a function (ctx, exc)"),
+                "give_up is called, never awaited (it would not run): give a plain function "
+                "(ctx, exc)",
+            )
         )
-        self.sleep = _blocking_sleep(_callable("sleep", sleep, "a function sleep(seconds)"))
+        self.sleep = _not_async(
+            "sleep",
+            _callable("sleep", sleep, "a function sleep(seconds)"),
+            "sleep= must block, for synchronous join points; give it as async_sleep=, which "
+            "async join points await",
+        )
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
 
     def delay(self, retry: int) -> float:
@@ -297,17 +309,16 @@ def _number(option: str, value: object, what: str, low: float, high: float = mat
     )
 
 
-def _blocking_sleep(sleep: Any) -> Any:
-    """``sleep=`` as given, unless it is an async function: called without being awaited,
-    it would not sleep at all (retries without backoff)."""
-    if inspect.iscoroutinefunction(sleep):
+def _not_async(option: str, value: Any, what: str) -> Any:
+    """``value`` as given, unless it is an async function, which ``Retry`` would call
+    without awaiting: it would do nothing (and warn that it was never awaited)."""
+    if inspect.iscoroutinefunction(value):
         raise InvalidOptionError(
-            f"sleep={sleep!r} is an async function: sleep= must block, for synchronous join "
-            "points; give it as async_sleep=, which async join points await",
-            option="sleep",
-            value=sleep,
+            f"{option}={value!r} is an async function: {what}",
+            option=option,
+            value=value,
         )
-    return sleep
+    return value
 
 
 def _callable(option: str, value: Any, what: str) -> Any:

@@ -582,6 +582,10 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
 # -- options -----------------------------------------------------------------------------------
 
 
+async def _async_give_up(ctx: ah.CallContext, exc: BaseException) -> None:
+    """A give_up hook Retry would call without awaiting: it would never run."""
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -602,6 +606,7 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
         ({"give_up": 3}, r"give_up=3 is not callable"),
         ({"sleep": None}, r"sleep=None is not callable"),
         ({"sleep": asyncio.sleep}, r"sleep=.* is an async function: sleep= must block"),
+        ({"give_up": _async_give_up}, r"give_up=.* is an async function: give_up is called, never"),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
