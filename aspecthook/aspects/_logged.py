@@ -32,6 +32,7 @@ whose events are rendered with ``json`` again, without end.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import time
@@ -303,6 +304,7 @@ class Logged(Aspect):
         self._summary = _Summary(
             _positive("max_length", max_length), _positive("max_items", max_items)
         )
+        self._max_arguments = 4 * max_items
         self.logger = _structlog_logger(logger) if logger is not None else log
         # Level cache: valid while structlog's wrapper class is the one it was made for.
         self._seen: Any = object()
@@ -481,22 +483,33 @@ class Logged(Aspect):
         return fields
 
     def summarize_arguments(self, ctx: CallContext) -> dict[str, str]:
-        """Parameter name -> capped summary of this call's arguments, redaction applied."""
+        """Parameter name -> capped summary of this call's arguments, redaction applied;
+        past ``4 * max_items`` arguments (a huge ``**kwargs``) the rest are counted under
+        ``'...'``."""
         redact, summary = self.redact, self._summary.summary
         parameters = _parameters(ctx)
         named = _named_arguments(ctx, parameters)
+        items: Iterable[tuple[str, Any]] = named.items()
+        more = len(named) - self._max_arguments
+        if more > 0:
+            items = itertools.islice(items, self._max_arguments)
         if not redact:
-            return {name: summary(value) for name, value in named.items()}
-        # An argument no parameter names (``#2``: a call that does not fit the signature,
-        # or a callable without one; the positional arguments of ``(*args, **kwargs)``, a
-        # wrapper hiding the real signature) may be any of them: masked.
-        opaque = _opaque_positional(parameters)
-        return {
-            name: _REDACTED
-            if name.lower() in redact or name.startswith("#") or name == opaque
-            else summary(value)
-            for name, value in named.items()
-        }
+            shown = {name: summary(value) for name, value in items}
+        else:
+            # An argument no parameter names (``#2``: a call that does not fit the
+            # signature, or a callable without one; the positional arguments of
+            # ``(*args, **kwargs)``, a wrapper hiding the real signature) may be any of
+            # them: masked.
+            opaque = _opaque_positional(parameters)
+            shown = {
+                name: _REDACTED
+                if name.lower() in redact or name.startswith("#") or name == opaque
+                else summary(value)
+                for name, value in items
+            }
+        if more > 0:
+            shown["..."] = f"<{more} more>"
+        return shown
 
     def _safely(self, point: CallContext | JoinPoint, step: Callable[..., Any], *args: Any) -> Any:
         """Run one of our steps under the ``errors=`` policy; None when it failed."""

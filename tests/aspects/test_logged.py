@@ -595,6 +595,25 @@ def test_argument_whose_repr_raises_does_not_break_the_call() -> None:
     assert logs[0]["result"] == "<unrepresentable BadRepr>"
 
 
+def test_the_number_of_arguments_shown_is_capped_too() -> None:
+    """A call with 10,000 keyword arguments shows 4 * max_items of them and counts the
+    rest under '...', as a big container is summarised: the event was 10,000 fields."""
+    options = {f"option_{i}": i for i in range(10_000)}
+    with ah.weave(gather, Logged(max_items=2, redact=("option_1",))), capture_logs() as logs:
+        gather(1, **options)
+    assert logs[0]["args"] == {
+        "first": "1",
+        "option_0": "0",
+        "option_1": "***",
+        "option_2": "2",
+        "option_3": "3",
+        "option_4": "4",
+        "option_5": "5",
+        "option_6": "6",
+        "...": "<9993 more>",
+    }
+
+
 def test_redacted_arguments_are_masked_wherever_they_are_passed() -> None:
     """Named arguments in redact= show '***', positional, keyword or through **kwargs."""
     aspect = Logged(redact=("password", "TOKEN", "api_key"))
