@@ -323,7 +323,10 @@ def _advice_for(
     if opts and not any(v is not None for v in by_kind.values()):
         raise InvalidOptionError(
             f"options {sorted(opts)} apply to before=/after=/on_error=/around= functions, "
-            "and none were given; set options on the aspect or advice instead",
+            "and none were given: an aspect takes priority=, errors=, name=, order_after= "
+            "and order_before= when it is made (Timed(priority='HIGH')); every=, window=, "
+            "once=, when= and rank= filter advice functions (weave(target, after=fn, "
+            "every=2), or @after(every=2) on an Aspect's method)",
             option=sorted(opts)[0],
             value=opts[sorted(opts)[0]],
         )

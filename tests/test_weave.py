@@ -28,6 +28,7 @@ from _weave_targets import Child, Model
 from structlog.testing import capture_logs
 
 import aspecthook as ah
+from aspecthook.aspects import Timed
 from aspecthook.errors import (
     AdviceSignatureError,
     AspectDefinitionError,
@@ -416,6 +417,18 @@ def test_options_without_functions_are_refused() -> None:
     """Options with no before=/after=/... function to apply to raise InvalidOptionError."""
     with pytest.raises(InvalidOptionError, match="none were given"):
         ah.weave(targets.add_one, priority="HIGH")
+    assert targets.changed() == []
+
+
+def test_filter_options_given_with_only_an_aspect_say_where_they_apply() -> None:
+    """weave(f, Logged(), every=2) is refused with where every= goes, not with advice to
+    set it on the aspect, whose constructor refuses it in turn."""
+    with pytest.raises(
+        InvalidOptionError,
+        match=r"options \['every'\] apply to .* none were given: an aspect takes priority=.* "
+        r"when it is made .*; every=, window=, once=, when= and rank= filter advice functions",
+    ):
+        ah.weave(targets.add_one, Timed(), every=2)
     assert targets.changed() == []
 
 

@@ -32,6 +32,8 @@ whose events are rendered with ``json`` again, without end.
 from __future__ import annotations
 
 import inspect
+import itertools
+import logging
 import threading
 import time
 import weakref
@@ -131,10 +133,11 @@ def _parameters(ctx: CallContext) -> _Parameters:
     return found
 
 
-def _named_arguments(ctx: CallContext) -> dict[str, Any]:
-    """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed)."""
+def _named_arguments(ctx: CallContext, parameters: _Parameters) -> dict[str, Any]:
+    """The call's arguments by parameter name (``**kwargs`` flattened, ``#0`` for unnamed);
+    ``parameters`` are ``_parameters(ctx)``."""
     args, kwargs = ctx._args, ctx.kwargs
-    names, signature = _parameters(ctx)
+    names, signature = parameters
     named: dict[str, Any]
     if names is not None and len(args) <= len(names):  # the common case, without binding
         named = dict(zip(names, args, strict=False))
@@ -165,6 +168,21 @@ def _named_arguments(ctx: CallContext) -> dict[str, Any]:
     }
     named.update(kwargs)
     return named
+
+
+def _opaque_positional(parameters: _Parameters) -> str | None:
+    """The ``*args`` parameter of a callable (its ``_parameters``) that takes positional
+    arguments only through it, such as ``wrapper(*args, **kwargs)`` (a decorator without
+    ``functools.wraps``), whose positional arguments no parameter names; else None."""
+    names, signature = parameters
+    if names is not None or signature is None:  # no *args, or no signature (#0, #1 ...)
+        return None
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            return parameter.name
+        if parameter.kind in _POSITIONAL:
+            return None
+    return None  # pragma: no cover - names is None only with a *args parameter
 
 
 # -- levels and options ------------------------------------------------------------------
@@ -205,6 +223,20 @@ def _positive(option: str, value: object) -> int:
         option=option,
         value=value,
     )
+
+
+def _structlog_logger(logger: Any) -> Any:
+    """``logger=`` as given, unless it is a standard library logger: its methods take no
+    event fields, so every call would fail to log."""
+    if isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+        raise InvalidOptionError(
+            f"logger={logger!r} is a standard library logger, which takes no event fields: "
+            "give a structlog logger, e.g. logger=structlog.wrap_logger(logging.getLogger("
+            f"{getattr(logger, 'name', 'name')!r}))",
+            option="logger",
+            value=logger,
+        )
+    return logger
 
 
 # -- the aspect --------------------------------------------------------------------------
@@ -272,7 +304,8 @@ class Logged(Aspect):
         self._summary = _Summary(
             _positive("max_length", max_length), _positive("max_items", max_items)
         )
-        self.logger = logger if logger is not None else log
+        self._max_arguments = 4 * max_items
+        self.logger = _structlog_logger(logger) if logger is not None else log
         # Level cache: valid while structlog's wrapper class is the one it was made for.
         self._seen: Any = object()
         self._mode = _FULL
@@ -450,16 +483,33 @@ class Logged(Aspect):
         return fields
 
     def summarize_arguments(self, ctx: CallContext) -> dict[str, str]:
-        """Parameter name -> capped summary of this call's arguments, redaction applied."""
+        """Parameter name -> capped summary of this call's arguments, redaction applied;
+        past ``4 * max_items`` arguments (a huge ``**kwargs``) the rest are counted under
+        ``'...'``."""
         redact, summary = self.redact, self._summary.summary
-        # An argument no parameter names (``#2``: a call that does not fit the signature,
-        # or a callable without one) may be any of them: masked whenever redact= is set.
-        return {
-            name: _REDACTED
-            if name.lower() in redact or (redact and name.startswith("#"))
-            else summary(value)
-            for name, value in _named_arguments(ctx).items()
-        }
+        parameters = _parameters(ctx)
+        named = _named_arguments(ctx, parameters)
+        items: Iterable[tuple[str, Any]] = named.items()
+        more = len(named) - self._max_arguments
+        if more > 0:
+            items = itertools.islice(items, self._max_arguments)
+        if not redact:
+            shown = {name: summary(value) for name, value in items}
+        else:
+            # An argument no parameter names (``#2``: a call that does not fit the
+            # signature, or a callable without one; the positional arguments of
+            # ``(*args, **kwargs)``, a wrapper hiding the real signature) may be any of
+            # them: masked.
+            opaque = _opaque_positional(parameters)
+            shown = {
+                name: _REDACTED
+                if name.lower() in redact or name.startswith("#") or name == opaque
+                else summary(value)
+                for name, value in items
+            }
+        if more > 0:
+            shown["..."] = f"<{more} more>"
+        return shown
 
     def _safely(self, point: CallContext | JoinPoint, step: Callable[..., Any], *args: Any) -> Any:
         """Run one of our steps under the ``errors=`` policy; None when it failed."""

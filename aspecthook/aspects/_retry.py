@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import math
 import random
 import time
@@ -41,6 +42,11 @@ GiveUp = Callable[[CallContext, BaseException], Any]
 # state, and a Retry holding it could not be copied.
 _JITTER = random.SystemRandom()
 
+# What stops work rather than reports a failure: never retried, whatever ``on=`` says
+# (``on=BaseException`` included), and refused when ``on=`` names one. Retrying them would
+# keep a program running after Ctrl-C or ``sys.exit()``, or a task after its cancellation.
+_STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
 
 class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
@@ -52,7 +58,9 @@ class Retry(Aspect):
     stop it). When the last attempt fails, ``give_up(ctx, exc)`` is called and the last
     exception propagates unchanged (same object, same traceback); an exception not in
     ``on`` propagates at once, and one raised by ``give_up`` propagates instead of the last
-    one (chained to it).
+    one (chained to it). ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
+    ``asyncio.CancelledError`` stop work, so they propagate at once even under
+    ``on=BaseException``; ``on=`` naming one of them is refused.
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration. A synchronous callable that returns a coroutine (an async function
@@ -93,9 +101,21 @@ class Retry(Aspect):
         )
         self.jitter = _number("jitter", jitter, "a fraction of the delay in [0, 1]", 0.0, 1.0)
         self.give_up: GiveUp | None = (
-            None if give_up is None else _callable("give_up", give_up, "a function (ctx, exc)")
+            None
+            if give_up is None
+            else _not_async(
+                "give_up",
+                _callable("give_up", give_up, "a function (ctx, exc)"),
+                "give_up is called, never awaited (it would not run): give a plain function "
+                "(ctx, exc)",
+            )
         )
-        self.sleep = _callable("sleep", sleep, "a function sleep(seconds)")
+        self.sleep = _not_async(
+            "sleep",
+            _callable("sleep", sleep, "a function sleep(seconds)"),
+            "sleep= must block, for synchronous join points; give it as async_sleep=, which "
+            "async join points await",
+        )
         self.async_sleep = _callable("async_sleep", async_sleep, "an async function (seconds)")
 
     def delay(self, retry: int) -> float:
@@ -114,13 +134,19 @@ class Retry(Aspect):
     def retry_call(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Call ``proceed()`` until it returns, the exception is not retryable, or attempts
         run out."""
+        # What every retry is given: the arguments as Retry got them. Copies, as advice
+        # inside Retry may edit ctx.args / ctx.kwargs in place, which must not carry over
+        # to the next attempt (the first attempt needs none: it runs with them as they are).
+        args, kwargs = tuple(ctx._args), ctx.kwargs.copy()
         if ctx.joinpoint.is_async:
-            return self._retry_async(ctx, proceed)
+            return self._retry_async(ctx, proceed, args, kwargs)
         attempt = 1
         while True:
             try:
-                result = proceed()
+                result = proceed() if attempt == 1 else proceed(*args, **kwargs)
             except self.on as exc:
+                if isinstance(exc, _STOPS):
+                    raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
@@ -132,25 +158,49 @@ class Retry(Aspect):
                     # has returned: through ``ctx.deferred``, which runs the rest of the
                     # chain from here with this call's arguments (a bare ``proceed()``
                     # then would start the chain at Retry again, a retry loop per retry).
-                    return self._retry_async(ctx, ctx.deferred(proceed), result, attempt)
+                    deferred = ctx.deferred(proceed)
+                    return self._retry_async(ctx, deferred, args, kwargs, result, attempt)
                 return result
             attempt += 1
 
     async def _retry_async(
-        self, ctx: CallContext, proceed: Proceed, first: Any = None, attempt: int = 1
+        self,
+        ctx: CallContext,
+        proceed: Proceed,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        first: Any = None,
+        attempt: int = 1,
     ) -> Any:
+        """Await the attempts; ``first`` is the coroutine of attempt ``attempt`` when a
+        synchronous callable returned it (else attempt 1 is made here)."""
         while True:
             try:
                 if first is not None:
                     awaited, first = first, None
                     return await awaited
-                return await proceed()
+                return await (proceed() if attempt == 1 else proceed(*args, **kwargs))
             except self.on as exc:
+                if isinstance(exc, _STOPS):
+                    raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
-                await self.async_sleep(self._next_delay(ctx, exc, attempt))
+                await self._pause(self._next_delay(ctx, exc, attempt))
             attempt += 1
+
+    def _pause(self, delay: float) -> Awaitable[Any]:
+        """``async_sleep(delay)``, checked to be something to await."""
+        pause = self.async_sleep(delay)
+        if inspect.isawaitable(pause):
+            return pause
+        raise InvalidOptionError(
+            f"async_sleep={self.async_sleep!r} returned {pause!r}, not an awaitable: give an "
+            "async function, e.g. async_sleep=asyncio.sleep (a blocking sleep would stop "
+            "the event loop)",
+            option="async_sleep",
+            value=self.async_sleep,
+        )
 
     def _next_delay(self, ctx: CallContext, exc: BaseException, attempt: int) -> float:
         delay = self.delay(attempt - 1)
@@ -198,7 +248,9 @@ def _exception_types(on: object) -> tuple[type[BaseException], ...]:
     items = tuple(on) if isinstance(on, (tuple, list)) else (on,)
     types = tuple(_exception_named(t) if isinstance(t, str) else t for t in items)
     if types and all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-        return types  # type: ignore[return-value]  # checked just above
+        classes: tuple[type[BaseException], ...] = types  # type: ignore[assignment]  # just checked
+        _refuse_stops(classes, on)
+        return classes
     raise InvalidOptionError(
         f"on={on!r} is not an exception class or a tuple of them: give e.g. "
         "on=(ConnectionError, TimeoutError), or in a config on: [ConnectionError, "
@@ -206,6 +258,18 @@ def _exception_types(on: object) -> tuple[type[BaseException], ...]:
         option="on",
         value=on,
     )
+
+
+def _refuse_stops(classes: tuple[type[BaseException], ...], on: object) -> None:
+    for cls in classes:
+        if issubclass(cls, _STOPS):
+            raise InvalidOptionError(
+                f"on: {cls.__qualname__} is never retried: it stops the program or a task "
+                "rather than reporting a failure; name the exception classes to retry instead "
+                "(e.g. on=ConnectionError)",
+                option="on",
+                value=on,
+            )
 
 
 def _exception_named(name: str) -> object:
@@ -243,6 +307,18 @@ def _number(option: str, value: object, what: str, low: float, high: float = mat
         option=option,
         value=value,
     )
+
+
+def _not_async(option: str, value: Any, what: str) -> Any:
+    """``value`` as given, unless it is an async function, which ``Retry`` would call
+    without awaiting: it would do nothing (and warn that it was never awaited)."""
+    if inspect.iscoroutinefunction(value):
+        raise InvalidOptionError(
+            f"{option}={value!r} is an async function: {what}",
+            option=option,
+            value=value,
+        )
+    return value
 
 
 def _callable(option: str, value: Any, what: str) -> Any:

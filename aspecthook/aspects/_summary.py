@@ -32,6 +32,9 @@ class _Summary(reprlib.Repr):
         self.maxtuple = self.maxlist = self.maxset = self.maxfrozenset = max_items
         self.maxdeque = self.maxdict = self.maxarray = max_items
         self.limit = 4 * max_length
+        # How much of a long value's start to show before "...": never a negative slice
+        # end, which would take all but the last bytes of a buffer, however big.
+        self._head = max(max_length - 3, 0)
 
     def repr1(self, x: Any, level: int) -> str:
         kind = type(x)  # the common small values first, without reprlib's dispatch
@@ -63,7 +66,7 @@ class _Summary(reprlib.Repr):
     def repr_bytes(self, x: bytes | bytearray, level: int) -> str:
         if len(x) <= self.maxstring:
             return repr(x)
-        head = repr(bytes(x[: self.maxstring - 3]))[:-1]  # a slice: never the whole buffer
+        head = repr(bytes(x[: self._head]))[:-1]  # a slice: never the whole buffer
         return f"<{type(x).__qualname__} len={len(x)} {head}...'>"
 
     repr_bytearray = repr_bytes
@@ -76,7 +79,7 @@ class _Summary(reprlib.Repr):
             return f"<memoryview nbytes={x.nbytes} format={x.format!r} shape={x.shape}>"
         if x.nbytes <= self.maxstring:
             return repr(flat.tobytes())
-        head = repr(flat[: self.maxstring - 3].tobytes())[:-1]
+        head = repr(flat[: self._head].tobytes())[:-1]
         return f"<memoryview nbytes={x.nbytes} {head}...'>"
 
     def repr_instance(self, x: Any, level: int) -> str:
@@ -85,7 +88,7 @@ class _Summary(reprlib.Repr):
         except Exception:
             return _unrepresentable(x)
         if len(text) > self.maxother:
-            return text[: self.maxother - 3] + "..."
+            return text[: self._head] + "..."
         return text
 
     def summary(self, x: Any) -> str:

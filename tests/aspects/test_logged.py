@@ -51,6 +51,18 @@ def login_fails(user: str, password: str) -> None:
     raise PermissionError(f"{user} may not log in")
 
 
+def _unwrapped_decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator without functools.wraps: its wrapper's signature hides fn's."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+login_behind_a_wrapper = ah.joinpoint(_unwrapped_decorator(login))
+
+
 def echo(value: Any) -> Any:
     """Return value unchanged."""
     return value
@@ -494,6 +506,24 @@ def test_a_many_dimensional_memoryview_is_summarised_by_its_bytes() -> None:
     assert peak < 1_000_000
 
 
+@pytest.mark.parametrize("max_length", [1, 2, 3])
+@pytest.mark.parametrize("kind", [bytes, memoryview], ids=["bytes", "memoryview"])
+def test_a_tiny_max_length_still_summarises_a_big_buffer_from_a_slice(
+    kind: Callable[[bytes], Any], max_length: int
+) -> None:
+    """max_length below the '...' it adds took all but the last bytes of a buffer (a
+    negative slice end): a 20 MB argument was repr'd whole before being cut."""
+    value = kind(bytes(20_000_000))
+    tracemalloc.start()
+    try:
+        text = summarize(value, max_length=max_length)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(text) <= 4 * max_length
+    assert peak < 1_000_000
+
+
 class _Cuda:
     """A device as torch names it (``torch.device('cuda:0').type``)."""
 
@@ -565,6 +595,25 @@ def test_argument_whose_repr_raises_does_not_break_the_call() -> None:
     assert logs[0]["result"] == "<unrepresentable BadRepr>"
 
 
+def test_the_number_of_arguments_shown_is_capped_too() -> None:
+    """A call with 10,000 keyword arguments shows 4 * max_items of them and counts the
+    rest under '...', as a big container is summarised: the event was 10,000 fields."""
+    options = {f"option_{i}": i for i in range(10_000)}
+    with ah.weave(gather, Logged(max_items=2, redact=("option_1",))), capture_logs() as logs:
+        gather(1, **options)
+    assert logs[0]["args"] == {
+        "first": "1",
+        "option_0": "0",
+        "option_1": "***",
+        "option_2": "2",
+        "option_3": "3",
+        "option_4": "4",
+        "option_5": "5",
+        "option_6": "6",
+        "...": "<9993 more>",
+    }
+
+
 def test_redacted_arguments_are_masked_wherever_they_are_passed() -> None:
     """Named arguments in redact= show '***', positional, keyword or through **kwargs."""
     aspect = Logged(redact=("password", "TOKEN", "api_key"))
@@ -598,6 +647,23 @@ def test_an_argument_no_parameter_names_is_masked_when_redacting() -> None:
         login("ann", "hunter2", "t0k3n")  # type: ignore[misc]
     assert logs[0]["args"]["#2"] == "***"
     assert "t0k3n" not in repr(logs)
+
+
+def test_positional_arguments_behind_a_wrapper_signature_are_masked_when_redacting() -> None:
+    """Behind (*args, **kwargs) no parameter names a positional argument, so with redact=
+    set the *args tuple is masked (it showed the password); keywords still go by name."""
+    aspect = Logged(redact=("password",))
+    with ah.weave(login_behind_a_wrapper, aspect), capture_logs() as logs:
+        login_behind_a_wrapper("ann", "hunter2", colour="blue")
+        login_behind_a_wrapper(user="ann", password="hunter2")
+    assert [e["args"] for e in logs] == [
+        {"args": "***", "colour": "'blue'"},
+        {"user": "'ann'", "password": "***"},
+    ]
+    assert "hunter2" not in repr(logs)
+    with ah.weave(login_behind_a_wrapper, Logged()), capture_logs() as logs:
+        login_behind_a_wrapper("ann", "hunter2")
+    assert logs[0]["args"] == {"args": "('ann', 'hunter2')"}  # nothing to redact: shown
 
 
 # -- outcomes and levels ---------------------------------------------------------------------
@@ -774,6 +840,15 @@ def test_failing_logger_never_masks_the_target_exception() -> None:
         ({"max_items": 0}, "max_items=0 is not a positive int"),
         ({"event": ""}, "event='' is not an event name"),
         ({"redact": ("password", 3)}, r"redact=\('password', 3\) is not a list of argument names"),
+        (
+            {"logger": logging.getLogger("logged_test.plain")},
+            r"logger=<Logger logged_test.plain .*> is a standard library logger, which takes no "
+            r"event fields: give a structlog logger, e\.g\. logger=structlog\.wrap_logger",
+        ),
+        (
+            {"logger": logging.LoggerAdapter(logging.getLogger("logged_test.plain"))},
+            r"is a standard library logger",
+        ),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
@@ -782,6 +857,14 @@ def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], ma
         Logged(**options)
     assert isinstance(raised.value, ValueError)
     assert raised.value.option == next(iter(options))
+
+
+def test_a_standard_library_logger_wrapped_by_structlog_gets_the_event() -> None:
+    """The way the refusal of a bare stdlib logger points to works: one event per call."""
+    stdlib = structlog.wrap_logger(logging.getLogger("logged_test.wrapped"))
+    with ah.weave(add, Logged(logger=stdlib)), capture_logs() as logs:
+        add(1)
+    assert [(e["event"], e["outcome"]) for e in logs] == [("call", "ok")]
 
 
 # -- configure_logging ---------------------------------------------------------------------------

@@ -159,6 +159,53 @@ def test_exceptions_outside_the_filter_are_not_retried(flaky: Flaky) -> None:
     assert raised.value is flaky.raised[0]
 
 
+STOPS = [KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError]
+stopped_calls: list[type[BaseException]] = []
+
+
+def stop(kind: type[BaseException]) -> None:
+    """Records the call, then raises ``kind``: an interrupt, an exit or a cancellation."""
+    stopped_calls.append(kind)
+    raise kind()
+
+
+async def astop(kind: type[BaseException]) -> None:
+    """The async twin of stop."""
+    await asyncio.sleep(0)
+    stop(kind)
+
+
+@pytest.mark.parametrize("kind", STOPS, ids=lambda kind: kind.__name__)
+def test_interrupts_exits_and_cancellations_are_never_retried(
+    kind: type[BaseException],
+) -> None:
+    """Even on=BaseException lets Ctrl-C, sys.exit() or a cancellation through at once,
+    unchanged, without a retry, a sleep, a give_up call or a retry.* report."""
+    stopped_calls.clear()
+    seen: list[BaseException] = []
+    aspect, sleeps = retry(on=BaseException, give_up=lambda ctx, exc: seen.append(exc))
+    with ah.weave(stop, aspect), capture_logs() as logs, pytest.raises(kind):
+        stop(kind)
+    assert (stopped_calls, sleeps, seen, logs) == ([kind], [], [], [])
+
+
+@pytest.mark.parametrize("kind", STOPS, ids=lambda kind: kind.__name__)
+def test_an_async_call_interrupted_or_cancelled_is_never_retried(
+    kind: type[BaseException],
+) -> None:
+    """The same for an async join point: no retry, no async sleep."""
+    stopped_calls.clear()
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    aspect = Retry(on=BaseException, async_sleep=fake_sleep)
+    with ah.weave(astop, aspect), capture_logs() as logs, pytest.raises(kind):
+        asyncio.run(astop(kind))
+    assert (stopped_calls, slept, logs) == ([kind], [], [])
+
+
 def test_a_single_exception_class_is_a_filter_too(flaky: Flaky) -> None:
     """on= takes one exception class as well as a tuple, and subclasses match."""
     flaky.failures = 1
@@ -315,6 +362,23 @@ def test_async_function_is_retried_with_async_sleep(flaky: Flaky) -> None:
     assert [e["event"] for e in logs] == ["retry.attempt", "retry.attempt"]
 
 
+def test_an_async_sleep_that_returns_no_awaitable_is_reported_as_the_option_at_fault(
+    flaky: Flaky,
+) -> None:
+    """async_sleep=time.sleep (it blocks the loop and returns None) fails the first retry
+    with an error naming the option, not a bare 'NoneType can't be used in await'."""
+    flaky.failures = 1
+    slept: list[float] = []
+    aspect = Retry(backoff=0.5, jitter=0, async_sleep=slept.append)
+    with (
+        ah.weave(afetch, aspect),
+        capture_logs(),
+        pytest.raises(InvalidOptionError, match=r"async_sleep=.* returned None, not an awaitable"),
+    ):
+        asyncio.run(afetch())
+    assert slept == [0.5]
+
+
 def test_async_function_behind_a_plain_decorator_is_retried_when_awaited(flaky: Flaky) -> None:
     """The call returns a coroutine at once; the failures come when it is awaited, so the
     retries are awaited too (the coroutine used to pass as a success, never retried)."""
@@ -430,6 +494,56 @@ def test_async_function_behind_a_plain_decorator_retried_by_two_retries_nests_th
     assert attempted_urls == ["u"] * 6
 
 
+attempt_arguments: list[tuple[int, str]] = []
+
+
+def refuse(n: int, mode: str = "plain") -> None:
+    """Always refused; records the arguments each attempt got."""
+    attempt_arguments.append((n, mode))
+    raise ConnectionError("refused")
+
+
+async def arefuse(n: int, mode: str = "plain") -> None:
+    """The async twin of refuse."""
+    await asyncio.sleep(0)
+    refuse(n, mode)
+
+
+def _bump_in_place(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+    ctx.args[0] += 1
+    ctx.kwargs["mode"] = ctx.kwargs.get("mode", "plain") + "+"
+    return proceed()
+
+
+async def _abump_in_place(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+    ctx.args[0] += 1
+    ctx.kwargs["mode"] = ctx.kwargs.get("mode", "plain") + "+"
+    return await proceed()
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_every_attempt_gets_the_arguments_retry_was_given(is_async: bool) -> None:
+    """Around advice inside Retry that edits ctx.args / ctx.kwargs in place edits them for
+    its attempt only: each retry starts again from the call's arguments (the edits used to
+    pile up, attempt after attempt)."""
+    attempt_arguments.clear()
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    aspect = Retry(attempts=3, backoff=0, sleep=lambda s: None, async_sleep=no_sleep)
+    target, bump = (arefuse, _abump_in_place) if is_async else (refuse, _bump_in_place)
+    call = (lambda: asyncio.run(arefuse(1))) if is_async else (lambda: refuse(1))
+    with (
+        ah.weave(target, aspect),
+        ah.weave(target, around=bump, priority="LOW"),  # inside Retry (NORMAL)
+        capture_logs(),
+        pytest.raises(ConnectionError),
+    ):
+        call()
+    assert attempt_arguments == [(2, "plain+")] * 3
+
+
 def test_method_is_retried_on_its_instance() -> None:
     """Retry woven into a method retries the bound call with the same arguments."""
     aspect, sleeps = retry(attempts=3)
@@ -468,6 +582,10 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
 # -- options -----------------------------------------------------------------------------------
 
 
+async def _async_give_up(ctx: ah.CallContext, exc: BaseException) -> None:
+    """A give_up hook Retry would call without awaiting: it would never run."""
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -482,8 +600,13 @@ def test_logged_inside_retry_logs_every_attempt(flaky: Flaky) -> None:
         ({"on": (KeyError, "x")}, r"on: 'x' is not a builtin exception: name one"),
         ({"on": "json:Nope"}, r"on: 'json:Nope' cannot be imported"),
         ({"on": ()}, r"on=\(\) is not an exception class"),
+        ({"on": KeyboardInterrupt}, r"on: KeyboardInterrupt is never retried: it stops"),
+        ({"on": (OSError, "SystemExit")}, r"on: SystemExit is never retried"),
+        ({"on": asyncio.CancelledError}, r"on: CancelledError is never retried"),
         ({"give_up": 3}, r"give_up=3 is not callable"),
         ({"sleep": None}, r"sleep=None is not callable"),
+        ({"sleep": asyncio.sleep}, r"sleep=.* is an async function: sleep= must block"),
+        ({"give_up": _async_give_up}, r"give_up=.* is an async function: give_up is called, never"),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
