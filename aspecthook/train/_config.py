@@ -223,7 +223,24 @@ class _Builder:
             if key in data:
                 kwargs[key] = self.loader(self.written.get(key, key), data[key])
         kwargs["aspects"] = self.aspects(data.get("aspects", []))
+        if "scheduler" not in kwargs:
+            self.check_schedule(kwargs["aspects"])
         return kwargs
+
+    def check_schedule(self, aspects: list[Aspect]) -> None:
+        """An ``LRSchedule`` with no scheduler of its own in a config without ``scheduler:``
+        is refused at its key now, not by the run's first join point."""
+        from .aspects._lr import LRSchedule
+
+        for i, aspect in enumerate(aspects):
+            if isinstance(aspect, LRSchedule) and aspect.scheduler is None:
+                raise self.error(
+                    f"aspects[{i}]",
+                    "LRSchedule steps the runner's scheduler, and this config has none: add "
+                    "scheduler: {type: StepLR, step_size: 10} (any torch.optim.lr_scheduler "
+                    "class; for a warm-up alone, {type: ConstantLR, factor: 1.0}), or remove "
+                    "this aspect",
+                )
 
     def loader_aliases(self, data: dict[str, Any]) -> dict[str, Any]:
         """``train_dataloader`` & co. renamed to ``train_loader``; both at once is an error."""

@@ -691,6 +691,27 @@ def test_chained_schedulers_are_written_as_one_sequential_lr() -> None:
 
 
 @pytest.mark.parametrize(
+    "aspect", ["ParamSchedulerHook", {"type": "LRSchedule", "warmup": "linear", "warmup_iters": 2}]
+)
+def test_an_lr_schedule_without_a_scheduler_is_refused_at_its_key(aspect: Any) -> None:
+    """LRSchedule in a config without scheduler: is a ConfigError at its aspects[i] key
+    when the config is read, saying what to add, not a RunnerError when the run starts."""
+    config = _config(aspects=["IterTimerHook", aspect])
+    del config["scheduler"]
+    with pytest.raises(ConfigError, match=r"^aspects\[1\]: .*add scheduler: \{type: StepLR"):
+        Runner.from_config(config)
+
+
+def test_a_warm_up_alone_is_written_with_a_constant_scheduler() -> None:
+    """The warm-up the error suggests ({type: ConstantLR, factor: 1.0}) ramps, then holds."""
+    aspect = {"type": "LRSchedule", "warmup": "linear", "warmup_iters": 3, "by_epoch": False}
+    scheduler = {"type": "ConstantLR", "factor": 1.0}
+    runner = Runner.from_config(_config(aspects=[aspect], scheduler=scheduler, max_iters=5))
+    runner.run()
+    assert runner.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
     ("option", "value"),
     [
         ("sampler", {"type": "DefaultSampler", "shuffle": True}),
