@@ -52,6 +52,7 @@ from torch.utils.data import DataLoader
 from .._aspect import Aspect
 from .._config import _SUFFIXES, _parse_toml, _parse_yaml
 from ..errors import (
+    AspectDefinitionError,
     AspectHookError,
     AspectParameterError,
     ConfigError,
@@ -60,7 +61,16 @@ from ..errors import (
 )
 from ..registry import ASPECTS, Parameters, Registry
 from ._checks import _check_work_dir
-from ._config_messages import _a, _error, _how_to_write, _kind, _number_hint, _number_text, _user
+from ._config_messages import (
+    _a,
+    _error,
+    _how_to_write,
+    _kind,
+    _needs_pointcut,
+    _number_hint,
+    _number_text,
+    _user,
+)
 from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
 from ._registries import DATASETS, LOSSES, MODELS, OPTIMIZERS, SCHEDULERS
 from ._runner import seed_everything
@@ -427,7 +437,7 @@ class _Builder:
         (``errors:``, an adapter's ``priority:``): a bad one is a ConfigError at ``key``."""
         from ..adapters import as_aspect
 
-        made = None
+        made = aspect = None
         options: dict[str, Any] = {}
         if isinstance(item, Mapping) and "priority" in item:
             item, options = self._hook_priority(key, item)
@@ -439,6 +449,8 @@ class _Builder:
             aspect = as_aspect(item if made is None else made, **options)
             if aspect is not None:
                 aspect.make_advice()
+        except AspectDefinitionError as exc:
+            raise self.error(key, _needs_pointcut(aspect) or str(exc)) from exc
         except (AspectHookError, TypeError, ValueError) as exc:
             raise self.error(key, str(exc)) from exc
         if aspect is None:

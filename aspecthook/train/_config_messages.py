@@ -1,5 +1,6 @@
 """How a ``ConfigError`` words its message: the file and key path, the bad value shown
-with its type, and a hint when YAML read a number as a string (``lr: 1e-3``).
+with its type, a hint when YAML read a number as a string (``lr: 1e-3``), and the entry
+to write for an aspect that advises no join point of its own (``Timed`` without ``pointcut``).
 
 Kept apart from ``_config``'s builder: these are plain text helpers, with no torch or
 registry in them.
@@ -13,9 +14,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._config import _kind
-from ..errors import ConfigError
+from .._pointcut import Name
+from ..errors import AspectHookError, ConfigError
 
-__all__ = ["_a", "_error", "_how_to_write", "_kind", "_number_hint", "_number_text", "_user"]
+__all__ = [
+    "_a",
+    "_error",
+    "_how_to_write",
+    "_kind",
+    "_needs_pointcut",
+    "_number_hint",
+    "_number_text",
+    "_user",
+]
 
 
 def _a(word: str) -> str:
@@ -83,3 +94,20 @@ def _user(cfg: Any) -> dict[str, Any]:
 def _error(file: str, key: str, message: str) -> ConfigError:
     where = ": ".join(part for part in (file, key) if part)
     return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
+
+
+def _needs_pointcut(aspect: Any) -> str | None:
+    """What to write when ``aspect`` has advice for no join point (``Timed``, ``Logged``
+    without ``pointcut``), said in a config's terms; None for any other definition error."""
+    if aspect is None or aspect.pointcut is not None:
+        return None
+    try:
+        aspect.make_advice(Name("train_iter"))
+    except (AspectHookError, TypeError, ValueError):
+        return None
+    name = type(aspect).__name__
+    return (
+        f"{name} advises no join point of its own: give it the runner's join points to "
+        f"advise, e.g. {{type: {name}, pointcut: 'train_*'}} (a join point name or glob: "
+        "run, train_epoch, train_iter, forward, backward, optimizer_step, val_*, test_*)"
+    )

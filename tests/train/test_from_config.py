@@ -690,6 +690,18 @@ def test_chained_schedulers_are_written_as_one_sequential_lr() -> None:
     assert isinstance(runner.scheduler, torch.optim.lr_scheduler.SequentialLR)
 
 
+@pytest.mark.parametrize("name", ["Timed", "Logged", "Recorder"])
+def test_an_aspect_without_a_pointcut_is_told_to_take_one_in_config_terms(name: str) -> None:
+    """Timed, Logged, Recorder advise no join point of their own: the error says to write
+    pointcut: in the entry, not to call Python (Timed(pointcut=...), register())."""
+    with pytest.raises(
+        ConfigError, match=rf"^aspects\[0\]: .*\{{type: {name}, pointcut: 'train_\*'\}}"
+    ):
+        Runner.from_config(_config(aspects=[name]))
+    runner = Runner.from_config(_config(aspects=[{"type": name, "pointcut": "train_*"}]))
+    assert type(runner.aspects[-1]).__name__ == name
+
+
 @pytest.mark.parametrize(
     "aspect", ["ParamSchedulerHook", {"type": "LRSchedule", "warmup": "linear", "warmup_iters": 2}]
 )
