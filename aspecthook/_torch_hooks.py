@@ -40,7 +40,8 @@ gets its own context.
 Torch hooks run before and after ``forward`` / ``backward``, never around them, and do not
 see their exceptions: ``around`` and ``on_error`` advice, and ``ctx.skip()``, raise
 ``UnsupportedAdviceError`` saying to weave the method instead (``weave(module.forward,
-around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all). Such
+around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all; an aspect
+such as ``Timed`` whose advice has no pointcut: ``weave(module.forward, Timed())``). Such
 advice reaching these join points through a registered pointcut is shown as ``failed`` in
 ``describe()`` and logged, never run.
 
@@ -384,8 +385,10 @@ def _module_advice(
         kinds["around"],
         opts,
     )
+    # Advice the aspect declared without a pointcut (Timed's) goes wherever it is woven.
+    free = {id(a) for a in found if a.aspect is not None and a.pointcut == Name(token)}
     advices = [_retarget(a, token) for a in found]
-    _refuse_unsupported(advices, token, module, label)
+    _refuse_unsupported(advices, token, module, label, free)
     return advices
 
 
@@ -415,20 +418,30 @@ def _retarget(advice: Advice, token: str) -> Advice:
     return advice
 
 
-def _refuse_unsupported(advices: Iterable[Advice], token: str, module: Any, label: str) -> None:
+def _refuse_unsupported(
+    advices: Iterable[Advice], token: str, module: Any, label: str, free: set[int]
+) -> None:
+    """``UnsupportedAdviceError`` for around / on_error advice aimed at the module, saying
+    how to weave the method instead: an aspect whose advice has no pointcut (``free``)
+    whole, other advice by its keyword."""
     from .errors import UnsupportedAdviceError
 
     ours = {Name(token), Name(f"{token}.backward")}
     for advice in advices:
         if advice.kind in _UNSUPPORTED and advice.pointcut in ours:
             path = _class_path(module)
+            if id(advice) in free:  # weave(module, Timed()): the aspect goes to the method
+                fix = "Weave the method instead"
+                given = f"{type(advice.aspect).__name__}(...)"
+            else:
+                fix = "Use before=/after= here, or weave the method"
+                given = f"{advice.kind}=..."
             raise UnsupportedAdviceError(
                 f"{advice.kind} advice {advice.name} cannot be woven into the nn.Module "
                 f"{label}: torch's module hooks run before and after forward and backward, "
-                "never around them, and do not see their exceptions. Use before=/after= "
-                f"here, or weave the method: weave(module.forward, {advice.kind}=...) for "
-                f"this instance, or weave('{path}.forward', {advice.kind}=...) for every "
-                f"{type(module).__name__}",
+                f"never around them, and do not see their exceptions. {fix}: "
+                f"weave(module.forward, {given}) for this instance, or "
+                f"weave('{path}.forward', {given}) for every {type(module).__name__}",
                 kind=advice.kind,
                 target=label,
             )

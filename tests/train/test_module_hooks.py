@@ -230,6 +230,21 @@ def test_around_and_on_error_are_refused_with_the_way_out() -> None:
     assert not ah.default_weaver.registered
 
 
+def test_an_aspect_of_around_advice_is_told_to_weave_the_method_whole() -> None:
+    """weave(module, Timed()) names weave(module.forward, Timed(...)), the call that works,
+    not a keyword (around=...) the aspect's user has no function for."""
+    from aspecthook.aspects import Timed
+
+    module = torch.nn.Linear(2, 2)
+    with pytest.raises(UnsupportedAdviceError, match=r"weave\(module\.forward, Timed\(\.\.\.\)\)"):
+        ah.weave(module, Timed())
+    assert _hooks(module) == {}
+    timed = Timed()
+    with ah.weave(module.forward, timed):
+        module(torch.randn(3, 2))
+    assert [row.count for row in timed.summary()] == [1]
+
+
 def test_the_suggested_method_weave_does_run_around_advice() -> None:
     """weave(module.forward, around=...) wraps that instance's forward (the documented fix)."""
     module = torch.nn.Linear(2, 2)
