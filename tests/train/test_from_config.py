@@ -359,9 +359,9 @@ def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
 
 
 def test_yaml_is_read_with_safe_load_only(tmp_path: Path) -> None:
-    """A YAML tag that would build a Python object is refused as invalid YAML."""
+    """A YAML tag that would build a Python object is refused."""
     path = _write(tmp_path, "evil.yaml", "seed: !!python/object/apply:os.getpid []\n")
-    with pytest.raises(ConfigError, match=r"evil\.yaml: is not valid YAML: .*python/object"):
+    with pytest.raises(ConfigError, match=r"evil\.yaml: cannot be read: .*python/object"):
         Runner.from_config(path)
 
 
