@@ -308,13 +308,15 @@ class Parameters:
     ``defaults`` maps each name to its default (``inspect.Parameter.empty`` if none);
     ``required`` are those without a default; ``open`` is True when the factory takes any
     keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
-    ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``).
+    ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``), ``bools``
+    those annotated ``bool`` or ``bool | None``.
     """
 
     defaults: dict[str, Any]
     required: tuple[str, ...]
     open: bool
     ints: frozenset[str] = frozenset()
+    bools: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, factory: Callable[..., Any]) -> Parameters | None:
@@ -333,8 +335,10 @@ class Parameters:
         open_ended = _collect(signature, defaults, required)
         if open_ended and inspect.isclass(factory):
             open_ended = _collect_bases(factory, defaults)
-        ints = frozenset(p.name for p in signature.parameters.values() if p.annotation in _INT)
-        return cls(defaults, tuple(required), open_ended, ints)
+        own = signature.parameters.values()
+        ints = frozenset(p.name for p in own if p.annotation in _INT)
+        bools = frozenset(p.name for p in own if p.annotation in _BOOL)
+        return cls(defaults, tuple(required), open_ended, ints, bools)
 
     def check(self, label: str, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` if every name is accepted and every required one given (lists become
@@ -381,6 +385,8 @@ class Parameters:
 
 #: A parameter annotation that asks for an int (as written, or as a string annotation).
 _INT: tuple[Any, ...] = (int, "int")
+#: A parameter annotation that asks for a boolean (``DataLoader(shuffle: 'bool | None')``).
+_BOOL: tuple[Any, ...] = (bool, "bool", bool | None, "bool | None", "Optional[bool]")
 
 #: What to say about a parameter name YAML turned into a boolean.
 _YAML_BOOLEANS = " (YAML reads a bare on, off, yes or no as a boolean: quote it, e.g. 'on':)"

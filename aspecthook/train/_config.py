@@ -63,6 +63,7 @@ from ..registry import ASPECTS, Parameters, Registry
 from ._checks import _check_work_dir
 from ._config_messages import (
     _a,
+    _bool_text,
     _error,
     _how_to_write,
     _kind,
@@ -566,6 +567,12 @@ class _Builder:
                     f"{key}.{name}",
                     f"is the string {value!r}, not a number: "
                     f"{_how_to_write(value, integer=integer)}",
+                )
+            boolean = _bool_text(value)  # 'false' is true to torch: Linear(bias='false')
+            if boolean and (type(default) is bool or name in accepted.bools):
+                raise self.error(
+                    f"{key}.{name}",
+                    f"is the string {value!r}, not a boolean: write {boolean} without quotes",
                 )
         return checked
 

@@ -19,6 +19,7 @@ from ..errors import AspectHookError, ConfigError
 
 __all__ = [
     "_a",
+    "_bool_text",
     "_error",
     "_how_to_write",
     "_kind",
@@ -39,6 +40,23 @@ def _number_hint(params: Mapping[str, Any]) -> str:
         if _number_text(value):
             return f" ({name}={value!r} is a string: {_how_to_write(value)})"
     return ""
+
+
+#: Text YAML 1.1 reads as a boolean when unquoted, and how to write that boolean.
+_BOOLEANS = {
+    "true": "true",
+    "yes": "true",
+    "on": "true",
+    "false": "false",
+    "no": "false",
+    "off": "false",
+}
+
+
+def _bool_text(value: Any) -> str | None:
+    """``'true'`` / ``'false'`` for a string written as a boolean (``'False'``, ``'no'``),
+    which a parameter taking a bool would read as true; None for anything else."""
+    return _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 def _number_text(value: Any) -> bool:

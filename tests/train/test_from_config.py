@@ -658,6 +658,44 @@ def test_a_quoted_number_is_told_to_drop_the_quotes() -> None:
     assert "1e-3" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "where", "spelt"),
+    [
+        (
+            "model",
+            {"type": "Linear", "in_features": 8, "out_features": 3, "bias": "false"},
+            r"model\.bias",
+            "false",
+        ),
+        ("optimizer", {"type": "Adam", "amsgrad": "False"}, r"optimizer\.amsgrad", "false"),
+        (
+            "train_loader",
+            {
+                "dataset": {"type": "RandomClassification", "n": 8, "features": 8},
+                "batch_size": 4,
+                "shuffle": "yes",
+            },
+            r"train_loader\.shuffle",
+            "true",
+        ),
+    ],
+)
+def test_a_quoted_boolean_is_refused_not_read_as_true(
+    key: str, value: Any, where: str, spelt: str
+) -> None:
+    """'false' for a bool parameter of torch (Linear's bias, DataLoader's shuffle: 'bool |
+    None') is a non-empty string, true to torch: refused at its key, told how to write it."""
+    with pytest.raises(ConfigError, match=rf"^{where}: is the string .*write {spelt} without"):
+        Runner.from_config(_config(**{key: value}))
+
+
+def test_a_string_a_bool_parameter_cannot_mistake_is_let_through() -> None:
+    """Only text YAML would read as a boolean is refused: Conv1d's padding: same stays."""
+    layer = {"type": "Conv1d", "in_channels": 1, "out_channels": 1, "kernel_size": 1}
+    model = {"type": "Sequential", "layers": [{**layer, "padding": "same"}, {"type": "Flatten"}]}
+    assert Runner.from_config(_config(model=model)).model[0].padding == "same"
+
+
 def test_a_quoted_number_for_an_int_without_a_default_is_refused_before_training() -> None:
     """StepLR(step_size='2') is taken by torch and fails at the first step: a parameter
     annotated int (here the string annotation 'int') refuses a quoted number when read."""
