@@ -70,6 +70,7 @@ from ._config_messages import (
     _needs_pointcut,
     _number_hint,
     _number_text,
+    _openmmlab_hint,
     _user,
 )
 from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
@@ -558,7 +559,7 @@ class _Builder:
             checked = accepted.check(label, params)
         except AspectParameterError as exc:
             where = f"{key}.{exc.parameters[0]}" if exc.parameters else key
-            raise self.error(where, str(exc)) from exc
+            raise self.error(where, f"{exc}{_openmmlab_hint(label, params, exc)}") from exc
         for name, value in checked.items():  # torch's schedulers and losses do not check
             default = accepted.defaults.get(name)
             integer = type(default) is int or name in accepted.ints  # 'int': no default

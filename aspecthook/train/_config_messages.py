@@ -15,7 +15,7 @@ from typing import Any
 
 from .._config import _kind
 from .._pointcut import Name
-from ..errors import AspectHookError, ConfigError
+from ..errors import AspectHookError, AspectParameterError, ConfigError
 
 __all__ = [
     "_a",
@@ -26,6 +26,7 @@ __all__ = [
     "_needs_pointcut",
     "_number_hint",
     "_number_text",
+    "_openmmlab_hint",
     "_user",
 ]
 
@@ -129,3 +130,32 @@ def _needs_pointcut(aspect: Any) -> str | None:
         f"advise, e.g. {{type: {name}, pointcut: 'train_*'}} (a join point name or glob: "
         "run, train_epoch, train_iter, forward, backward, optimizer_step, val_*, test_*)"
     )
+
+
+#: Parameters of OpenMMLab's hooks, under the hook's name, that have another name or place
+#: here, and what to write instead (``{value}`` is the value given).
+_OPENMMLAB = {
+    ("EMAHook", "momentum"): "OpenMMLab's momentum is 1 - decay here: write decay: {decay}",
+    (
+        "EMAHook",
+        "begin_iter",
+    ): "OpenMMLab's begin_iter is start_iter here: write start_iter: {value}",
+    ("GradientCumulativeOptimizerHook", "cumulative_iters"): (
+        "OpenMMLab's cumulative_iters is steps here: write steps: {value}"
+    ),
+    ("CheckpointHook", "out_dir"): "checkpoints go to the run's folder: write work_dir: "
+    "at the top level of the config",
+    ("EmptyCacheHook", "after_iter"): "the cache is emptied after every epoch; write "
+    "interval: 1 to empty it after every iteration too",
+}
+
+
+def _openmmlab_hint(label: str, params: Mapping[str, Any], exc: AspectParameterError) -> str:
+    """What to write instead of an OpenMMLab hook parameter given under its alias."""
+    name = exc.parameters[0] if exc.parameters else ""
+    hint = _OPENMMLAB.get((label, name))
+    if hint is None:
+        return ""
+    value = params.get(name)
+    decay = round(1 - value, 12) if isinstance(value, float) else "1 - momentum"
+    return ". " + hint.format(value=value, decay=decay)

@@ -469,6 +469,29 @@ class _CountingHook:
         type(self).calls += 1
 
 
+@pytest.mark.parametrize(
+    ("entry", "hint"),
+    [
+        (
+            {"type": "EMAHook", "momentum": 0.0002},
+            r"momentum is 1 - decay here: write decay: 0\.9998$",
+        ),
+        ({"type": "EMAHook", "begin_iter": 10}, r"write start_iter: 10$"),
+        ({"type": "GradientCumulativeOptimizerHook", "cumulative_iters": 4}, r"write steps: 4$"),
+        ({"type": "CheckpointHook", "out_dir": "ckpt"}, r"write work_dir: at the top level"),
+        ({"type": "EmptyCacheHook", "after_iter": True}, r"write interval: 1"),
+    ],
+)
+def test_an_openmmlab_parameter_under_its_hook_name_says_what_to_write(
+    entry: dict[str, Any], hint: str
+) -> None:
+    """An OpenMMLab hook's own parameter with another name here (EMAHook's momentum) is
+    refused with what to write, beyond the list of parameters."""
+    name = next(k for k in entry if k != "type")
+    with pytest.raises(ConfigError, match=rf"^aspects\[0\]\.{name}: .*{hint}"):
+        Runner.from_config(_config(aspects=[entry]))
+
+
 def test_hook_objects_and_classes_are_aspects_in_a_config() -> None:
     """As Runner(aspects=[...]) takes them: a hook object, or its class by path."""
     _CountingHook.calls = 0
