@@ -283,13 +283,12 @@ class Registry:
 
     def _unknown(self, name: str, problem: str | None = None) -> UnknownAspectError:
         known = tuple(self.names())
-        # The same name in another case first ('adamw' is 'AdamW', not the closer 'Adam').
-        same = [k for k in known if k.lower() == name.lower()] if name else []
-        close = same or (difflib.get_close_matches(name, known, n=1, cutoff=0.5) if name else [])
-        suggestion = close[0] if close else None
+        suggestion = _closest(name, known)
         message = problem or f"unknown {self.kind} type {name!r}"
         if suggestion:
             message += f"; did you mean {suggestion!r}?"
+        elif not message.endswith("."):
+            message += "."
         message += (
             f" Known types: {', '.join(known) or '(none)'}; or give a "
             f"'package.module:Name' path, or install a plugin (entry-point group "
@@ -299,6 +298,19 @@ class Registry:
             "'package.module:Name' path"
         )
         return UnknownAspectError(message, name=name, known=known, suggestion=suggestion)
+
+
+def _closest(name: str, known: tuple[str, ...]) -> str | None:
+    """The known name ``name`` most likely meant, or the path it meant to write."""
+    if not name:
+        return None
+    if "." in name and ":" not in name:  # 'pkg.mod.Name': a path without its colon
+        module, _, attr = name.rpartition(".")
+        return attr if attr in known else f"{module}:{attr}"
+    # The same name in another case first ('adamw' is 'AdamW', not the closer 'Adam').
+    same = [k for k in known if k.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    return close[0] if close else None
 
 
 @dataclass(frozen=True)

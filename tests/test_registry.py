@@ -202,6 +202,24 @@ def test_unknown_name_prefers_the_same_name_in_another_case_to_a_close_one(
     assert info.value.suggestion == "AdamW"
 
 
+def test_a_dotted_path_without_its_colon_is_told_the_name_or_the_path(registry: Registry) -> None:
+    """'pkg.mod.Stopwatch' suggests the registered 'Stopwatch'; a dotted path to a name the
+    registry does not know suggests it written with the colon ('pkg.mod:Name')."""
+    registry.register(Stopwatch)
+    with pytest.raises(UnknownAspectError, match=r"did you mean 'Stopwatch'\?") as info:
+        registry.get("tests.test_registry.Stopwatch")
+    assert info.value.suggestion == "Stopwatch"
+    with pytest.raises(UnknownAspectError, match=r"did you mean 'mypkg\.hooks:Traced'\?"):
+        registry.get("mypkg.hooks.Traced")
+
+
+def test_an_unknown_name_without_a_close_one_ends_its_sentence(registry: Registry) -> None:
+    """Without a suggestion the message reads 'unknown aspect type 'X'. Known types: ...'."""
+    registry.register(Stopwatch)
+    with pytest.raises(UnknownAspectError, match=r"^unknown aspect type 'Zzz'\. Known types: "):
+        registry.get("Zzz")
+
+
 # -- build -----------------------------------------------------------------------------------
 
 
