@@ -165,11 +165,18 @@ class Registry:
     def _checked(self, name: str, value: Callable[..., Any]) -> Callable[..., Any]:
         if self._accepts is None or self._accepts[0](value):
             return value
+        with self._lock:  # a registered object is named by its name, which get() accepts
+            named = {**self._fallbacks(), **self._loaded, **self._entries}
+        known = next((k for k, v in named.items() if v is value), None)
+        fix = (
+            f"it is registered as {known!r}: give that name"
+            if known is not None
+            else "register anything else in code (registry.register) and give its name"
+        )
         raise self._unusable(
             name,
             f"{self.kind} type {name!r} is {_describe(value)}, not {self._accepts[1]}: a path "
-            f"in a config must name one; register anything else in code "
-            f"(registry.register) and give its name",
+            f"in a config must name one; {fix}",
         )
 
     def names(self) -> list[str]:
