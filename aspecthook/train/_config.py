@@ -374,6 +374,11 @@ class _Builder:
                 self.scheduler(f"{key}.schedulers[{i}]", item, optimizer)
                 for i, item in enumerate(inner)
             ]
+        elif isinstance(inner, (Mapping, str)):  # torch would fail on it with no key to name
+            raise self.error(
+                f"{key}.schedulers",
+                f"must be a list, [{{type: Name, ...}}, ...], not {_kind(inner)}",
+            )
         return self.call(key, label, factory, params, shown=_user(cfg))
 
     def loss(self, key: str, cfg: Any) -> Callable[..., Any]:

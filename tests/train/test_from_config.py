@@ -784,6 +784,15 @@ def test_a_warm_up_alone_is_written_with_a_constant_scheduler() -> None:
     assert runner.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("inner", [{"type": "StepLR", "step_size": 1}, "StepLR"])
+def test_sub_schedulers_that_are_not_a_list_are_refused_at_their_key(inner: Any) -> None:
+    """SequentialLR's schedulers: written as one mapping is refused at scheduler.schedulers,
+    not passed to torch, whose error names no key ('at index 0 should have optimizer')."""
+    scheduler = {"type": "SequentialLR", "milestones": [2], "schedulers": inner}
+    with pytest.raises(ConfigError, match=r"^scheduler\.schedulers: must be a list, \[\{type: "):
+        Runner.from_config(_config(scheduler=scheduler))
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [
