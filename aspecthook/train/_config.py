@@ -62,6 +62,7 @@ from ..errors import (
 from ..registry import ASPECTS, Parameters, Registry
 from ._checks import _check_work_dir
 from ._config_messages import (
+    _NO_FUNCTION,
     _a,
     _bool_text,
     _error,
@@ -379,6 +380,9 @@ class _Builder:
                 f"{key}.schedulers",
                 f"must be a list, [{{type: Name, ...}}, ...], not {_kind(inner)}",
             )
+        for name in ("lr_lambda", "scale_fn"):  # LambdaLR, MultiplicativeLR; CyclicLR
+            if isinstance(params.get(name), (str, Mapping, int, float)):
+                raise self.error(f"{key}.{name}", _NO_FUNCTION.format(label=label, name=name))
         return self.call(key, label, factory, params, shown=_user(cfg))
 
     def loss(self, key: str, cfg: Any) -> Callable[..., Any]:

@@ -18,6 +18,7 @@ from .._pointcut import Name
 from ..errors import AspectHookError, AspectParameterError, ConfigError
 
 __all__ = [
+    "_NO_FUNCTION",
     "_a",
     "_bool_text",
     "_error",
@@ -29,6 +30,14 @@ __all__ = [
     "_openmmlab_hint",
     "_user",
 ]
+
+
+#: A scheduler parameter that takes a function (``lr_lambda``), written in a file.
+_NO_FUNCTION = (
+    "a config cannot name a function: build the scheduler in code, "
+    "Runner.from_config(path, scheduler=lambda optimizer: {label}(optimizer, {name}=my_fn)), "
+    "or use one that takes numbers (StepLR, LinearLR, ...)"
+)
 
 
 def _a(word: str) -> str:

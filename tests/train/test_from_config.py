@@ -784,6 +784,29 @@ def test_a_warm_up_alone_is_written_with_a_constant_scheduler() -> None:
     assert runner.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize(
+    ("scheduler", "where"),
+    [
+        ({"type": "LambdaLR", "lr_lambda": "lambda epoch: 0.95**epoch"}, "lr_lambda"),
+        ({"type": "MultiplicativeLR", "lr_lambda": 0.95}, "lr_lambda"),
+        ({"type": "CyclicLR", "base_lr": 0.01, "max_lr": 0.1, "scale_fn": "exp"}, "scale_fn"),
+    ],
+)
+def test_a_scheduler_function_written_in_a_file_is_refused_with_the_way_out(
+    scheduler: dict[str, Any], where: str
+) -> None:
+    """LambdaLR's lr_lambda as text or a number is refused at its key, saying to build the
+    scheduler in code, not 'str' object is not callable at the first step."""
+    with pytest.raises(ConfigError, match=rf"^scheduler\.{where}: .*scheduler=lambda optimizer"):
+        Runner.from_config(_config(scheduler=scheduler))
+    fn = functools.partial(pow, 0.95)
+    runner = Runner.from_config(
+        _config(scheduler=None),
+        scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, fn),
+    )
+    runner.run()
+
+
 @pytest.mark.parametrize("inner", [{"type": "StepLR", "step_size": 1}, "StepLR"])
 def test_sub_schedulers_that_are_not_a_list_are_refused_at_their_key(inner: Any) -> None:
     """SequentialLR's schedulers: written as one mapping is refused at scheduler.schedulers,
