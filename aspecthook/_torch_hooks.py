@@ -52,6 +52,10 @@ Torch's own rules for these hooks apply, as to hooks registered by hand:
   the graph unless compiled autograd is on. Weave before the first compiled call: torch
   does not re-check hooks added to a module it already compiled
   (``torch._dynamo.config.skip_nnmodule_hook_guards``).
+* A module with a backward hook of the old kind (``register_backward_hook``) cannot also
+  take a full backward hook: after-``backward`` advice on it is shown as ``failed`` and
+  not run. Removing our full backward hook resets torch's mark of it
+  (``_is_full_backward_hook``), so the module takes an old-kind hook again.
 * A backward stage on a module none of whose inputs require gradients (a first layer)
   makes torch warn on every backward; its ``grad_input`` is then all ``None``.
 * ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
@@ -110,24 +114,29 @@ class ModuleJoinPoint(JoinPoint):
     module without advice carries no hook at all.
     """
 
-    __slots__ = ("hooks", "module_ref", "stage")
+    __slots__ = ("full_flag", "hooks", "module_ref", "stage")
 
     def __init__(self, name: str, module: Any, stage: str) -> None:
         super().__init__(name, getattr(type(module), "forward", None), declared=False)
         self.module_ref = weakref.ref(module)  # the module owns the hooks, never the reverse
         self.stage = stage
         self.hooks: dict[str, list[Any]] = {}  # installed torch RemovableHandles, by key
+        # The module's _is_full_backward_hook before our full backward hook set it to True:
+        # put back when that hook goes, so the module takes register_backward_hook again.
+        self.full_flag: bool | None = None
 
     def set_chain(self, chain: Chain) -> None:
-        chain = _runnable(self, chain)
-        super().set_chain(chain)
         module = self.module_ref()
+        chain = _runnable(self, chain, module)
+        super().set_chain(chain)
         if module is None:
             return
         wanted = _wanted(self.stage, chain)
         for key in [k for k in self.hooks if k not in wanted]:
             for handle in self.hooks.pop(key):
                 handle.remove()
+            if key == "backward" and not module._backward_hooks:
+                module._is_full_backward_hook = self.full_flag
         for key in wanted:
             if key not in self.hooks:
                 self.hooks[key] = _INSTALL[key](self, module)
@@ -140,26 +149,39 @@ def _wanted(stage: str, chain: Chain) -> tuple[str, ...]:
     return (*keys, "backward") if chain.after else keys
 
 
-def _runnable(jp: ModuleJoinPoint, chain: Chain) -> Chain:
-    """``chain`` without around / on_error advice, which is marked as failed instead."""
-    bad = [a for stage in _UNSUPPORTED for a in chain.entries.get(stage, ())]
-    if not bad:
-        return chain
-    skipped = dict(chain.skipped)
-    for advice in bad:
-        if advice not in skipped:
-            skipped[advice] = (
-                f"{advice.kind} advice cannot run through torch module hooks; "
-                "weave the forward method instead"
+def _runnable(jp: ModuleJoinPoint, chain: Chain, module: Any) -> Chain:
+    """``chain`` without the advice torch's hooks cannot run, which is marked as failed
+    instead: around / on_error advice, and after advice of ``backward`` on a module with a
+    backward hook of the old kind (``register_backward_hook``), which torch does not mix
+    with the full backward hook that advice needs."""
+    reasons = {
+        advice: f"{advice.kind} advice cannot run through torch module hooks; "
+        "weave the forward method instead"
+        for stage in _UNSUPPORTED
+        for advice in chain.entries.get(stage, ())
+    }
+    after = chain.after
+    if (
+        jp.stage == "backward"
+        and after
+        and getattr(module, "_is_full_backward_hook", None) is False
+    ):
+        after = ()
+        for advice in chain.entries.get("after", ()):
+            reasons[advice] = (
+                "the module has a backward hook registered with register_backward_hook, "
+                "which torch does not mix with the full backward hook this advice needs: "
+                "register that hook with register_full_backward_hook"
             )
-            if advice not in jp.chain.skipped:
-                get_logger().warning(
-                    "weave.unsupported_advice",
-                    joinpoint=jp.name,
-                    advice=advice.name,
-                    kind=advice.kind,
-                )
-    return Chain(chain.entries, {"before": chain.before, "after": chain.after}, skipped)
+    if not reasons:
+        return chain
+    skipped = {**reasons, **chain.skipped}
+    for advice in reasons:
+        if advice not in jp.chain.skipped:
+            get_logger().warning(
+                "weave.unsupported_advice", joinpoint=jp.name, advice=advice.name, kind=advice.kind
+            )
+    return Chain(chain.entries, {"before": chain.before, "after": after}, skipped)
 
 
 # -- the hooks -----------------------------------------------------------------------------
@@ -293,6 +315,8 @@ def _install_backward_pre(jp: ModuleJoinPoint, module: Any) -> list[Any]:
 
 
 def _install_backward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
+    jp.full_flag = module._is_full_backward_hook
+
     def backward_hook(
         module: Any, grad_input: tuple[Any, ...], grad_output: tuple[Any, ...]
     ) -> Any:
