@@ -72,6 +72,7 @@ from ._config_messages import (
     _number_hint,
     _number_text,
     _openmmlab_hint,
+    _option_key,
     _user,
 )
 from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
@@ -463,7 +464,8 @@ class _Builder:
         except AspectDefinitionError as exc:
             raise self.error(key, _needs_pointcut(aspect) or str(exc)) from exc
         except (AspectHookError, TypeError, ValueError) as exc:
-            raise self.error(key, str(exc)) from exc
+            given = item if isinstance(item, Mapping) else {}
+            raise self.error(_option_key(key, exc, {**given, **options}), str(exc)) from exc
         if aspect is None:
             what = _kind(item if made is None else made)
             raise self.error(
@@ -605,7 +607,8 @@ class _Builder:
             # torch reports bad argument values as RuntimeError too; the cause stays chained
             shown = params if shown is None else shown
             args = ", ".join(f"{k}={v!r}" for k, v in shown.items())
-            raise self.error(key, f"{label}({args}) failed: {exc}{_number_hint(shown)}") from exc
+            where = _option_key(key, exc, shown)
+            raise self.error(where, f"{label}({args}) failed: {exc}{_number_hint(shown)}") from exc
 
     def check_keys(self, key: str, data: Mapping[Any, Any], valid: tuple[str, ...]) -> None:
         for name in data:

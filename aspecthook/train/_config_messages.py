@@ -15,7 +15,7 @@ from typing import Any
 
 from .._config import _kind
 from .._pointcut import Name
-from ..errors import AspectHookError, AspectParameterError, ConfigError
+from ..errors import AspectHookError, AspectParameterError, ConfigError, UnknownPriorityError
 
 __all__ = [
     "_NO_FUNCTION",
@@ -28,6 +28,7 @@ __all__ = [
     "_number_hint",
     "_number_text",
     "_openmmlab_hint",
+    "_option_key",
     "_user",
 ]
 
@@ -168,3 +169,10 @@ def _openmmlab_hint(label: str, params: Mapping[str, Any], exc: AspectParameterE
     value = params.get(name)
     decay = round(1 - value, 12) if isinstance(value, float) else "1 - momentum"
     return ". " + hint.format(value=value, decay=decay)
+
+
+def _option_key(key: str, exc: BaseException, given: Mapping[str, Any]) -> str:
+    """``key`` and the parameter an error names when the entry gave it (an aspect's
+    ``InvalidOptionError`` has its ``option``, a priority error is ``priority``'s)."""
+    option = "priority" if isinstance(exc, UnknownPriorityError) else getattr(exc, "option", None)
+    return f"{key}.{option}" if isinstance(option, str) and option in given else key

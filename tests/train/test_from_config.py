@@ -867,13 +867,13 @@ def test_objects_built_in_code_are_used_as_given_inside_parts() -> None:
 
 def test_evaluate_refuses_metrics_that_are_not_functions() -> None:
     """Metrics named by text are refused when Evaluate is made, not at the first
-    validation; from a config, as a ConfigError at the aspect's key."""
+    validation; from a config, as a ConfigError at the aspect's metrics key."""
     with pytest.raises(InvalidOptionError, match=r"'acc'.*give the function itself"):
         Evaluate(metrics={"acc": "accuracy"})
     with pytest.raises(InvalidOptionError, match=r"metrics"):
         Evaluate(metrics=["accuracy"])  # type: ignore[arg-type]
     entry = {"type": "Evaluate", "metrics": {"acc": "accuracy"}}
-    with pytest.raises(ConfigError, match=r"^aspects\[0\]: ") as info:
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]\.metrics: ") as info:
         Runner.from_config(_config(aspects=[entry]))
     assert isinstance(info.value.__cause__, InvalidOptionError)
 
@@ -894,16 +894,34 @@ def test_a_metric_function_is_added_to_a_runner_built_from_a_config() -> None:
     assert runner.get_aspect(LRSchedule) is not None
 
 
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [
+        ({"type": "Checkpoint", "interval": 0}, "interval"),
+        ({"type": "LRSchedule", "warmup": "cosine", "warmup_iters": 2}, "warmup"),
+        ({"type": "Checkpoint", "priority": "VERY_LOWW"}, "priority"),
+        ({"type": "GradClip", "max_norm": -1.0}, "max_norm"),
+    ],
+)
+def test_a_bad_aspect_parameter_is_refused_at_its_own_key(
+    entry: dict[str, Any], where: str
+) -> None:
+    """A value an aspect refuses is a ConfigError at aspects[i].<parameter>, not only at the
+    entry, so the key path leads to the value to change."""
+    with pytest.raises(ConfigError, match=rf"^aspects\[0\]\.{where}: "):
+        Runner.from_config(_config(aspects=[entry]))
+
+
 def test_bad_advice_options_of_an_aspect_are_config_errors() -> None:
     """errors: ignore (checked when the advice is made) and a bad priority of an adapted
-    hook class are ConfigErrors at the aspect's key, the original error chained."""
-    with pytest.raises(ConfigError, match=r"^aspects\[1\]: .*errors='ignore'") as info:
+    hook class are ConfigErrors at the parameter's key, the original error chained."""
+    with pytest.raises(ConfigError, match=r"^aspects\[1\]\.errors: .*errors='ignore'") as info:
         Runner.from_config(
             _config(aspects=["IterTimerHook", {"type": "Logger", "errors": "ignore"}])
         )
     assert isinstance(info.value.__cause__, InvalidOptionError)
     entry = {"type": f"{__name__}:_IntervalHook", "priority": "SUPER"}
-    with pytest.raises(ConfigError, match=r"^aspects\[0\]: .*SUPER") as info:
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]\.priority: .*SUPER") as info:
         Runner.from_config(_config(aspects=[entry]))
     assert isinstance(info.value.__cause__, UnknownPriorityError)
 
