@@ -63,6 +63,7 @@ from ..registry import ASPECTS, Parameters, Registry
 from ._checks import _check_work_dir
 from ._config_messages import (
     _NO_FUNCTION,
+    _OPENMMLAB_KEYS,
     _a,
     _bool_text,
     _error,
@@ -615,5 +616,7 @@ class _Builder:
             if name not in valid:
                 close = difflib.get_close_matches(str(name), valid, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
+                if not key and name in _OPENMMLAB_KEYS:  # not the look-alike: train_cfg
+                    hint = f" ({_OPENMMLAB_KEYS[name]})"
                 where = f"{key}.{name}" if key else str(name)
                 raise self.error(where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")

@@ -19,6 +19,7 @@ from ..errors import AspectHookError, AspectParameterError, ConfigError, Unknown
 
 __all__ = [
     "_NO_FUNCTION",
+    "_OPENMMLAB_KEYS",
     "_a",
     "_bool_text",
     "_error",
@@ -176,3 +177,30 @@ def _option_key(key: str, exc: BaseException, given: Mapping[str, Any]) -> str:
     ``InvalidOptionError`` has its ``option``, a priority error is ``priority``'s)."""
     option = "priority" if isinstance(exc, UnknownPriorityError) else getattr(exc, "option", None)
     return f"{key}.{option}" if isinstance(option, str) and option in given else key
+
+
+_HOOKS = (
+    "OpenMMLab's hooks are aspects here: list them under aspects: [...], by OpenMMLab's "
+    "names too ({type: CheckpointHook, interval: 1})"
+)
+_EVALUATOR = "metrics are the Evaluate aspect's, whose functions are given in code"
+#: Top-level keys of an OpenMMLab config and what to write instead, where a look-alike
+#: key of ours would be the wrong suggestion (train_cfg is not train_step).
+_OPENMMLAB_KEYS = {
+    "train_cfg": "OpenMMLab's train_cfg: write max_epochs: or max_iters: at the top level; "
+    "its val_interval is the Evaluate aspect's interval:",
+    "val_cfg": "validation runs on val_loader: with the Evaluate aspect; remove val_cfg",
+    "test_cfg": "runner.test() runs on test_loader:; remove test_cfg",
+    "optim_wrapper": "write its optimizer: {type: ..., lr: ...} at the top level; clip_grad "
+    "is the GradClip aspect, accumulative_counts GradAccumulation, AmpOptimWrapper AMP",
+    "default_hooks": _HOOKS,
+    "custom_hooks": _HOOKS,
+    "val_evaluator": _EVALUATOR,
+    "test_evaluator": _EVALUATOR,
+    "param_scheduler": "write one scheduler: {type: ...} (chain several with SequentialLR), "
+    "or a warm-up with LRSchedule's warmup:",
+    "randomness": "write seed: N at the top level",
+    "load_from": "give the Checkpoint aspect resume: with the file's path",
+    "resume": "give the Checkpoint aspect resume: auto",
+    "default_scope": "there are no registry scopes here; remove it",
+}

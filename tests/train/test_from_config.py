@@ -345,6 +345,24 @@ def test_bad_values_name_their_key(changes: dict[str, Any], message: str) -> Non
         Runner.from_config(_config(**changes))
 
 
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ("train_cfg", r"write max_epochs: or max_iters: at the top level"),
+        ("default_hooks", r"list them under aspects: \[\.\.\.\]"),
+        ("custom_hooks", r"list them under aspects: \[\.\.\.\]"),
+        ("default_scope", r"no registry scopes here"),
+        ("val_evaluator", r"the Evaluate aspect's"),
+    ],
+)
+def test_an_openmmlab_top_level_key_says_where_its_settings_go(key: str, says: str) -> None:
+    """OpenMMLab's train_cfg is not told 'did you mean train_step?' (nor default_hooks
+    'default_aspects'): the error says where its settings go here."""
+    with pytest.raises(ConfigError, match=rf"^{key}: is not a known key \(.*{says}") as info:
+        Runner.from_config(_config(**{key: {}}))
+    assert "did you mean" not in str(info.value)
+
+
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
     """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
     timer = IterTimer()
