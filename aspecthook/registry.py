@@ -33,6 +33,7 @@ import difflib
 import importlib
 import importlib.metadata
 import inspect
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -328,7 +329,8 @@ class Parameters:
     ``required`` are those without a default; ``open`` is True when the factory takes any
     keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
     ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``), ``bools``
-    those annotated ``bool`` or ``bool | None``.
+    those annotated ``bool`` or ``bool | None``, ``numbers`` those whose annotation names
+    ``int`` or ``float`` and neither ``str`` nor ``Any`` (``float | Tensor``).
     """
 
     defaults: dict[str, Any]
@@ -336,6 +338,7 @@ class Parameters:
     open: bool
     ints: frozenset[str] = frozenset()
     bools: frozenset[str] = frozenset()
+    numbers: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, factory: Callable[..., Any]) -> Parameters | None:
@@ -357,7 +360,8 @@ class Parameters:
         own = signature.parameters.values()
         ints = frozenset(p.name for p in own if p.annotation in _INT)
         bools = frozenset(p.name for p in own if p.annotation in _BOOL)
-        return cls(defaults, tuple(required), open_ended, ints, bools)
+        numbers = frozenset(p.name for p in own if _names_a_number(p.annotation))
+        return cls(defaults, tuple(required), open_ended, ints, bools, numbers)
 
     def check(self, label: str, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` if every name is accepted and every required one given (lists become
@@ -409,6 +413,19 @@ _BOOL: tuple[Any, ...] = (bool, "bool", bool | None, "bool | None", "Optional[bo
 
 #: What to say about a parameter name YAML turned into a boolean.
 _YAML_BOOLEANS = " (YAML reads a bare on, off, yes or no as a boolean: quote it, e.g. 'on':)"
+
+
+def _names_a_number(annotation: Any) -> bool:
+    """Whether an annotation asks for a number and cannot take text: ``float``,
+    ``'float'``, ``float | Tensor``, not ``float | str`` (``norm_type='inf'``) or ``Any``."""
+    if annotation is inspect.Parameter.empty:
+        return False
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    return bool(_NUMBER.search(text)) and not _TEXT.search(text)
+
+
+_NUMBER = re.compile(r"\b(int|float)\b")
+_TEXT = re.compile(r"\b(str|Any|object)\b")
 
 
 def _tuple_if(value: Any, default: Any) -> Any:

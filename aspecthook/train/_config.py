@@ -65,15 +65,13 @@ from ._config_messages import (
     _NO_FUNCTION,
     _OPENMMLAB_KEYS,
     _a,
-    _bool_text,
     _error,
-    _how_to_write,
     _kind,
     _needs_pointcut,
     _number_hint,
-    _number_text,
     _openmmlab_hint,
     _option_key,
+    _string_problem,
     _user,
 )
 from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
@@ -573,20 +571,9 @@ class _Builder:
             where = f"{key}.{exc.parameters[0]}" if exc.parameters else key
             raise self.error(where, f"{exc}{_openmmlab_hint(label, params, exc)}") from exc
         for name, value in checked.items():  # torch's schedulers and losses do not check
-            default = accepted.defaults.get(name)
-            integer = type(default) is int or name in accepted.ints  # 'int': no default
-            if (integer or type(default) is float) and _number_text(value):
-                raise self.error(
-                    f"{key}.{name}",
-                    f"is the string {value!r}, not a number: "
-                    f"{_how_to_write(value, integer=integer)}",
-                )
-            boolean = _bool_text(value)  # 'false' is true to torch: Linear(bias='false')
-            if boolean and (type(default) is bool or name in accepted.bools):
-                raise self.error(
-                    f"{key}.{name}",
-                    f"is the string {value!r}, not a boolean: write {boolean} without quotes",
-                )
+            problem = _string_problem(accepted, name, value)
+            if problem is not None:
+                raise self.error(f"{key}.{name}", problem)
         return checked
 
     def call(

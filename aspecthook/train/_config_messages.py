@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import _kind
 from .._pointcut import Name
 from ..errors import AspectHookError, AspectParameterError, ConfigError, UnknownPriorityError
+
+if TYPE_CHECKING:
+    from ..registry import Parameters
 
 __all__ = [
     "_NO_FUNCTION",
@@ -30,6 +33,7 @@ __all__ = [
     "_number_text",
     "_openmmlab_hint",
     "_option_key",
+    "_string_problem",
     "_user",
 ]
 
@@ -204,3 +208,22 @@ _OPENMMLAB_KEYS = {
     "resume": "give the Checkpoint aspect resume: auto",
     "default_scope": "there are no registry scopes here; remove it",
 }
+
+
+def _string_problem(accepted: Parameters, name: str, value: Any) -> str | None:
+    """What is wrong with ``value``, a string given for ``name`` that takes a number or a
+    boolean (torch's schedulers and losses do not check: ``Linear(bias='false')`` has a
+    bias); None when nothing is."""
+    if not isinstance(value, str):
+        return None
+    default = accepted.defaults.get(name)
+    integer = type(default) is int or name in accepted.ints  # 'int': no default
+    if (integer or type(default) is float) and _number_text(value):
+        return f"is the string {value!r}, not a number: {_how_to_write(value, integer=integer)}"
+    boolean = _bool_text(value)
+    if boolean and (type(default) is bool or name in accepted.bools):
+        return f"is the string {value!r}, not a boolean: write {boolean} without quotes"
+    if name in accepted.numbers and not _number_text(value):
+        example = f" (its default is {default})" if type(default) in (int, float) else ""
+        return f"is the string {value!r}, not a number: write a number{example}"
+    return None

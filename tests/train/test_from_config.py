@@ -730,6 +730,16 @@ def test_a_quoted_boolean_is_refused_not_read_as_true(
         Runner.from_config(_config(**{key: value}))
 
 
+def test_text_for_a_number_parameter_is_refused_at_its_key() -> None:
+    """SGD(lr='fast') failed inside torch ('<' not supported between str and float) with
+    the optimizer's key: it is refused at optimizer.lr, saying to write a number."""
+    with pytest.raises(ConfigError, match=r"^optimizer\.lr: is the string 'fast', not a number"):
+        Runner.from_config(_config(optimizer={"type": "SGD", "lr": "fast"}))
+    layer = {"type": "Conv1d", "in_channels": 1, "out_channels": 1, "kernel_size": 1}
+    model = {"type": "Sequential", "layers": [{**layer, "padding": "same"}, {"type": "Flatten"}]}
+    assert Runner.from_config(_config(model=model)).model[0].padding == "same"  # 'str | int'
+
+
 def test_a_string_a_bool_parameter_cannot_mistake_is_let_through() -> None:
     """Only text YAML would read as a boolean is refused: Conv1d's padding: same stays."""
     layer = {"type": "Conv1d", "in_channels": 1, "out_channels": 1, "kernel_size": 1}
