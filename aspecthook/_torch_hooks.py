@@ -177,7 +177,7 @@ def _runnable(jp: ModuleJoinPoint, chain: Chain, module: Any) -> Chain:
         return chain
     skipped = {**reasons, **chain.skipped}
     for advice in reasons:
-        if advice not in jp.chain.skipped:
+        if advice not in chain.skipped and advice not in jp.chain.skipped:
             get_logger().warning(
                 "weave.unsupported_advice", joinpoint=jp.name, advice=advice.name, kind=advice.kind
             )
