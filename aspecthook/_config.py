@@ -160,7 +160,16 @@ def _parse_yaml(file: str, text: str) -> Any:
             detail = f"{where} ({context})" if context else where
         else:
             detail = str(exc)
+        if str(problem).startswith("could not determine a constructor for the tag"):
+            raise _error(file, "", f"cannot be read: {detail}: {_TAGS}") from None
         raise _error(file, "", f"is not valid YAML: {detail}") from None
+
+
+#: What to do about a YAML tag (``!!python/object:...``, ``!Custom``) that safe_load refuses.
+_TAGS = (
+    "YAML is read with safe_load, which builds no Python object from a tag: remove the tag "
+    "and write the value itself (a part as {type: Name, ...})"
+)
 
 
 @functools.cache

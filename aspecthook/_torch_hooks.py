@@ -40,7 +40,8 @@ gets its own context.
 Torch hooks run before and after ``forward`` / ``backward``, never around them, and do not
 see their exceptions: ``around`` and ``on_error`` advice, and ``ctx.skip()``, raise
 ``UnsupportedAdviceError`` saying to weave the method instead (``weave(module.forward,
-around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all). Such
+around=...)`` for one instance, ``weave('pkg.mod.Class.forward', ...)`` for all; an aspect
+such as ``Timed`` whose advice has no pointcut: ``weave(module.forward, Timed())``). Such
 advice reaching these join points through a registered pointcut is shown as ``failed`` in
 ``describe()`` and logged, never run.
 
@@ -51,6 +52,10 @@ Torch's own rules for these hooks apply, as to hooks registered by hand:
   the graph unless compiled autograd is on. Weave before the first compiled call: torch
   does not re-check hooks added to a module it already compiled
   (``torch._dynamo.config.skip_nnmodule_hook_guards``).
+* A module with a backward hook of the old kind (``register_backward_hook``) cannot also
+  take a full backward hook: after-``backward`` advice on it is shown as ``failed`` and
+  not run. Removing our full backward hook resets torch's mark of it
+  (``_is_full_backward_hook``), so the module takes an old-kind hook again.
 * A backward stage on a module none of whose inputs require gradients (a first layer)
   makes torch warn on every backward; its ``grad_input`` is then all ``None``.
 * ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
@@ -109,24 +114,29 @@ class ModuleJoinPoint(JoinPoint):
     module without advice carries no hook at all.
     """
 
-    __slots__ = ("hooks", "module_ref", "stage")
+    __slots__ = ("full_flag", "hooks", "module_ref", "stage")
 
     def __init__(self, name: str, module: Any, stage: str) -> None:
         super().__init__(name, getattr(type(module), "forward", None), declared=False)
         self.module_ref = weakref.ref(module)  # the module owns the hooks, never the reverse
         self.stage = stage
         self.hooks: dict[str, list[Any]] = {}  # installed torch RemovableHandles, by key
+        # The module's _is_full_backward_hook before our full backward hook set it to True:
+        # put back when that hook goes, so the module takes register_backward_hook again.
+        self.full_flag: bool | None = None
 
     def set_chain(self, chain: Chain) -> None:
-        chain = _runnable(self, chain)
-        super().set_chain(chain)
         module = self.module_ref()
+        chain = _runnable(self, chain, module)
+        super().set_chain(chain)
         if module is None:
             return
         wanted = _wanted(self.stage, chain)
         for key in [k for k in self.hooks if k not in wanted]:
             for handle in self.hooks.pop(key):
                 handle.remove()
+            if key == "backward" and not module._backward_hooks:
+                module._is_full_backward_hook = self.full_flag
         for key in wanted:
             if key not in self.hooks:
                 self.hooks[key] = _INSTALL[key](self, module)
@@ -139,26 +149,39 @@ def _wanted(stage: str, chain: Chain) -> tuple[str, ...]:
     return (*keys, "backward") if chain.after else keys
 
 
-def _runnable(jp: ModuleJoinPoint, chain: Chain) -> Chain:
-    """``chain`` without around / on_error advice, which is marked as failed instead."""
-    bad = [a for stage in _UNSUPPORTED for a in chain.entries.get(stage, ())]
-    if not bad:
-        return chain
-    skipped = dict(chain.skipped)
-    for advice in bad:
-        if advice not in skipped:
-            skipped[advice] = (
-                f"{advice.kind} advice cannot run through torch module hooks; "
-                "weave the forward method instead"
+def _runnable(jp: ModuleJoinPoint, chain: Chain, module: Any) -> Chain:
+    """``chain`` without the advice torch's hooks cannot run, which is marked as failed
+    instead: around / on_error advice, and after advice of ``backward`` on a module with a
+    backward hook of the old kind (``register_backward_hook``), which torch does not mix
+    with the full backward hook that advice needs."""
+    reasons = {
+        advice: f"{advice.kind} advice cannot run through torch module hooks; "
+        "weave the forward method instead"
+        for stage in _UNSUPPORTED
+        for advice in chain.entries.get(stage, ())
+    }
+    after = chain.after
+    if (
+        jp.stage == "backward"
+        and after
+        and getattr(module, "_is_full_backward_hook", None) is False
+    ):
+        after = ()
+        for advice in chain.entries.get("after", ()):
+            reasons[advice] = (
+                "the module has a backward hook registered with register_backward_hook, "
+                "which torch does not mix with the full backward hook this advice needs: "
+                "register that hook with register_full_backward_hook"
             )
-            if advice not in jp.chain.skipped:
-                get_logger().warning(
-                    "weave.unsupported_advice",
-                    joinpoint=jp.name,
-                    advice=advice.name,
-                    kind=advice.kind,
-                )
-    return Chain(chain.entries, {"before": chain.before, "after": chain.after}, skipped)
+    if not reasons:
+        return chain
+    skipped = {**reasons, **chain.skipped}
+    for advice in reasons:
+        if advice not in chain.skipped and advice not in jp.chain.skipped:
+            get_logger().warning(
+                "weave.unsupported_advice", joinpoint=jp.name, advice=advice.name, kind=advice.kind
+            )
+    return Chain(chain.entries, {"before": chain.before, "after": after}, skipped)
 
 
 # -- the hooks -----------------------------------------------------------------------------
@@ -292,6 +315,8 @@ def _install_backward_pre(jp: ModuleJoinPoint, module: Any) -> list[Any]:
 
 
 def _install_backward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
+    jp.full_flag = module._is_full_backward_hook
+
     def backward_hook(
         module: Any, grad_input: tuple[Any, ...], grad_output: tuple[Any, ...]
     ) -> Any:
@@ -384,8 +409,10 @@ def _module_advice(
         kinds["around"],
         opts,
     )
+    # Advice the aspect declared without a pointcut (Timed's) goes wherever it is woven.
+    free = {id(a) for a in found if a.aspect is not None and a.pointcut == Name(token)}
     advices = [_retarget(a, token) for a in found]
-    _refuse_unsupported(advices, token, module, label)
+    _refuse_unsupported(advices, token, module, label, free)
     return advices
 
 
@@ -415,20 +442,30 @@ def _retarget(advice: Advice, token: str) -> Advice:
     return advice
 
 
-def _refuse_unsupported(advices: Iterable[Advice], token: str, module: Any, label: str) -> None:
+def _refuse_unsupported(
+    advices: Iterable[Advice], token: str, module: Any, label: str, free: set[int]
+) -> None:
+    """``UnsupportedAdviceError`` for around / on_error advice aimed at the module, saying
+    how to weave the method instead: an aspect whose advice has no pointcut (``free``)
+    whole, other advice by its keyword."""
     from .errors import UnsupportedAdviceError
 
     ours = {Name(token), Name(f"{token}.backward")}
     for advice in advices:
         if advice.kind in _UNSUPPORTED and advice.pointcut in ours:
             path = _class_path(module)
+            if id(advice) in free:  # weave(module, Timed()): the aspect goes to the method
+                fix = "Weave the method instead"
+                given = f"{type(advice.aspect).__name__}(...)"
+            else:
+                fix = "Use before=/after= here, or weave the method"
+                given = f"{advice.kind}=..."
             raise UnsupportedAdviceError(
                 f"{advice.kind} advice {advice.name} cannot be woven into the nn.Module "
                 f"{label}: torch's module hooks run before and after forward and backward, "
-                "never around them, and do not see their exceptions. Use before=/after= "
-                f"here, or weave the method: weave(module.forward, {advice.kind}=...) for "
-                f"this instance, or weave('{path}.forward', {advice.kind}=...) for every "
-                f"{type(module).__name__}",
+                f"never around them, and do not see their exceptions. {fix}: "
+                f"weave(module.forward, {given}) for this instance, or "
+                f"weave('{path}.forward', {given}) for every {type(module).__name__}",
                 kind=advice.kind,
                 target=label,
             )

@@ -33,6 +33,7 @@ import difflib
 import importlib
 import importlib.metadata
 import inspect
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -165,11 +166,18 @@ class Registry:
     def _checked(self, name: str, value: Callable[..., Any]) -> Callable[..., Any]:
         if self._accepts is None or self._accepts[0](value):
             return value
+        with self._lock:  # a registered object is named by its name, which get() accepts
+            named = {**self._fallbacks(), **self._loaded, **self._entries}
+        known = next((k for k, v in named.items() if v is value), None)
+        fix = (
+            f"it is registered as {known!r}: give that name"
+            if known is not None
+            else "register anything else in code (registry.register) and give its name"
+        )
         raise self._unusable(
             name,
             f"{self.kind} type {name!r} is {_describe(value)}, not {self._accepts[1]}: a path "
-            f"in a config must name one; register anything else in code "
-            f"(registry.register) and give its name",
+            f"in a config must name one; {fix}",
         )
 
     def names(self) -> list[str]:
@@ -283,13 +291,12 @@ class Registry:
 
     def _unknown(self, name: str, problem: str | None = None) -> UnknownAspectError:
         known = tuple(self.names())
-        # The same name in another case first ('adamw' is 'AdamW', not the closer 'Adam').
-        same = [k for k in known if k.lower() == name.lower()] if name else []
-        close = same or (difflib.get_close_matches(name, known, n=1, cutoff=0.5) if name else [])
-        suggestion = close[0] if close else None
+        suggestion = _closest(name, known)
         message = problem or f"unknown {self.kind} type {name!r}"
         if suggestion:
             message += f"; did you mean {suggestion!r}?"
+        elif not message.endswith("."):
+            message += "."
         message += (
             f" Known types: {', '.join(known) or '(none)'}; or give a "
             f"'package.module:Name' path, or install a plugin (entry-point group "
@@ -301,6 +308,19 @@ class Registry:
         return UnknownAspectError(message, name=name, known=known, suggestion=suggestion)
 
 
+def _closest(name: str, known: tuple[str, ...]) -> str | None:
+    """The known name ``name`` most likely meant, or the path it meant to write."""
+    if not name:
+        return None
+    if "." in name and ":" not in name:  # 'pkg.mod.Name': a path without its colon
+        module, _, attr = name.rpartition(".")
+        return attr if attr in known else f"{module}:{attr}"
+    # The same name in another case first ('adamw' is 'AdamW', not the closer 'Adam').
+    same = [k for k in known if k.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 @dataclass(frozen=True)
 class Parameters:
     """The keyword parameters a factory accepts, as ``build`` checks them.
@@ -308,13 +328,17 @@ class Parameters:
     ``defaults`` maps each name to its default (``inspect.Parameter.empty`` if none);
     ``required`` are those without a default; ``open`` is True when the factory takes any
     keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
-    ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``).
+    ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``), ``bools``
+    those annotated ``bool`` or ``bool | None``, ``numbers`` those whose annotation names
+    ``int`` or ``float`` and neither ``str`` nor ``Any`` (``float | Tensor``).
     """
 
     defaults: dict[str, Any]
     required: tuple[str, ...]
     open: bool
     ints: frozenset[str] = frozenset()
+    bools: frozenset[str] = frozenset()
+    numbers: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, factory: Callable[..., Any]) -> Parameters | None:
@@ -333,8 +357,11 @@ class Parameters:
         open_ended = _collect(signature, defaults, required)
         if open_ended and inspect.isclass(factory):
             open_ended = _collect_bases(factory, defaults)
-        ints = frozenset(p.name for p in signature.parameters.values() if p.annotation in _INT)
-        return cls(defaults, tuple(required), open_ended, ints)
+        own = signature.parameters.values()
+        ints = frozenset(p.name for p in own if p.annotation in _INT)
+        bools = frozenset(p.name for p in own if p.annotation in _BOOL)
+        numbers = frozenset(p.name for p in own if _names_a_number(p.annotation))
+        return cls(defaults, tuple(required), open_ended, ints, bools, numbers)
 
     def check(self, label: str, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` if every name is accepted and every required one given (lists become
@@ -381,9 +408,24 @@ class Parameters:
 
 #: A parameter annotation that asks for an int (as written, or as a string annotation).
 _INT: tuple[Any, ...] = (int, "int")
+#: A parameter annotation that asks for a boolean (``DataLoader(shuffle: 'bool | None')``).
+_BOOL: tuple[Any, ...] = (bool, "bool", bool | None, "bool | None", "Optional[bool]")
 
 #: What to say about a parameter name YAML turned into a boolean.
 _YAML_BOOLEANS = " (YAML reads a bare on, off, yes or no as a boolean: quote it, e.g. 'on':)"
+
+
+def _names_a_number(annotation: Any) -> bool:
+    """Whether an annotation asks for a number and cannot take text: ``float``,
+    ``'float'``, ``float | Tensor``, not ``float | str`` (``norm_type='inf'``) or ``Any``."""
+    if annotation is inspect.Parameter.empty:
+        return False
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    return bool(_NUMBER.search(text)) and not _TEXT.search(text)
+
+
+_NUMBER = re.compile(r"\b(int|float)\b")
+_TEXT = re.compile(r"\b(str|Any|object)\b")
 
 
 def _tuple_if(value: Any, default: Any) -> Any:

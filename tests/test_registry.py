@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -200,6 +201,24 @@ def test_unknown_name_prefers_the_same_name_in_another_case_to_a_close_one(
     with pytest.raises(UnknownAspectError, match="did you mean 'AdamW'") as info:
         registry.get("adamw")
     assert info.value.suggestion == "AdamW"
+
+
+def test_a_dotted_path_without_its_colon_is_told_the_name_or_the_path(registry: Registry) -> None:
+    """'pkg.mod.Stopwatch' suggests the registered 'Stopwatch'; a dotted path to a name the
+    registry does not know suggests it written with the colon ('pkg.mod:Name')."""
+    registry.register(Stopwatch)
+    with pytest.raises(UnknownAspectError, match=r"did you mean 'Stopwatch'\?") as info:
+        registry.get("tests.test_registry.Stopwatch")
+    assert info.value.suggestion == "Stopwatch"
+    with pytest.raises(UnknownAspectError, match=r"did you mean 'mypkg\.hooks:Traced'\?"):
+        registry.get("mypkg.hooks.Traced")
+
+
+def test_an_unknown_name_without_a_close_one_ends_its_sentence(registry: Registry) -> None:
+    """Without a suggestion the message reads 'unknown aspect type 'X'. Known types: ...'."""
+    registry.register(Stopwatch)
+    with pytest.raises(UnknownAspectError, match=r"^unknown aspect type 'Zzz'\. Known types: "):
+        registry.get("Zzz")
 
 
 # -- build -----------------------------------------------------------------------------------
@@ -416,6 +435,22 @@ def test_an_explicit_path_must_name_a_class_the_registry_accepts() -> None:
         registry.get("os:getcwd")
     with pytest.raises(UnknownAspectError, match="not an Aspect"):
         ASPECTS.get("subprocess:Popen")
+
+
+def test_a_path_to_a_registered_object_it_does_not_accept_names_its_registered_name() -> None:
+    """'torch.nn.functional:cross_entropy' as a loss is refused as a path (only loss classes
+    are), and the error gives the name it is registered under, which works."""
+    registry = Registry("timer", accepts=(inspect.isclass, "a class"))
+    registry.register(_timer_factory, name="timer")
+    with pytest.raises(UnknownAspectError, match=r"it is registered as 'timer': give that name"):
+        registry.get(f"{__name__}:_timer_factory")
+    assert registry.get("timer") is _timer_factory
+    with pytest.raises(UnknownAspectError, match=r"register anything else in code"):
+        registry.get("os:getcwd")
+
+
+def _timer_factory() -> Stopwatch:
+    return Stopwatch()
 
 
 def test_registering_a_shipped_aspect_class_again_is_a_no_op() -> None:

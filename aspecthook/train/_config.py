@@ -52,6 +52,7 @@ from torch.utils.data import DataLoader
 from .._aspect import Aspect
 from .._config import _SUFFIXES, _parse_toml, _parse_yaml
 from ..errors import (
+    AspectDefinitionError,
     AspectHookError,
     AspectParameterError,
     ConfigError,
@@ -60,7 +61,19 @@ from ..errors import (
 )
 from ..registry import ASPECTS, Parameters, Registry
 from ._checks import _check_work_dir
-from ._config_messages import _a, _error, _how_to_write, _kind, _number_hint, _number_text, _user
+from ._config_messages import (
+    _NO_FUNCTION,
+    _OPENMMLAB_KEYS,
+    _a,
+    _error,
+    _kind,
+    _needs_pointcut,
+    _number_hint,
+    _openmmlab_hint,
+    _option_key,
+    _string_problem,
+    _user,
+)
 from ._config_values import _callable_object, _dataset_object, _is_factory, _loader_object
 from ._registries import DATASETS, LOSSES, MODELS, OPTIMIZERS, SCHEDULERS
 from ._runner import seed_everything
@@ -223,7 +236,24 @@ class _Builder:
             if key in data:
                 kwargs[key] = self.loader(self.written.get(key, key), data[key])
         kwargs["aspects"] = self.aspects(data.get("aspects", []))
+        if "scheduler" not in kwargs:
+            self.check_schedule(kwargs["aspects"])
         return kwargs
+
+    def check_schedule(self, aspects: list[Aspect]) -> None:
+        """An ``LRSchedule`` with no scheduler of its own in a config without ``scheduler:``
+        is refused at its key now, not by the run's first join point."""
+        from .aspects._lr import LRSchedule
+
+        for i, aspect in enumerate(aspects):
+            if isinstance(aspect, LRSchedule) and aspect.scheduler is None:
+                raise self.error(
+                    f"aspects[{i}]",
+                    "LRSchedule steps the runner's scheduler, and this config has none: add "
+                    "scheduler: {type: StepLR, step_size: 10} (any torch.optim.lr_scheduler "
+                    "class; for a warm-up alone, {type: ConstantLR, factor: 1.0}), or remove "
+                    "this aspect",
+                )
 
     def loader_aliases(self, data: dict[str, Any]) -> dict[str, Any]:
         """``train_dataloader`` & co. renamed to ``train_loader``; both at once is an error."""
@@ -345,6 +375,14 @@ class _Builder:
                 self.scheduler(f"{key}.schedulers[{i}]", item, optimizer)
                 for i, item in enumerate(inner)
             ]
+        elif isinstance(inner, (Mapping, str)):  # torch would fail on it with no key to name
+            raise self.error(
+                f"{key}.schedulers",
+                f"must be a list, [{{type: Name, ...}}, ...], not {_kind(inner)}",
+            )
+        for name in ("lr_lambda", "scale_fn"):  # LambdaLR, MultiplicativeLR; CyclicLR
+            if isinstance(params.get(name), (str, Mapping, int, float)):
+                raise self.error(f"{key}.{name}", _NO_FUNCTION.format(label=label, name=name))
         return self.call(key, label, factory, params, shown=_user(cfg))
 
     def loss(self, key: str, cfg: Any) -> Callable[..., Any]:
@@ -410,7 +448,7 @@ class _Builder:
         (``errors:``, an adapter's ``priority:``): a bad one is a ConfigError at ``key``."""
         from ..adapters import as_aspect
 
-        made = None
+        made = aspect = None
         options: dict[str, Any] = {}
         if isinstance(item, Mapping) and "priority" in item:
             item, options = self._hook_priority(key, item)
@@ -422,8 +460,11 @@ class _Builder:
             aspect = as_aspect(item if made is None else made, **options)
             if aspect is not None:
                 aspect.make_advice()
+        except AspectDefinitionError as exc:
+            raise self.error(key, _needs_pointcut(aspect) or str(exc)) from exc
         except (AspectHookError, TypeError, ValueError) as exc:
-            raise self.error(key, str(exc)) from exc
+            given = item if isinstance(item, Mapping) else {}
+            raise self.error(_option_key(key, exc, {**given, **options}), str(exc)) from exc
         if aspect is None:
             what = _kind(item if made is None else made)
             raise self.error(
@@ -528,16 +569,11 @@ class _Builder:
             checked = accepted.check(label, params)
         except AspectParameterError as exc:
             where = f"{key}.{exc.parameters[0]}" if exc.parameters else key
-            raise self.error(where, str(exc)) from exc
+            raise self.error(where, f"{exc}{_openmmlab_hint(label, params, exc)}") from exc
         for name, value in checked.items():  # torch's schedulers and losses do not check
-            default = accepted.defaults.get(name)
-            integer = type(default) is int or name in accepted.ints  # 'int': no default
-            if (integer or type(default) is float) and _number_text(value):
-                raise self.error(
-                    f"{key}.{name}",
-                    f"is the string {value!r}, not a number: "
-                    f"{_how_to_write(value, integer=integer)}",
-                )
+            problem = _string_problem(accepted, name, value)
+            if problem is not None:
+                raise self.error(f"{key}.{name}", problem)
         return checked
 
     def call(
@@ -559,12 +595,15 @@ class _Builder:
             # torch reports bad argument values as RuntimeError too; the cause stays chained
             shown = params if shown is None else shown
             args = ", ".join(f"{k}={v!r}" for k, v in shown.items())
-            raise self.error(key, f"{label}({args}) failed: {exc}{_number_hint(shown)}") from exc
+            where = _option_key(key, exc, shown)
+            raise self.error(where, f"{label}({args}) failed: {exc}{_number_hint(shown)}") from exc
 
     def check_keys(self, key: str, data: Mapping[Any, Any], valid: tuple[str, ...]) -> None:
         for name in data:
             if name not in valid:
                 close = difflib.get_close_matches(str(name), valid, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
+                if not key and name in _OPENMMLAB_KEYS:  # not the look-alike: train_cfg
+                    hint = f" ({_OPENMMLAB_KEYS[name]})"
                 where = f"{key}.{name}" if key else str(name)
                 raise self.error(where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")

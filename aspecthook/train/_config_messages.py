@@ -1,5 +1,6 @@
 """How a ``ConfigError`` words its message: the file and key path, the bad value shown
-with its type, and a hint when YAML read a number as a string (``lr: 1e-3``).
+with its type, a hint when YAML read a number as a string (``lr: 1e-3``), and the entry
+to write for an aspect that advises no join point of its own (``Timed`` without ``pointcut``).
 
 Kept apart from ``_config``'s builder: these are plain text helpers, with no torch or
 registry in them.
@@ -10,12 +11,39 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import _kind
-from ..errors import ConfigError
+from .._pointcut import Name
+from ..errors import AspectHookError, AspectParameterError, ConfigError, UnknownPriorityError
 
-__all__ = ["_a", "_error", "_how_to_write", "_kind", "_number_hint", "_number_text", "_user"]
+if TYPE_CHECKING:
+    from ..registry import Parameters
+
+__all__ = [
+    "_NO_FUNCTION",
+    "_OPENMMLAB_KEYS",
+    "_a",
+    "_bool_text",
+    "_error",
+    "_how_to_write",
+    "_kind",
+    "_needs_pointcut",
+    "_number_hint",
+    "_number_text",
+    "_openmmlab_hint",
+    "_option_key",
+    "_string_problem",
+    "_user",
+]
+
+
+#: A scheduler parameter that takes a function (``lr_lambda``), written in a file.
+_NO_FUNCTION = (
+    "a config cannot name a function: build the scheduler in code, "
+    "Runner.from_config(path, scheduler=lambda optimizer: {label}(optimizer, {name}=my_fn)), "
+    "or use one that takes numbers (StepLR, LinearLR, ...)"
+)
 
 
 def _a(word: str) -> str:
@@ -28,6 +56,23 @@ def _number_hint(params: Mapping[str, Any]) -> str:
         if _number_text(value):
             return f" ({name}={value!r} is a string: {_how_to_write(value)})"
     return ""
+
+
+#: Text YAML 1.1 reads as a boolean when unquoted, and how to write that boolean.
+_BOOLEANS = {
+    "true": "true",
+    "yes": "true",
+    "on": "true",
+    "false": "false",
+    "no": "false",
+    "off": "false",
+}
+
+
+def _bool_text(value: Any) -> str | None:
+    """``'true'`` / ``'false'`` for a string written as a boolean (``'False'``, ``'no'``),
+    which a parameter taking a bool would read as true; None for anything else."""
+    return _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 def _number_text(value: Any) -> bool:
@@ -83,3 +128,102 @@ def _user(cfg: Any) -> dict[str, Any]:
 def _error(file: str, key: str, message: str) -> ConfigError:
     where = ": ".join(part for part in (file, key) if part)
     return ConfigError(f"{where}: {message}" if where else message, file=file, key=key)
+
+
+def _needs_pointcut(aspect: Any) -> str | None:
+    """What to write when ``aspect`` has advice for no join point (``Timed``, ``Logged``
+    without ``pointcut``), said in a config's terms; None for any other definition error."""
+    if aspect is None or aspect.pointcut is not None:
+        return None
+    try:
+        aspect.make_advice(Name("train_iter"))
+    except (AspectHookError, TypeError, ValueError):
+        return None
+    name = type(aspect).__name__
+    return (
+        f"{name} advises no join point of its own: give it the runner's join points to "
+        f"advise, e.g. {{type: {name}, pointcut: 'train_*'}} (a join point name or glob: "
+        "run, train_epoch, train_iter, forward, backward, optimizer_step, val_*, test_*)"
+    )
+
+
+#: Parameters of OpenMMLab's hooks, under the hook's name, that have another name or place
+#: here, and what to write instead (``{value}`` is the value given).
+_OPENMMLAB = {
+    ("EMAHook", "momentum"): "OpenMMLab's momentum is 1 - decay here: write decay: {decay}",
+    (
+        "EMAHook",
+        "begin_iter",
+    ): "OpenMMLab's begin_iter is start_iter here: write start_iter: {value}",
+    ("GradientCumulativeOptimizerHook", "cumulative_iters"): (
+        "OpenMMLab's cumulative_iters is steps here: write steps: {value}"
+    ),
+    ("CheckpointHook", "out_dir"): "checkpoints go to the run's folder: write work_dir: "
+    "at the top level of the config",
+    ("EmptyCacheHook", "after_iter"): "the cache is emptied after every epoch; write "
+    "interval: 1 to empty it after every iteration too",
+}
+
+
+def _openmmlab_hint(label: str, params: Mapping[str, Any], exc: AspectParameterError) -> str:
+    """What to write instead of an OpenMMLab hook parameter given under its alias."""
+    name = exc.parameters[0] if exc.parameters else ""
+    hint = _OPENMMLAB.get((label, name))
+    if hint is None:
+        return ""
+    value = params.get(name)
+    decay = round(1 - value, 12) if isinstance(value, float) else "1 - momentum"
+    return ". " + hint.format(value=value, decay=decay)
+
+
+def _option_key(key: str, exc: BaseException, given: Mapping[str, Any]) -> str:
+    """``key`` and the parameter an error names when the entry gave it (an aspect's
+    ``InvalidOptionError`` has its ``option``, a priority error is ``priority``'s)."""
+    option = "priority" if isinstance(exc, UnknownPriorityError) else getattr(exc, "option", None)
+    return f"{key}.{option}" if isinstance(option, str) and option in given else key
+
+
+_HOOKS = (
+    "OpenMMLab's hooks are aspects here: list them under aspects: [...], by OpenMMLab's "
+    "names too ({type: CheckpointHook, interval: 1})"
+)
+_EVALUATOR = "metrics are the Evaluate aspect's, whose functions are given in code"
+#: Top-level keys of an OpenMMLab config and what to write instead, where a look-alike
+#: key of ours would be the wrong suggestion (train_cfg is not train_step).
+_OPENMMLAB_KEYS = {
+    "train_cfg": "OpenMMLab's train_cfg: write max_epochs: or max_iters: at the top level; "
+    "its val_interval is the Evaluate aspect's interval:",
+    "val_cfg": "validation runs on val_loader: with the Evaluate aspect; remove val_cfg",
+    "test_cfg": "runner.test() runs on test_loader:; remove test_cfg",
+    "optim_wrapper": "write its optimizer: {type: ..., lr: ...} at the top level; clip_grad "
+    "is the GradClip aspect, accumulative_counts GradAccumulation, AmpOptimWrapper AMP",
+    "default_hooks": _HOOKS,
+    "custom_hooks": _HOOKS,
+    "val_evaluator": _EVALUATOR,
+    "test_evaluator": _EVALUATOR,
+    "param_scheduler": "write one scheduler: {type: ...} (chain several with SequentialLR), "
+    "or a warm-up with LRSchedule's warmup:",
+    "randomness": "write seed: N at the top level",
+    "load_from": "give the Checkpoint aspect resume: with the file's path",
+    "resume": "give the Checkpoint aspect resume: auto",
+    "default_scope": "there are no registry scopes here; remove it",
+}
+
+
+def _string_problem(accepted: Parameters, name: str, value: Any) -> str | None:
+    """What is wrong with ``value``, a string given for ``name`` that takes a number or a
+    boolean (torch's schedulers and losses do not check: ``Linear(bias='false')`` has a
+    bias); None when nothing is."""
+    if not isinstance(value, str):
+        return None
+    default = accepted.defaults.get(name)
+    integer = type(default) is int or name in accepted.ints  # 'int': no default
+    if (integer or type(default) is float) and _number_text(value):
+        return f"is the string {value!r}, not a number: {_how_to_write(value, integer=integer)}"
+    boolean = _bool_text(value)
+    if boolean and (type(default) is bool or name in accepted.bools):
+        return f"is the string {value!r}, not a boolean: write {boolean} without quotes"
+    if name in accepted.numbers and not _number_text(value):
+        example = f" (its default is {default})" if type(default) in (int, float) else ""
+        return f"is the string {value!r}, not a number: write a number{example}"
+    return None

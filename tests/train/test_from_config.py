@@ -345,6 +345,24 @@ def test_bad_values_name_their_key(changes: dict[str, Any], message: str) -> Non
         Runner.from_config(_config(**changes))
 
 
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ("train_cfg", r"write max_epochs: or max_iters: at the top level"),
+        ("default_hooks", r"list them under aspects: \[\.\.\.\]"),
+        ("custom_hooks", r"list them under aspects: \[\.\.\.\]"),
+        ("default_scope", r"no registry scopes here"),
+        ("val_evaluator", r"the Evaluate aspect's"),
+    ],
+)
+def test_an_openmmlab_top_level_key_says_where_its_settings_go(key: str, says: str) -> None:
+    """OpenMMLab's train_cfg is not told 'did you mean train_step?' (nor default_hooks
+    'default_aspects'): the error says where its settings go here."""
+    with pytest.raises(ConfigError, match=rf"^{key}: is not a known key \(.*{says}") as info:
+        Runner.from_config(_config(**{key: {}}))
+    assert "did you mean" not in str(info.value)
+
+
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
     """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
     timer = IterTimer()
@@ -359,9 +377,9 @@ def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
 
 
 def test_yaml_is_read_with_safe_load_only(tmp_path: Path) -> None:
-    """A YAML tag that would build a Python object is refused as invalid YAML."""
+    """A YAML tag that would build a Python object is refused."""
     path = _write(tmp_path, "evil.yaml", "seed: !!python/object/apply:os.getpid []\n")
-    with pytest.raises(ConfigError, match=r"evil\.yaml: is not valid YAML: .*python/object"):
+    with pytest.raises(ConfigError, match=r"evil\.yaml: cannot be read: .*python/object"):
         Runner.from_config(path)
 
 
@@ -467,6 +485,29 @@ class _CountingHook:
 
     def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
         type(self).calls += 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "hint"),
+    [
+        (
+            {"type": "EMAHook", "momentum": 0.0002},
+            r"momentum is 1 - decay here: write decay: 0\.9998$",
+        ),
+        ({"type": "EMAHook", "begin_iter": 10}, r"write start_iter: 10$"),
+        ({"type": "GradientCumulativeOptimizerHook", "cumulative_iters": 4}, r"write steps: 4$"),
+        ({"type": "CheckpointHook", "out_dir": "ckpt"}, r"write work_dir: at the top level"),
+        ({"type": "EmptyCacheHook", "after_iter": True}, r"write interval: 1"),
+    ],
+)
+def test_an_openmmlab_parameter_under_its_hook_name_says_what_to_write(
+    entry: dict[str, Any], hint: str
+) -> None:
+    """An OpenMMLab hook's own parameter with another name here (EMAHook's momentum) is
+    refused with what to write, beyond the list of parameters."""
+    name = next(k for k in entry if k != "type")
+    with pytest.raises(ConfigError, match=rf"^aspects\[0\]\.{name}: .*{hint}"):
+        Runner.from_config(_config(aspects=[entry]))
 
 
 def test_hook_objects_and_classes_are_aspects_in_a_config() -> None:
@@ -658,6 +699,54 @@ def test_a_quoted_number_is_told_to_drop_the_quotes() -> None:
     assert "1e-3" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "where", "spelt"),
+    [
+        (
+            "model",
+            {"type": "Linear", "in_features": 8, "out_features": 3, "bias": "false"},
+            r"model\.bias",
+            "false",
+        ),
+        ("optimizer", {"type": "Adam", "amsgrad": "False"}, r"optimizer\.amsgrad", "false"),
+        (
+            "train_loader",
+            {
+                "dataset": {"type": "RandomClassification", "n": 8, "features": 8},
+                "batch_size": 4,
+                "shuffle": "yes",
+            },
+            r"train_loader\.shuffle",
+            "true",
+        ),
+    ],
+)
+def test_a_quoted_boolean_is_refused_not_read_as_true(
+    key: str, value: Any, where: str, spelt: str
+) -> None:
+    """'false' for a bool parameter of torch (Linear's bias, DataLoader's shuffle: 'bool |
+    None') is a non-empty string, true to torch: refused at its key, told how to write it."""
+    with pytest.raises(ConfigError, match=rf"^{where}: is the string .*write {spelt} without"):
+        Runner.from_config(_config(**{key: value}))
+
+
+def test_text_for_a_number_parameter_is_refused_at_its_key() -> None:
+    """SGD(lr='fast') failed inside torch ('<' not supported between str and float) with
+    the optimizer's key: it is refused at optimizer.lr, saying to write a number."""
+    with pytest.raises(ConfigError, match=r"^optimizer\.lr: is the string 'fast', not a number"):
+        Runner.from_config(_config(optimizer={"type": "SGD", "lr": "fast"}))
+    layer = {"type": "Conv1d", "in_channels": 1, "out_channels": 1, "kernel_size": 1}
+    model = {"type": "Sequential", "layers": [{**layer, "padding": "same"}, {"type": "Flatten"}]}
+    assert Runner.from_config(_config(model=model)).model[0].padding == "same"  # 'str | int'
+
+
+def test_a_string_a_bool_parameter_cannot_mistake_is_let_through() -> None:
+    """Only text YAML would read as a boolean is refused: Conv1d's padding: same stays."""
+    layer = {"type": "Conv1d", "in_channels": 1, "out_channels": 1, "kernel_size": 1}
+    model = {"type": "Sequential", "layers": [{**layer, "padding": "same"}, {"type": "Flatten"}]}
+    assert Runner.from_config(_config(model=model)).model[0].padding == "same"
+
+
 def test_a_quoted_number_for_an_int_without_a_default_is_refused_before_training() -> None:
     """StepLR(step_size='2') is taken by torch and fails at the first step: a parameter
     annotated int (here the string annotation 'int') refuses a quoted number when read."""
@@ -688,6 +777,71 @@ def test_chained_schedulers_are_written_as_one_sequential_lr() -> None:
     }
     runner = Runner.from_config(_config(scheduler=scheduler))
     assert isinstance(runner.scheduler, torch.optim.lr_scheduler.SequentialLR)
+
+
+@pytest.mark.parametrize("name", ["Timed", "Logged", "Recorder"])
+def test_an_aspect_without_a_pointcut_is_told_to_take_one_in_config_terms(name: str) -> None:
+    """Timed, Logged, Recorder advise no join point of their own: the error says to write
+    pointcut: in the entry, not to call Python (Timed(pointcut=...), register())."""
+    with pytest.raises(
+        ConfigError, match=rf"^aspects\[0\]: .*\{{type: {name}, pointcut: 'train_\*'\}}"
+    ):
+        Runner.from_config(_config(aspects=[name]))
+    runner = Runner.from_config(_config(aspects=[{"type": name, "pointcut": "train_*"}]))
+    assert type(runner.aspects[-1]).__name__ == name
+
+
+@pytest.mark.parametrize(
+    "aspect", ["ParamSchedulerHook", {"type": "LRSchedule", "warmup": "linear", "warmup_iters": 2}]
+)
+def test_an_lr_schedule_without_a_scheduler_is_refused_at_its_key(aspect: Any) -> None:
+    """LRSchedule in a config without scheduler: is a ConfigError at its aspects[i] key
+    when the config is read, saying what to add, not a RunnerError when the run starts."""
+    config = _config(aspects=["IterTimerHook", aspect])
+    del config["scheduler"]
+    with pytest.raises(ConfigError, match=r"^aspects\[1\]: .*add scheduler: \{type: StepLR"):
+        Runner.from_config(config)
+
+
+def test_a_warm_up_alone_is_written_with_a_constant_scheduler() -> None:
+    """The warm-up the error suggests ({type: ConstantLR, factor: 1.0}) ramps, then holds."""
+    aspect = {"type": "LRSchedule", "warmup": "linear", "warmup_iters": 3, "by_epoch": False}
+    scheduler = {"type": "ConstantLR", "factor": 1.0}
+    runner = Runner.from_config(_config(aspects=[aspect], scheduler=scheduler, max_iters=5))
+    runner.run()
+    assert runner.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "where"),
+    [
+        ({"type": "LambdaLR", "lr_lambda": "lambda epoch: 0.95**epoch"}, "lr_lambda"),
+        ({"type": "MultiplicativeLR", "lr_lambda": 0.95}, "lr_lambda"),
+        ({"type": "CyclicLR", "base_lr": 0.01, "max_lr": 0.1, "scale_fn": "exp"}, "scale_fn"),
+    ],
+)
+def test_a_scheduler_function_written_in_a_file_is_refused_with_the_way_out(
+    scheduler: dict[str, Any], where: str
+) -> None:
+    """LambdaLR's lr_lambda as text or a number is refused at its key, saying to build the
+    scheduler in code, not 'str' object is not callable at the first step."""
+    with pytest.raises(ConfigError, match=rf"^scheduler\.{where}: .*scheduler=lambda optimizer"):
+        Runner.from_config(_config(scheduler=scheduler))
+    fn = functools.partial(pow, 0.95)
+    runner = Runner.from_config(
+        _config(scheduler=None),
+        scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, fn),
+    )
+    runner.run()
+
+
+@pytest.mark.parametrize("inner", [{"type": "StepLR", "step_size": 1}, "StepLR"])
+def test_sub_schedulers_that_are_not_a_list_are_refused_at_their_key(inner: Any) -> None:
+    """SequentialLR's schedulers: written as one mapping is refused at scheduler.schedulers,
+    not passed to torch, whose error names no key ('at index 0 should have optimizer')."""
+    scheduler = {"type": "SequentialLR", "milestones": [2], "schedulers": inner}
+    with pytest.raises(ConfigError, match=r"^scheduler\.schedulers: must be a list, \[\{type: "):
+        Runner.from_config(_config(scheduler=scheduler))
 
 
 @pytest.mark.parametrize(
@@ -741,13 +895,13 @@ def test_objects_built_in_code_are_used_as_given_inside_parts() -> None:
 
 def test_evaluate_refuses_metrics_that_are_not_functions() -> None:
     """Metrics named by text are refused when Evaluate is made, not at the first
-    validation; from a config, as a ConfigError at the aspect's key."""
+    validation; from a config, as a ConfigError at the aspect's metrics key."""
     with pytest.raises(InvalidOptionError, match=r"'acc'.*give the function itself"):
         Evaluate(metrics={"acc": "accuracy"})
     with pytest.raises(InvalidOptionError, match=r"metrics"):
         Evaluate(metrics=["accuracy"])  # type: ignore[arg-type]
     entry = {"type": "Evaluate", "metrics": {"acc": "accuracy"}}
-    with pytest.raises(ConfigError, match=r"^aspects\[0\]: ") as info:
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]\.metrics: ") as info:
         Runner.from_config(_config(aspects=[entry]))
     assert isinstance(info.value.__cause__, InvalidOptionError)
 
@@ -768,16 +922,34 @@ def test_a_metric_function_is_added_to_a_runner_built_from_a_config() -> None:
     assert runner.get_aspect(LRSchedule) is not None
 
 
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [
+        ({"type": "Checkpoint", "interval": 0}, "interval"),
+        ({"type": "LRSchedule", "warmup": "cosine", "warmup_iters": 2}, "warmup"),
+        ({"type": "Checkpoint", "priority": "VERY_LOWW"}, "priority"),
+        ({"type": "GradClip", "max_norm": -1.0}, "max_norm"),
+    ],
+)
+def test_a_bad_aspect_parameter_is_refused_at_its_own_key(
+    entry: dict[str, Any], where: str
+) -> None:
+    """A value an aspect refuses is a ConfigError at aspects[i].<parameter>, not only at the
+    entry, so the key path leads to the value to change."""
+    with pytest.raises(ConfigError, match=rf"^aspects\[0\]\.{where}: "):
+        Runner.from_config(_config(aspects=[entry]))
+
+
 def test_bad_advice_options_of_an_aspect_are_config_errors() -> None:
     """errors: ignore (checked when the advice is made) and a bad priority of an adapted
-    hook class are ConfigErrors at the aspect's key, the original error chained."""
-    with pytest.raises(ConfigError, match=r"^aspects\[1\]: .*errors='ignore'") as info:
+    hook class are ConfigErrors at the parameter's key, the original error chained."""
+    with pytest.raises(ConfigError, match=r"^aspects\[1\]\.errors: .*errors='ignore'") as info:
         Runner.from_config(
             _config(aspects=["IterTimerHook", {"type": "Logger", "errors": "ignore"}])
         )
     assert isinstance(info.value.__cause__, InvalidOptionError)
     entry = {"type": f"{__name__}:_IntervalHook", "priority": "SUPER"}
-    with pytest.raises(ConfigError, match=r"^aspects\[0\]: .*SUPER") as info:
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]\.priority: .*SUPER") as info:
         Runner.from_config(_config(aspects=[entry]))
     assert isinstance(info.value.__cause__, UnknownPriorityError)
 

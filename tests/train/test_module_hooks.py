@@ -174,6 +174,33 @@ def test_removing_the_handle_removes_the_torch_hooks() -> None:
     assert not [jp for jp in ah.describe() if "Linear" in jp.joinpoint]
 
 
+def test_removing_backward_advice_lets_the_module_take_an_old_style_backward_hook() -> None:
+    """Torch marks a module with a full backward hook (_is_full_backward_hook) and then
+    refuses register_backward_hook on it: removal puts the mark back as it was."""
+    module = torch.nn.Linear(2, 2)
+    with ah.weave(module, name="lin"), ah.after("lin.backward")(lambda ctx: None):
+        module(torch.randn(1, 2, requires_grad=True)).sum().backward()
+    assert module._is_full_backward_hook is None
+    module.register_backward_hook(lambda *args: None)
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-full backward hook:FutureWarning")
+def test_backward_advice_on_a_module_with_an_old_style_hook_is_shown_failed() -> None:
+    """A module with a register_backward_hook hook cannot also take the full backward hook
+    that after-backward advice needs: the advice is failed in describe(), the user's hook
+    keeps running, and registering it raises nothing (it was torch's RuntimeError)."""
+    module = torch.nn.Linear(2, 2)
+    theirs: list[int] = []
+    module.register_backward_hook(lambda *args: theirs.append(1))
+    ours: list[int] = []
+    with ah.weave(module, name="lin"), ah.after("lin.backward")(lambda ctx: ours.append(1)):
+        module(torch.randn(1, 2, requires_grad=True)).sum().backward()
+        rows = [r for r in ah.describe() if r.joinpoint == "lin.backward" and r.stage == "after"]
+    assert [r.status for r in rows] == ["failed"]
+    assert "register_full_backward_hook" in rows[0].note
+    assert (theirs, ours) == ([1], [])
+
+
 def test_hooks_are_installed_only_for_stages_with_advice() -> None:
     """Forward advice alone adds no backward hook (which would wrap inputs and outputs)."""
     module = torch.nn.Linear(2, 2)
@@ -228,6 +255,21 @@ def test_around_and_on_error_are_refused_with_the_way_out() -> None:
         ah.weave(module, Catch())
     assert _hooks(module) == {}
     assert not ah.default_weaver.registered
+
+
+def test_an_aspect_of_around_advice_is_told_to_weave_the_method_whole() -> None:
+    """weave(module, Timed()) names weave(module.forward, Timed(...)), the call that works,
+    not a keyword (around=...) the aspect's user has no function for."""
+    from aspecthook.aspects import Timed
+
+    module = torch.nn.Linear(2, 2)
+    with pytest.raises(UnsupportedAdviceError, match=r"weave\(module\.forward, Timed\(\.\.\.\)\)"):
+        ah.weave(module, Timed())
+    assert _hooks(module) == {}
+    timed = Timed()
+    with ah.weave(module.forward, timed):
+        module(torch.randn(3, 2))
+    assert [row.count for row in timed.summary()] == [1]
 
 
 def test_the_suggested_method_weave_does_run_around_advice() -> None:
