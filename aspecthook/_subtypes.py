@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from ._install import _install_all, _release
+from ._joinpoint import JoinPointProxy
 from ._log import get_logger
 from ._registry import LOCK
 from ._targets import _own_sites, _resolve_path, _subtype_class, _subtype_parts
@@ -185,6 +186,8 @@ def _weave_subclass(new: type, hook: _SubclassHook) -> None:
             if record.cancelled or not sites:
                 continue
             try:
+                for cls, attr in sites:
+                    _drop_copied_proxy(cls, attr)
                 points = _install_all(sites, record.names, follower.weaver)
             except Exception as exc:
                 name = f"{new.__module__}.{new.__qualname__}"
@@ -197,3 +200,19 @@ def _weave_subclass(new: type, hook: _SubclassHook) -> None:
                     _release(jp, record.names, follower.weaver)
             record.points.update(points)
             record.reason = ""
+
+
+def _drop_copied_proxy(cls: type, attr: str) -> None:
+    """Put back the callable under a proxy that ``cls`` was created with but that a weave
+    put on another class, so that ``cls`` gets a proxy of its own.
+
+    ``dataclass(slots=True)`` makes its class again from the first one's ``__dict__``,
+    proxies included; removal takes a proxy off only where it was put, so a shared one
+    would stay in the new class, and its calls would count as the first class's."""
+    value = vars(cls)[attr]
+    if type(value) is not JoinPointProxy:  # none, or under another wrapper: as it is
+        return
+    jp = value._self_joinpoint
+    if jp.declared or jp.site is None or (jp.site[0]() is cls and jp.site[1] == attr):
+        return
+    setattr(cls, attr, value.__wrapped__)

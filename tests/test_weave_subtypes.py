@@ -347,6 +347,49 @@ def test_init_subclass_failing_leaves_nothing_woven(
         ]
 
 
+def test_class_made_again_from_a_woven_namespace_gets_its_own_proxy(
+    mod: types.ModuleType,
+) -> None:
+    """A class made from another's __dict__ (dataclass(slots=True) does) gets a proxy of
+    its own, not the first class's, and removal puts its original method back."""
+    _define(
+        mod,
+        """
+        import dataclasses
+
+        @dataclasses.dataclass(slots=True)
+        class Slotted(Base):
+            x: int = 0
+
+            def m(self):
+                return [self.x]
+        """,
+    )
+    handle = ah.weave(f"{mod.__name__}.Base+.m", before=lambda ctx: None)
+    _define(
+        mod,
+        """
+        @dataclasses.dataclass(slots=True)
+        class Later(Base):
+            x: int = 0
+
+            def m(self):
+                return [self.x]
+
+        Copy = type("Copy", (Base,), {"m": vars(Own)["m"], "__module__": __name__})
+        """,
+    )
+    for cls in (mod.Later, mod.Copy):
+        proxy = _own(cls)
+        assert proxy._self_joinpoint.site[0]() is cls
+    original = _own(mod.Later).__wrapped__
+    assert mod.Later(3).m() == [3]
+    handle.remove()
+    assert _own(mod.Later) is original
+    assert find_proxy(_own(mod.Copy)) is None
+    assert find_proxy(_own(mod.Slotted)) is None
+
+
 FROZEN = """
 class Frozen(type):
     def __setattr__(cls, name, value):
