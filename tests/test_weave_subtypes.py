@@ -487,6 +487,32 @@ def test_removal_restores_own_init_subclass(
     assert dict(vars(mod.Base)) == base_dict
 
 
+def test_weave_of_init_subclass_itself_leaves_the_base_as_it_was(
+    make_module: Callable[[str], types.ModuleType],
+) -> None:
+    """'Base+.__init_subclass__' weaves the subclasses' own, and its removal leaves Base
+    with none of its own again: an inherited one left there would skip a class above it
+    in a later class's MRO."""
+    mod = make_module(
+        """
+        class Base:
+            pass
+
+        class Other:
+            def __init_subclass__(cls, **kwargs):
+                super().__init_subclass__(**kwargs)
+                cls.seen = True
+        """
+    )
+    log: list[str] = []
+    with ah.woven(f"{mod.__name__}.Base+.__init_subclass__", before=_logging(log)):
+        _define(mod, "class Child(Base, Other):\n    pass\n")
+    assert log == [f"{mod.__name__}.Base.__init_subclass__"]
+    assert "__init_subclass__" not in vars(mod.Base)
+    _define(mod, "class After(Base, Other):\n    pass\n")
+    assert vars(mod.After).get("seen") is True
+
+
 @pytest.mark.parametrize("first", [0, 1])
 def test_two_weaves_on_one_base_removed_in_either_order(mod: types.ModuleType, first: int) -> None:
     """Two weaves share one hook on Base; each removal takes off its own advice, later
