@@ -705,6 +705,7 @@ def test_pending_import_of_something_not_a_class_fails(new_module: Callable[[str
     ("path", "match"),
     [
         ("os.path+.join", r"os\.path is a module, not a class.*write 'os\.path\.join'"),
+        ("os.path.join+.m", r"os\.path\.join is a function, not a class.*; name a class before"),
         ("{mod}.Base+", r"nothing follows the '\+'\. '\+' selects a class"),
         ("{mod}.Base.m+", r"the '\+' goes after its class: '{mod}\.Base\+\.m'"),
         ("{mod}.Base+.m+", r"more than one '\+'"),
