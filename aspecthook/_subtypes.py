@@ -92,7 +92,7 @@ def weave_subtypes(record: WeaveRecord, path: str, weaver: Weaver, strict: bool)
 
     The hook is armed before the subclasses are listed, under the registry lock that the
     hook takes too, so a class created meanwhile on another thread is woven once."""
-    base_path, pattern = _subtype_parts(path) or (path, "")
+    _, pattern = _subtype_parts(path) or (path, "")
     with LOCK:
         base = _subtype_class(path)
         _follow(record, base, pattern, weaver, strict)
@@ -103,16 +103,25 @@ def weave_subtypes(record: WeaveRecord, path: str, weaver: Weaver, strict: bool)
             raise
         record.points.update(points)
         record.status = "active"
-        if not record.points:
-            record.reason = (
-                f"nothing matches yet: woven when a subclass of {base_path.replace(':', '.')} "
-                f"that defines {pattern} is created"
-            )
 
 
 def following(record: WeaveRecord) -> bool:
     """Whether ``record`` weaves subclasses as they are created."""
     return record in _FOLLOWING
+
+
+def waiting_note(record: WeaveRecord) -> str:
+    """What ``describe()`` says of a weave that follows a class while nothing it weaves is
+    there (none yet, or all collected since), or ``""``."""
+    hook = _FOLLOWING.get(record)
+    if hook is None or record.points:
+        return ""
+    pattern = next((f.pattern for f in hook.followers if f.record is record), "")
+    base_path = record.target.partition("+")[0].replace(":", ".")
+    return (
+        f"nothing matches yet: woven when a subclass of {base_path} that defines {pattern} "
+        "is created"
+    )
 
 
 def unfollow(record: WeaveRecord) -> None:
@@ -199,7 +208,6 @@ def _weave_subclass(new: type, hook: _SubclassHook) -> None:
                 if jp in record.points:  # listed by weave_subtypes while being created
                     _release(jp, record.names, follower.weaver)
             record.points.update(points)
-            record.reason = ""
 
 
 def _drop_copied_proxy(cls: type, attr: str) -> None:

@@ -648,6 +648,25 @@ def test_weave_matching_nothing_yet_waits(make_module: Callable[[str], types.Mod
     assert log == [f"{mod.__name__}.Net.forward"]
 
 
+def test_weave_whose_woven_subclasses_are_collected_waits_again(
+    make_module: Callable[[str], types.ModuleType],
+) -> None:
+    """Once every class it wove is collected, describe() shows the weave waiting again."""
+    mod = make_module("class Base:\n    pass\n")
+    target = f"{mod.__name__}.Base+.forward"
+
+    def notes() -> list[str]:
+        return [row.note for row in ah.describe() if row.joinpoint == target]
+
+    with ah.woven(target, before=lambda ctx: None):
+        _define(mod, "class Net(Base):\n    def forward(self):\n        return 1\n")
+        assert notes() == []
+        del mod.Net
+        gc.collect()
+        assert [note.startswith("nothing matches yet") for note in notes()] == [True]
+    assert notes() == []
+
+
 # -- modules imported later ----------------------------------------------------------------
 
 
