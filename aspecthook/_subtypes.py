@@ -112,9 +112,9 @@ def following(record: WeaveRecord) -> bool:
 
 def waiting_note(record: WeaveRecord) -> str:
     """What ``describe()`` says of a weave that follows a class while nothing it weaves is
-    there (none yet, or all collected since), or ``""``."""
+    there (none yet, or all collected since), or ``""`` (also once the class is gone)."""
     hook = _FOLLOWING.get(record)
-    if hook is None or record.points:
+    if hook is None or record.points or hook.base_ref() is None:
         return ""
     pattern = next((f.pattern for f in hook.followers if f.record is record), "")
     base_path = record.target.partition("+")[0].replace(":", ".")
