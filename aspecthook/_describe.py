@@ -215,10 +215,13 @@ def _weave_rows(records: list[Any], weaver: Weaver | None, selected: Any) -> lis
     """Weaves not in place (pending, skipped, failed) or waiting for more (a subclass weave
     that matches nothing yet), by their target's name: those the pointcut selects, when
     one is given."""
+    from ._subtypes import waiting_note
+
+    notes = [(r, r.reason or waiting_note(r)) for r in records]
     return [
-        Row(r.target, "", 0, "", None, "", "", "", r.status, note=r.reason)
-        for r in records
-        if (r.status != "active" or r.reason)
+        Row(r.target, "", 0, "", None, "", "", "", r.status, note=note)
+        for r, note in notes
+        if (r.status != "active" or note)
         and (weaver is None or r.weaver is weaver)
         and (selected is None or _selects(selected, r.target))
     ]

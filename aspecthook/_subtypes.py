@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from ._install import _install_all, _release
+from ._joinpoint import JoinPointProxy
 from ._log import get_logger
 from ._registry import LOCK
 from ._targets import _own_sites, _resolve_path, _subtype_class, _subtype_parts
@@ -91,7 +92,7 @@ def weave_subtypes(record: WeaveRecord, path: str, weaver: Weaver, strict: bool)
 
     The hook is armed before the subclasses are listed, under the registry lock that the
     hook takes too, so a class created meanwhile on another thread is woven once."""
-    base_path, pattern = _subtype_parts(path) or (path, "")
+    _, pattern = _subtype_parts(path) or (path, "")
     with LOCK:
         base = _subtype_class(path)
         _follow(record, base, pattern, weaver, strict)
@@ -102,16 +103,25 @@ def weave_subtypes(record: WeaveRecord, path: str, weaver: Weaver, strict: bool)
             raise
         record.points.update(points)
         record.status = "active"
-        if not record.points:
-            record.reason = (
-                f"nothing matches yet: woven when a subclass of {base_path.replace(':', '.')} "
-                f"that defines {pattern} is created"
-            )
 
 
 def following(record: WeaveRecord) -> bool:
     """Whether ``record`` weaves subclasses as they are created."""
     return record in _FOLLOWING
+
+
+def waiting_note(record: WeaveRecord) -> str:
+    """What ``describe()`` says of a weave that follows a class while nothing it weaves is
+    there (none yet, or all collected since), or ``""`` (also once the class is gone)."""
+    hook = _FOLLOWING.get(record)
+    if hook is None or record.points or hook.base_ref() is None:
+        return ""
+    pattern = next((f.pattern for f in hook.followers if f.record is record), "")
+    base_path = record.target.partition("+")[0].replace(":", ".")
+    return (
+        f"nothing matches yet: woven when a subclass of {base_path} that defines {pattern} "
+        "is created"
+    )
 
 
 def unfollow(record: WeaveRecord) -> None:
@@ -185,6 +195,8 @@ def _weave_subclass(new: type, hook: _SubclassHook) -> None:
             if record.cancelled or not sites:
                 continue
             try:
+                for cls, attr in sites:
+                    _drop_copied_proxy(cls, attr)
                 points = _install_all(sites, record.names, follower.weaver)
             except Exception as exc:
                 name = f"{new.__module__}.{new.__qualname__}"
@@ -196,4 +208,19 @@ def _weave_subclass(new: type, hook: _SubclassHook) -> None:
                 if jp in record.points:  # listed by weave_subtypes while being created
                     _release(jp, record.names, follower.weaver)
             record.points.update(points)
-            record.reason = ""
+
+
+def _drop_copied_proxy(cls: type, attr: str) -> None:
+    """Put back the callable under a proxy that ``cls`` was created with but that a weave
+    put on another class, so that ``cls`` gets a proxy of its own.
+
+    ``dataclass(slots=True)`` makes its class again from the first one's ``__dict__``,
+    proxies included; removal takes a proxy off only where it was put, so a shared one
+    would stay in the new class, and its calls would count as the first class's."""
+    value = vars(cls)[attr]
+    if type(value) is not JoinPointProxy:  # none, or under another wrapper: as it is
+        return
+    jp = value._self_joinpoint
+    if jp.declared or jp.site is None or (jp.site[0]() is cls and jp.site[1] == attr):
+        return
+    setattr(cls, attr, value.__wrapped__)

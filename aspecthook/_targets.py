@@ -445,6 +445,8 @@ def _subtype_base(path: str) -> type | None:
         kind = "module" if isinstance(found, types.ModuleType) else type(found).__name__
         problem = f"a {kind}, not a class: '+' selects a class and its subclasses"
         fix = f"to weave {method} there, write '{typed}.{method}'"
+        if inspect.isroutine(found):  # a function has no methods to weave
+            fix = f"name a class before the '+', e.g. 'pkg.mod.MyClass+.{method}'"
     raise WeaveTargetError(f"{path}: {typed} is {problem}; {fix}", target=path)
 
 

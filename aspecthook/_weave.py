@@ -403,13 +403,17 @@ def _rebind(advice: Advice, token: Name) -> Advice:
 
 def _undo(record: WeaveRecord, handle: Handle | None, weaver: Weaver) -> None:
     with LOCK:
-        record.cancelled = True
-        unfollow(record)
+        record.cancelled = True  # a class created from now on is not woven for it
         if record in WEAVES:
             WEAVES.remove(record)
         points, record.points = list(record.points), weakref.WeakSet()
-    for jp in points:
-        _release(jp, record.names, weaver)
+    try:
+        for jp in points:
+            _release(jp, record.names, weaver)
+    finally:
+        # After the proxies: one on Base.__init_subclass__ itself ('Base+.__init_subclass__')
+        # is around the hook following Base, which then comes off as it was put.
+        unfollow(record)
     if handle is not None:
         handle.remove()
 

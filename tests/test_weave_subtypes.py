@@ -347,6 +347,49 @@ def test_init_subclass_failing_leaves_nothing_woven(
         ]
 
 
+def test_class_made_again_from_a_woven_namespace_gets_its_own_proxy(
+    mod: types.ModuleType,
+) -> None:
+    """A class made from another's __dict__ (dataclass(slots=True) does) gets a proxy of
+    its own, not the first class's, and removal puts its original method back."""
+    _define(
+        mod,
+        """
+        import dataclasses
+
+        @dataclasses.dataclass(slots=True)
+        class Slotted(Base):
+            x: int = 0
+
+            def m(self):
+                return [self.x]
+        """,
+    )
+    handle = ah.weave(f"{mod.__name__}.Base+.m", before=lambda ctx: None)
+    _define(
+        mod,
+        """
+        @dataclasses.dataclass(slots=True)
+        class Later(Base):
+            x: int = 0
+
+            def m(self):
+                return [self.x]
+
+        Copy = type("Copy", (Base,), {"m": vars(Own)["m"], "__module__": __name__})
+        """,
+    )
+    for cls in (mod.Later, mod.Copy):
+        proxy = _own(cls)
+        assert proxy._self_joinpoint.site[0]() is cls
+    original = _own(mod.Later).__wrapped__
+    assert mod.Later(3).m() == [3]
+    handle.remove()
+    assert _own(mod.Later) is original
+    assert find_proxy(_own(mod.Copy)) is None
+    assert find_proxy(_own(mod.Slotted)) is None
+
+
 FROZEN = """
 class Frozen(type):
     def __setattr__(cls, name, value):
@@ -442,6 +485,32 @@ def test_removal_restores_own_init_subclass(
     with ah.woven(f"{mod.__name__}.Base+.m", before=lambda ctx: None):
         assert vars(mod.Base)["__init_subclass__"] is not base_dict["__init_subclass__"]
     assert dict(vars(mod.Base)) == base_dict
+
+
+def test_weave_of_init_subclass_itself_leaves_the_base_as_it_was(
+    make_module: Callable[[str], types.ModuleType],
+) -> None:
+    """'Base+.__init_subclass__' weaves the subclasses' own, and its removal leaves Base
+    with none of its own again: an inherited one left there would skip a class above it
+    in a later class's MRO."""
+    mod = make_module(
+        """
+        class Base:
+            pass
+
+        class Other:
+            def __init_subclass__(cls, **kwargs):
+                super().__init_subclass__(**kwargs)
+                cls.seen = True
+        """
+    )
+    log: list[str] = []
+    with ah.woven(f"{mod.__name__}.Base+.__init_subclass__", before=_logging(log)):
+        _define(mod, "class Child(Base, Other):\n    pass\n")
+    assert log == [f"{mod.__name__}.Base.__init_subclass__"]
+    assert "__init_subclass__" not in vars(mod.Base)
+    _define(mod, "class After(Base, Other):\n    pass\n")
+    assert vars(mod.After).get("seen") is True
 
 
 @pytest.mark.parametrize("first", [0, 1])
@@ -579,6 +648,25 @@ def test_weave_matching_nothing_yet_waits(make_module: Callable[[str], types.Mod
     assert log == [f"{mod.__name__}.Net.forward"]
 
 
+def test_weave_whose_woven_subclasses_are_collected_waits_again(
+    make_module: Callable[[str], types.ModuleType],
+) -> None:
+    """Once every class it wove is collected, describe() shows the weave waiting again."""
+    mod = make_module("class Base:\n    pass\n")
+    target = f"{mod.__name__}.Base+.forward"
+
+    def notes() -> list[str]:
+        return [row.note for row in ah.describe() if row.joinpoint == target]
+
+    with ah.woven(target, before=lambda ctx: None):
+        _define(mod, "class Net(Base):\n    def forward(self):\n        return 1\n")
+        assert notes() == []
+        del mod.Net
+        gc.collect()
+        assert [note.startswith("nothing matches yet") for note in notes()] == [True]
+    assert notes() == []
+
+
 # -- modules imported later ----------------------------------------------------------------
 
 
@@ -636,6 +724,7 @@ def test_pending_import_of_something_not_a_class_fails(new_module: Callable[[str
     ("path", "match"),
     [
         ("os.path+.join", r"os\.path is a module, not a class.*write 'os\.path\.join'"),
+        ("os.path.join+.m", r"os\.path\.join is a function, not a class.*; name a class before"),
         ("{mod}.Base+", r"nothing follows the '\+'\. '\+' selects a class"),
         ("{mod}.Base.m+", r"the '\+' goes after its class: '{mod}\.Base\+\.m'"),
         ("{mod}.Base+.m+", r"more than one '\+'"),
