@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 import aspecthook as ah
-from aspecthook._registry import REGISTRY
 from aspecthook.errors import AspectHookError, WeaverClosedError
 
 CLOSED = r"on weaver 'closing', which is closed: .* register on a new Weaver"
@@ -123,20 +122,14 @@ def test_the_default_weaver_cannot_be_closed(isolate_default_weaver: ah.Weaver) 
     assert seen == [4]
 
 
-def test_a_second_close_waits_for_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_close_waits_for_the_first(
+    blocked_removal: tuple[threading.Event, threading.Event],
+) -> None:
     """close() from a second thread while a first is closing returns once the weaver's
     registrations are gone."""
-    entered, release = threading.Event(), threading.Event()
-    original = REGISTRY.remove_advice
-
-    def remove_advice(weaver: ah.Weaver, advices: list[ah.Advice]) -> None:
-        entered.set()
-        release.wait(10)
-        original(weaver, advices)
-
+    entered, release = blocked_removal
     closing = ah.Weaver("closing")
     closing.before("close_step")(lambda ctx: None)
-    monkeypatch.setattr(REGISTRY, "remove_advice", remove_advice)
     first = threading.Thread(target=closing.close, daemon=True)
     first.start()
     assert entered.wait(10)
