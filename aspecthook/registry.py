@@ -330,7 +330,7 @@ class Parameters:
     keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
     ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``), ``bools``
     those annotated ``bool`` or ``bool | None``, ``numbers`` those whose annotation names
-    ``int`` or ``float`` and neither ``str`` nor ``Any`` (``float | Tensor``).
+    ``int`` or ``float`` and no ``str``, ``Any`` or ``Callable`` (``float | Tensor``).
     """
 
     defaults: dict[str, Any]
