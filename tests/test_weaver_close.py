@@ -47,12 +47,14 @@ REGISTRATIONS: dict[str, Callable[[ah.Weaver], Any]] = {
 @pytest.mark.parametrize("name", sorted(REGISTRATIONS))
 def test_a_closed_weaver_refuses_every_registration(name: str) -> None:
     """register, add, each advice decorator, weave (also through weaver=) and joinpoint on
-    a closed weaver raise WeaverClosedError, which says to use a new Weaver; nothing is
-    registered or woven."""
+    a closed weaver raise WeaverClosedError, which names the call refused and says to use a
+    new Weaver; nothing is registered or woven."""
     weaver = _closed()
     with pytest.raises(WeaverClosedError, match=CLOSED) as info:
         REGISTRATIONS[name](weaver)
     assert info.value.weaver == "closing"
+    assert info.value.operation == name.partition("(")[0].replace("woven", "weave")
+    assert str(info.value).startswith(f"{info.value.operation}() on weaver 'closing'")
     assert weaver.registered == []
     assert not hasattr(_target, "__wrapped__")  # not woven
 
