@@ -94,14 +94,14 @@ def _defer(
 
 def _hook_modules(path: str, quiet: bool) -> list[str]:
     """The modules whose import runs ``path``'s hook: each dotted prefix without a glob
-    (only the module part when ``':'`` says where it ends); for a glob's expansion
-    (``quiet``), only those not imported yet."""
+    (of the part before a ``'+'``; only the module part when ``':'`` says where it ends);
+    for a glob's expansion (``quiet``), only those not imported yet."""
     module_parts, attrs = _split(path)
-    parts = module_parts + attrs if ":" in path else path.split(".")
+    parts = module_parts + attrs if ":" in path else path.partition("+")[0].split(".")
     candidates = [
         ".".join(parts[:i])
         for i in range(1, len(parts) + 1)
-        if not _GLOB.union("+").intersection(".".join(parts[:i]))
+        if not _GLOB.intersection(".".join(parts[:i]))
     ]
     if ":" in path:
         candidates = [".".join(module_parts)]

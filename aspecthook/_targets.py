@@ -179,8 +179,9 @@ def _split(path: str) -> tuple[list[str], list[str]]:
 
 
 def _imported(path: str) -> bool:
-    """Whether the module part of ``path`` is imported already."""
-    module, _ = _split(path)
+    """Whether the module part of ``path`` is imported already (for ``'json+.x'``,
+    ``json``'s: the module part ends before a ``'+'``)."""
+    module, _ = _split(path.partition("+")[0])
     return bool(module) and ".".join(module) in sys.modules
 
 
@@ -193,7 +194,7 @@ def _findable(name: str) -> bool:
 
 def _missing_module(path: str) -> str | None:
     """Why ``path`` can never be woven (its top package does not exist), or None."""
-    top = path.partition(":")[0].split(".")[0]
+    top = path.partition("+")[0].partition(":")[0].split(".")[0]
     return None if _findable(top) else f"no module named {top!r}"
 
 

@@ -212,7 +212,7 @@ class Weaver:
         # registration or finds its handle to remove; _stack and _unstack rewrite the
         # handle list under LOCK too.
         with LOCK:
-            self._check_open("register")
+            self._check_open("add")
             REGISTRY.add_advice(self, items)
             handle = Handle(lambda: self._remove(items, handle), f"{len(items)} advice", items)
             for advice in items:
@@ -232,6 +232,7 @@ class Weaver:
 
     def register(self, aspect: Aspect | Advice | Iterable[Aspect | Advice]) -> Handle:
         """Register an aspect instance (or advice); the handle removes all of it."""
+        self._check_open("register")
         advices: list[Advice] = []
         for item in _items(aspect):
             if isinstance(item, Aspect):

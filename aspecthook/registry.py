@@ -330,7 +330,7 @@ class Parameters:
     keyword (a ``**kwargs`` that leads nowhere checkable), so unknown names are let through.
     ``ints`` are the factory's own parameters annotated ``int`` (or ``'int'``), ``bools``
     those annotated ``bool`` or ``bool | None``, ``numbers`` those whose annotation names
-    ``int`` or ``float`` and neither ``str`` nor ``Any`` (``float | Tensor``).
+    ``int`` or ``float`` and no ``str``, ``Any`` or ``Callable`` (``float | Tensor``).
     """
 
     defaults: dict[str, Any]
@@ -416,8 +416,8 @@ _YAML_BOOLEANS = " (YAML reads a bare on, off, yes or no as a boolean: quote it,
 
 
 def _names_a_number(annotation: Any) -> bool:
-    """Whether an annotation asks for a number and cannot take text: ``float``,
-    ``'float'``, ``float | Tensor``, not ``float | str`` (``norm_type='inf'``) or ``Any``."""
+    """Whether an annotation asks for a number and cannot take text: ``float``, ``'float'``,
+    ``float | Tensor``; not ``float | str`` (``norm_type='inf'``), ``Any`` or a function."""
     if annotation is inspect.Parameter.empty:
         return False
     text = annotation if isinstance(annotation, str) else str(annotation)
@@ -425,7 +425,7 @@ def _names_a_number(annotation: Any) -> bool:
 
 
 _NUMBER = re.compile(r"\b(int|float)\b")
-_TEXT = re.compile(r"\b(str|Any|object)\b")
+_TEXT = re.compile(r"\b(str|Any|object|Callable)\b")
 
 
 def _tuple_if(value: Any, default: Any) -> Any:

@@ -7,7 +7,7 @@ import inspect
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -536,3 +536,21 @@ def test_build_and_get_refuse_what_is_not_a_name_or_a_mapping(cfg: Any) -> None:
         ASPECTS.build(cfg)
     with pytest.raises(UnknownAspectError, match="is not a name: give a string"):
         ASPECTS.get(cfg)
+
+
+def test_parameters_numbers_are_those_that_take_a_number_and_no_text() -> None:
+    """.numbers: a parameter annotated with a number type and nothing that takes text or
+    a function (a string for a function of floats is no number mistyped)."""
+
+    def factory(
+        a: float,
+        b: float | list[float] = 0.0,
+        c: float | str = 1.0,
+        d: Callable[[float], float] | None = None,
+        e: Any = 0,
+        f: int | None = None,
+    ) -> None: ...
+
+    accepted = Parameters.of(factory)
+    assert accepted is not None
+    assert accepted.numbers == {"a", "b", "f"}

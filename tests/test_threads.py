@@ -13,7 +13,7 @@ import pytest
 from _weave_targets import Model
 
 import aspecthook as ah
-from aspecthook._registry import LOCK, REGISTRY
+from aspecthook._registry import LOCK
 
 CALLERS = 5
 WEAVERS = 3
@@ -202,22 +202,6 @@ def _run(fn: Callable[[], None], errors: list[BaseException]) -> threading.Threa
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread
-
-
-@pytest.fixture
-def blocked_removal(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
-    """Removals stop inside, before the registry takes the advice off, until released:
-    (entered, release)."""
-    entered, release = threading.Event(), threading.Event()
-    original = REGISTRY.remove_advice
-
-    def remove_advice(weaver: ah.Weaver, advices: list[ah.Advice]) -> None:
-        entered.set()
-        release.wait(10)
-        original(weaver, advices)
-
-    monkeypatch.setattr(REGISTRY, "remove_advice", remove_advice)
-    return entered, release
 
 
 def test_a_second_remove_returns_only_once_the_first_has_removed(

@@ -707,12 +707,20 @@ def test_pending_import_weaves_on_import(new_module: Callable[[str], str]) -> No
     assert all(find_proxy(_own(c)) is None for c in (mod.Base, mod.Own, mod.Later))
 
 
-def test_pending_import_of_something_not_a_class_fails(new_module: Callable[[str], str]) -> None:
-    """A '+' after a function, found on import, fails the weave (describe shows why)."""
+@pytest.mark.parametrize("path", ["{name}.func+.m", "{name}+.func"], ids=["function", "module"])
+def test_pending_import_of_something_not_a_class_fails(
+    new_module: Callable[[str], str], path: str
+) -> None:
+    """A '+' after a function, or right after the module's name, found on import, fails
+    the weave (describe shows why)."""
     name = new_module("def func():\n    return 1\n")
-    with ah.woven(f"{name}.func+.m", before=lambda ctx: None):
+    target = path.format(name=name)
+    with ah.woven(target, before=lambda ctx: None):
+        assert [row.status for row in ah.describe() if row.joinpoint == target] == [
+            "pending import"
+        ]
         importlib.import_module(name)
-        rows = [row for row in ah.describe() if row.joinpoint == f"{name}.func+.m"]
+        rows = [row for row in ah.describe() if row.joinpoint == target]
         assert [row.status for row in rows] == ["failed"]
         assert "not a class" in rows[0].note
 
@@ -724,6 +732,7 @@ def test_pending_import_of_something_not_a_class_fails(new_module: Callable[[str
     ("path", "match"),
     [
         ("os.path+.join", r"os\.path is a module, not a class.*write 'os\.path\.join'"),
+        ("os+.getcwd", r"os is a module, not a class.*write 'os\.getcwd'"),
         ("os.path.join+.m", r"os\.path\.join is a function, not a class.*; name a class before"),
         ("{mod}.Base+", r"nothing follows the '\+'\. '\+' selects a class"),
         ("{mod}.Base.m+", r"the '\+' goes after its class: '{mod}\.Base\+\.m'"),
@@ -742,6 +751,17 @@ def test_bad_plus_paths_are_refused(mod: types.ModuleType, path: str, match: str
         ah.weave(path, before=lambda ctx: None)
     assert info.value.target == path
     assert not ah.default_weaver.registered
+
+
+def test_a_missing_module_before_the_plus_is_named_without_it() -> None:
+    """'nosuchmodule+.m' is skipped as a module that does not exist, named as written
+    before the '+' ('nosuchmodule', not 'nosuchmodule+')."""
+    target = "ah_no_such_module+.m"
+    with ah.woven(target, before=lambda ctx: None):
+        rows = [row for row in ah.describe() if row.joinpoint == target]
+        assert [(row.status, row.note) for row in rows] == [
+            ("skipped", "no module named 'ah_no_such_module'")
+        ]
 
 
 def test_missing_class_is_skipped_unless_strict(mod: types.ModuleType) -> None:

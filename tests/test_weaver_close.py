@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 import aspecthook as ah
-from aspecthook._registry import REGISTRY
 from aspecthook.errors import AspectHookError, WeaverClosedError
 
 CLOSED = r"on weaver 'closing', which is closed: .* register on a new Weaver"
@@ -48,12 +47,14 @@ REGISTRATIONS: dict[str, Callable[[ah.Weaver], Any]] = {
 @pytest.mark.parametrize("name", sorted(REGISTRATIONS))
 def test_a_closed_weaver_refuses_every_registration(name: str) -> None:
     """register, add, each advice decorator, weave (also through weaver=) and joinpoint on
-    a closed weaver raise WeaverClosedError, which says to use a new Weaver; nothing is
-    registered or woven."""
+    a closed weaver raise WeaverClosedError, which names the call refused and says to use a
+    new Weaver; nothing is registered or woven."""
     weaver = _closed()
     with pytest.raises(WeaverClosedError, match=CLOSED) as info:
         REGISTRATIONS[name](weaver)
     assert info.value.weaver == "closing"
+    assert info.value.operation == name.partition("(")[0].replace("woven", "weave")
+    assert str(info.value).startswith(f"{info.value.operation}() on weaver 'closing'")
     assert weaver.registered == []
     assert not hasattr(_target, "__wrapped__")  # not woven
 
@@ -123,20 +124,14 @@ def test_the_default_weaver_cannot_be_closed(isolate_default_weaver: ah.Weaver) 
     assert seen == [4]
 
 
-def test_a_second_close_waits_for_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_close_waits_for_the_first(
+    blocked_removal: tuple[threading.Event, threading.Event],
+) -> None:
     """close() from a second thread while a first is closing returns once the weaver's
     registrations are gone."""
-    entered, release = threading.Event(), threading.Event()
-    original = REGISTRY.remove_advice
-
-    def remove_advice(weaver: ah.Weaver, advices: list[ah.Advice]) -> None:
-        entered.set()
-        release.wait(10)
-        original(weaver, advices)
-
+    entered, release = blocked_removal
     closing = ah.Weaver("closing")
     closing.before("close_step")(lambda ctx: None)
-    monkeypatch.setattr(REGISTRY, "remove_advice", remove_advice)
     first = threading.Thread(target=closing.close, daemon=True)
     first.start()
     assert entered.wait(10)

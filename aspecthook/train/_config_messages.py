@@ -218,7 +218,8 @@ def _string_problem(accepted: Parameters, name: str, value: Any) -> str | None:
         return None
     default = accepted.defaults.get(name)
     integer = type(default) is int or name in accepted.ints  # 'int': no default
-    if (integer or type(default) is float) and _number_text(value):
+    number = integer or type(default) is float or name in accepted.numbers  # 'float | ...'
+    if number and _number_text(value):
         return f"is the string {value!r}, not a number: {_how_to_write(value, integer=integer)}"
     boolean = _bool_text(value)
     if boolean and (type(default) is bool or name in accepted.bools):

@@ -671,6 +671,8 @@ max_iters: 2
         ("scheduler: {type: ReduceLROnPlateau, threshold: 1e-4}", "threshold", "1.0e-4"),
         ("scheduler: {type: StepLR, step_size: 1, gamma: 2E+3}", "gamma", "2.0E+3"),
         ("loss_fn: {type: cross_entropy, label_smoothing: 1e-1}", "label_smoothing", "1.0e-1"),
+        # No default, annotated 'float | list[float]': refused at its key, not at torch's
+        ("scheduler: {type: OneCycleLR, max_lr: 1e-3, total_steps: 4}", "max_lr", "1.0e-3"),
     ],
 )
 def test_a_number_yaml_reads_as_text_is_refused_before_training(

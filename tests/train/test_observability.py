@@ -574,6 +574,28 @@ def test_logger_records_the_lr_of_every_parameter_group(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("names", "keys"),
+    [
+        ((None, "pg2", None), ["lr", "lr/pg1", "lr/pg2"]),  # 'pg2' is the third group's
+        ((None, "head", "head"), ["lr", "lr/head", "lr/pg2"]),
+        ((None, "pg1", "pg2"), ["lr", "lr/pg1", "lr/pg2"]),
+    ],
+    ids=["another-groups-index", "a-name-twice", "own-index"],
+)
+def test_logger_keeps_every_groups_lr_when_names_collide(
+    names: tuple[str | None, ...], keys: list[str]
+) -> None:
+    """Parameter groups whose names would give two of them one key (a name written twice,
+    a group named after another's index) each keep an LR key of their own."""
+    from aspecthook.train.aspects._logger import _learning_rates
+
+    groups = [{"lr": float(i)} | ({"name": n} if n else {}) for i, n in enumerate(names)]
+    rates = _learning_rates(groups)
+    assert list(rates) == keys
+    assert sorted(rates.values()) == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
     ("aspect", "option"), [(Logger, "tensorboard"), (ProgressBar, "transient")]
 )
 @pytest.mark.parametrize("value", [None, "no", 0, 1.0])

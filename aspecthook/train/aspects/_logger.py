@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 from collections import deque
 from pathlib import Path
 from typing import IO, Any
@@ -223,13 +224,23 @@ def _learning_rates(groups: list[dict[str, Any]]) -> dict[str, float]:
     """``lr`` of the first parameter group, and with several groups (a backbone and a head
     trained at different rates) ``lr/<name>`` for each further one: its ``name`` entry
     when it has one (unique among them), else ``pg<i>``. ``float``: torch allows a tensor
-    LR."""
+    LR.
+
+    ``lr/pg<i>`` is kept for group ``i``: a group named ``pg<j>`` after another group, or a
+    name taken already, is shown as ``lr/pg<i>`` too, so that no group's LR hides
+    another's."""
     rates = {"lr": float(groups[0]["lr"])}
     for i, group in enumerate(groups[1:], start=1):
         name = group.get("name")
         key = f"lr/{name}" if isinstance(name, str) and name else ""
-        rates[key if key and key not in rates else f"lr/pg{i}"] = float(group["lr"])
+        if not key or key in rates or (_INDEXED.fullmatch(key) and key != f"lr/pg{i}"):
+            key = f"lr/pg{i}"
+        rates[key] = float(group["lr"])
     return rates
+
+
+#: The key of a parameter group by its index (``lr/pg2``), which only that group may take.
+_INDEXED = re.compile(r"lr/pg\d+")
 
 
 def _check_json_file(json_file: object) -> None:
