@@ -70,8 +70,6 @@ class Session:
             if all(aspect is not seen for seen in session.aspects):
                 session.aspects.append(aspect)
         _configure_logging(config, session.aspects)
-        if session.describe:
-            session.tracking = track_calls()  # before weaving: every call is counted
         _quiet_core_logs()  # skipped targets are reported below, once, with their key
         try:
             for weave_spec, aspects in zip(config.weaves, built, strict=True):
@@ -79,6 +77,8 @@ class Session:
                     session.weave(weave_spec, target, aspects)
         finally:
             _core_logs_to_stderr()
+        if session.describe:  # once every weave is made: a config that fails leaves it off
+            session.tracking = track_calls()
         return session
 
     def weave(self, spec: WeaveSpec, target: str, aspects: list[Any]) -> None:

@@ -1212,3 +1212,22 @@ def test_run_help_says_what_strict_does_and_where_the_programs_arguments_go(
     assert "never woven" in text
     assert "exit code 2" in text
     assert "passed to it untouched" in text
+
+
+def test_describe_leaves_call_counting_off_when_the_config_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A strict weave that fails while the config is read (the session never starts)
+    leaves call counting as it was: on only for a session that runs."""
+    from aspecthook import _log
+    from aspecthook._cli import RunOptions
+    from aspecthook._cli_session import Session
+    from aspecthook._tracking import is_tracking
+    from aspecthook.errors import WeaveTargetError
+
+    write(tmp_path, "bad.yaml", "weave:\n  - target: json.no_such_function\n    aspects: [Timed]\n")
+    options = RunOptions(aspects=str(tmp_path / "bad.yaml"), strict=True, describe=True)
+    monkeypatch.setattr(_log, "_logger", _log._logger)  # the session redirects it to stderr
+    with pytest.raises(WeaveTargetError, match="no_such_function"):
+        Session.start(options)
+    assert not is_tracking()
