@@ -48,9 +48,7 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
     if inspect.ismethod(target):
         owner, name = target.__self__, target.__func__.__name__
-        meta = _metaclass_defining(owner, name)
-        if meta is not None:
-            raise _metaclass_method_error(owner, name, meta)
+        _usable_site(owner, name)
         return [(owner, name)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
@@ -114,6 +112,17 @@ def _metaclass_defining(owner: Any, name: str) -> type | None:
     if not inspect.isclass(owner) or any(name in vars(cls) for cls in owner.__mro__):
         return None
     return next((meta for meta in type(owner).__mro__ if name in vars(meta)), None)
+
+
+def _usable_site(owner: Any, name: str, *, glob: bool = False) -> bool:
+    """Whether ``owner.name`` is a site of ``owner``'s own; a method it has only from its
+    metaclass is refused (``WeaveTargetError``), or left out when a glob matched it."""
+    meta = _metaclass_defining(owner, name)
+    if meta is None:
+        return True
+    if glob:
+        return False
+    raise _metaclass_method_error(owner, name, meta)
 
 
 def _metaclass_method_error(owner: Any, name: str, meta: type) -> WeaveTargetError:
@@ -261,10 +270,8 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
         value = _raw(parent, attr)
         if inspect.isclass(value) or isinstance(value, types.ModuleType):
             sites.extend(_resolve_object(value))  # type: ignore[arg-type]
-        elif (meta := _metaclass_defining(parent, attr)) is None:
+        elif _usable_site(parent, attr, glob=glob):
             sites.append((parent, attr))
-        elif not glob:  # a glob leaves it out: it is not the class's own method
-            raise _metaclass_method_error(parent, attr, meta)
     patchable = [(parent, attr) for parent, attr in sites if not _immutable(parent)]
     if sites and not patchable and not glob:
         parent, attr = sites[0]
@@ -483,11 +490,8 @@ def _base_sites(base: type, pattern: str) -> list[tuple[Any, str]]:
     for parent, attr in _expand(base, [pattern]):
         if inspect.isclass(_raw(parent, attr)):
             continue  # a nested class: not a method
-        meta = _metaclass_defining(parent, attr)
-        if meta is None:
+        if _usable_site(parent, attr, glob=glob):
             sites.append((parent, attr))
-        elif not glob:
-            raise _metaclass_method_error(parent, attr, meta)
     return sites
 
 
