@@ -79,7 +79,7 @@ class EarlyStopping(Aspect):
         value = float(runner.metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
             # Counted from 1: at an epoch's end it is counted already, inside one it is not.
-            epoch = runner.epoch + 1 if runner.inner_iter else runner.epoch
+            epoch = runner.epoch + 1 if getattr(runner, "inner_iter", 0) else runner.epoch
             runner.stop(f"{self.monitor} is {value} at epoch {epoch}")
             return
         if self._improved(value):
