@@ -68,6 +68,9 @@ class EMA(Aspect):
         self.use_for_eval = use_for_eval
         self.averaged: AveragedModel | None = None
         self._steps = 0  # optimizer steps taken (update_every counts these)
+        # Whether the average was updated once (a bool, not a read of the average's
+        # ``n_averaged`` tensor each step: on an accelerator that read waits for the device).
+        self._updated = False
         self._pending: dict[str, Any] | None = None  # loaded before the average was built
         self._loaded = False  # the average came from a checkpoint
         self._started = False  # the first epoch of this process began
@@ -107,7 +110,8 @@ class EMA(Aspect):
         started = runner.iter >= self.start_iter
         if started and self._steps % self.update_every == 0:
             self.averaged.update_parameters(model)
-        elif not started or not int(self.averaged.n_averaged):
+            self._updated = True
+        elif not started or not self._updated:
             # Not started, or no update yet (update_every > 1): follow the live weights, so
             # a validation or checkpoint before the first update has no untrained model.
             _copy(self._tensors(self.averaged.module), self._tensors(model))
@@ -167,6 +171,7 @@ class EMA(Aspect):
         inner = dict(without_wrapper_prefix(inner, self.averaged.module))
         rest = {k: v for k, v in state.items() if not k.startswith("module.")}
         self.averaged.load_state_dict({**rest, **{f"module.{k}": v for k, v in inner.items()}})
+        self._updated = bool(int(self.averaged.n_averaged))
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The runner's state with the EMA weights as its ``model`` and the live weights in
