@@ -18,6 +18,7 @@ from aspecthook.train.aspects import (
     Checkpoint,
     EarlyStopping,
     EmptyCache,
+    Evaluate,
     GradAccumulation,
     GradClip,
     NaNGuard,
@@ -1007,3 +1008,63 @@ def test_ema_refuses_a_bad_option_when_built(option: str, value: Any, message: s
     a bad update_every / start_iter failed (or ran oddly) only during training."""
     with pytest.raises(InvalidOptionError, match=message):
         EMA(**{option: value})
+
+
+def test_ema_follows_the_live_weights_until_its_first_update() -> None:
+    """update_every=10 and an epoch of 4 steps: the validation at the epoch's end sees the
+    trained weights (the average starts from them at the 10th step), not the initial
+    model's, which no step of the run ever held."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        aspects=[EMA(0.5, update_every=10, use_buffers=False)],
+    )
+    initial = _params(runner)
+    validated: list[torch.Tensor] = []
+    runner.weaver.before("val_iter")(lambda ctx: validated.extend(_params(runner)))
+    runner.run()
+    for seen, live, first in zip(validated, _params(runner), initial, strict=True):
+        assert torch.equal(seen, live)
+        assert not torch.equal(seen, first)
+
+
+def test_grad_clip_clips_the_parameters_the_optimizer_steps() -> None:
+    """An optimizer over the last layer only (the rest still requires grad, as in a
+    fine-tune that passes just the head to it): the norm clipped and reported is the
+    head's, as torch's clip over the optimizer's parameters (mmengine, Lightning) gives;
+    the other layers' gradients do not shrink the head's step."""
+    model = _model()
+    head = list(model[2].parameters())
+    runner = Runner(
+        model,
+        torch.optim.SGD(head, lr=0.1),
+        DataLoader(_data(), batch_size=4),
+        loss_fn=CE,
+        max_iters=1,
+        aspects=[GradClip(max_norm=1e-3)],
+    )
+    norms: list[torch.Tensor] = []
+
+    def head_norm(ctx: CallContext) -> None:
+        norms.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in head])))
+
+    runner.weaver.before("optimizer_step", priority="HIGHEST")(head_norm)
+    runner.weaver.before("optimizer_step", priority="LOWEST")(head_norm)
+    runner.run()
+    torch.testing.assert_close(runner.outputs["grad_norm"], norms[0])
+    torch.testing.assert_close(norms[1], torch.tensor(1e-3), rtol=1e-4, atol=0.0)
+
+
+def test_early_stopping_names_the_epoch_of_a_validation_inside_it() -> None:
+    """Evaluate every 2 iterations, 4 an epoch: a NaN at the first validation (inside the
+    first epoch) stops the run saying epoch 1, as epochs are numbered at an epoch's end
+    (and by Logger), not epoch 0."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=2,
+        aspects=[Evaluate(2, by_epoch=False), EarlyStopping("val/loss")],
+    )
+    runner.weaver.after("val_epoch", priority="BELOW_NORMAL")(  # after Evaluate
+        lambda ctx: ctx.runner.metrics.update({"val/loss": float("nan")})
+    )
+    runner.run()
+    assert (runner.iter, runner.stop_reason) == (2, "val/loss is nan at epoch 1")

@@ -78,7 +78,9 @@ class EarlyStopping(Aspect):
             return
         value = float(runner.metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
-            runner.stop(f"{self.monitor} is {value} at epoch {runner.epoch}")
+            # Counted from 1: at an epoch's end it is counted already, inside one it is not.
+            epoch = runner.epoch + 1 if getattr(runner, "inner_iter", 0) else runner.epoch
+            runner.stop(f"{self.monitor} is {value} at epoch {epoch}")
             return
         if self._improved(value):
             self.best, self.wait = value, 0

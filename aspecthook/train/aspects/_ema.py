@@ -24,16 +24,17 @@ class EMA(Aspect):
 
     Updated after every ``update_every``-th optimizer step (steps skipped by
     ``GradAccumulation`` or ``NaNGuard`` do not count) from iteration ``start_iter`` on;
-    before that the EMA weights follow the live ones (copied after each step), so the
-    average starts from the weights trained so far and an evaluation before ``start_iter``
-    sees them, not the initial ones. With ``use_for_eval`` (default) validation and test
-    run on the EMA weights: they are swapped into the model for the epoch and swapped back
-    afterwards. Its state (the averaged weights, the update and step counts) is part of
-    checkpoints. With ``use_for_eval``, a checkpoint's ``model`` holds the EMA weights (the
-    ones validated, so ``save_best`` keeps the weights its score was measured on, ready to
-    load for inference) and EMA's state the live ones; a resume swaps them back. A model in
-    a ``DistributedDataParallel`` / ``DataParallel`` wrapper is averaged without it, so
-    the EMA weights saved fit the bare model, as the checkpoint's ``model`` does.
+    before that, and until its first update, the EMA weights follow the live ones (copied
+    after each step), so the average starts from the weights trained so far and an
+    evaluation before it sees them, not the initial ones. With ``use_for_eval`` (default)
+    validation and test run on the EMA weights: they are swapped into the model for the
+    epoch and swapped back afterwards. Its state (the averaged weights, the update and step
+    counts) is part of checkpoints. With ``use_for_eval``, a checkpoint's ``model`` holds
+    the EMA weights (the ones validated, so ``save_best`` keeps the weights its score was
+    measured on, ready to load for inference) and EMA's state the live ones; a resume swaps
+    them back. A model in a ``DistributedDataParallel`` / ``DataParallel`` wrapper is
+    averaged without it, so the EMA weights saved fit the bare model, as the checkpoint's
+    ``model`` does.
     """
 
     name = "ema"
@@ -67,6 +68,9 @@ class EMA(Aspect):
         self.use_for_eval = use_for_eval
         self.averaged: AveragedModel | None = None
         self._steps = 0  # optimizer steps taken (update_every counts these)
+        # Whether the average was updated once (a bool, not a read of the average's
+        # ``n_averaged`` tensor each step: on an accelerator that read waits for the device).
+        self._updated = False
         self._pending: dict[str, Any] | None = None  # loaded before the average was built
         self._loaded = False  # the average came from a checkpoint
         self._started = False  # the first epoch of this process began
@@ -103,10 +107,14 @@ class EMA(Aspect):
             return
         self._steps += 1
         model = unwrapped(runner.model)
-        if runner.iter < self.start_iter:  # not started: follow the live weights
-            _copy(self._tensors(self.averaged.module), self._tensors(model))
-        elif self._steps % self.update_every == 0:
+        started = runner.iter >= self.start_iter
+        if started and self._steps % self.update_every == 0:
             self.averaged.update_parameters(model)
+            self._updated = True
+        elif not started or not self._updated:
+            # Not started, or no update yet (update_every > 1): follow the live weights, so
+            # a validation or checkpoint before the first update has no untrained model.
+            _copy(self._tensors(self.averaged.module), self._tensors(model))
 
     def around_val_epoch(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Validation on the EMA weights (``use_for_eval``); the live ones are back after
@@ -163,6 +171,7 @@ class EMA(Aspect):
         inner = dict(without_wrapper_prefix(inner, self.averaged.module))
         rest = {k: v for k, v in state.items() if not k.startswith("module.")}
         self.averaged.load_state_dict({**rest, **{f"module.{k}": v for k, v in inner.items()}})
+        self._updated = bool(int(self.averaged.n_averaged))
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The runner's state with the EMA weights as its ``model`` and the live weights in

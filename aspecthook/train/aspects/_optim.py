@@ -68,7 +68,8 @@ def _amp_dtype(dtype: Any) -> torch.dtype | None:
 
 
 class GradClip(Aspect):
-    """Clips the gradient norm before each optimizer step (``clip_grad_norm_``).
+    """Clips the gradient norm of the optimizer's parameters before each step
+    (``clip_grad_norm_``).
 
     ``max_norm`` is a positive number; ``norm_type`` a positive order or ``'inf'``.
 
@@ -93,9 +94,10 @@ class GradClip(Aspect):
         if ctx.skipped:  # no step this iteration (GradAccumulation, NaNGuard)
             return
         runner = ctx.runner
-        norm = torch.nn.utils.clip_grad_norm_(
-            runner.model.parameters(), self.max_norm, norm_type=self.norm_type
-        )
+        # The optimizer's parameters (as AMP unscales them), not the model's: a parameter
+        # it does not step would count in the norm, one outside the model go unclipped.
+        params = [p for group in runner.optimizer.param_groups for p in group["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.max_norm, norm_type=self.norm_type)
         runner.outputs["grad_norm"] = norm
 
 
