@@ -653,3 +653,24 @@ def test_logger_refuses_a_json_file_that_is_not_a_file_name(json_file: Any) -> N
     it, was logged (errors='log'), and the run went on without its metrics file."""
     with pytest.raises(InvalidOptionError, match=r"Logger\(json_file=.*\) is not a file name"):
         Logger(json_file=json_file)
+
+
+def test_logger_records_numpy_and_tensor_metrics_of_a_validation(tmp_path: Path) -> None:
+    """Metrics an aspect of the user's puts in ``runner.metrics`` as a numpy scalar or a
+    one-element tensor are logged as numbers; they were left out of the record."""
+    import numpy as np
+
+    class Extra(ah.Aspect):
+        def after_val_epoch(self, ctx: Any) -> None:
+            ctx.runner.metrics["val/np"] = np.float32(0.25)
+            ctx.runner.metrics["val/tensor"] = torch.tensor(0.5)
+            ctx.runner.metrics["val/name"] = "not a number"
+
+    logger = Logger(interval=3)
+    runner = _runner(tmp_path, [Evaluate(), logger, Extra(priority=ah.Priority.HIGHEST)])
+    runner.run()
+    val = [r for r in logger.records if r["mode"] == "val"]
+    assert [(r["val/np"], r["val/tensor"]) for r in val] == [(0.25, 0.5)] * 2
+    assert all(type(r["val/np"]) is float and "val/name" not in r for r in val)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["val/tensor"] for r in lines if r["mode"] == "val"] == [0.5, 0.5]

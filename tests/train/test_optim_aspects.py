@@ -1068,3 +1068,23 @@ def test_early_stopping_names_the_epoch_of_a_validation_inside_it() -> None:
     )
     runner.run()
     assert (runner.iter, runner.stop_reason) == (2, "val/loss is nan at epoch 1")
+
+
+def test_numpy_numbers_are_taken_as_options() -> None:
+    """A decay, a norm, a warm-up ratio or a count computed with numpy (``np.float32``,
+    ``np.int64``) is a number like any other: it was refused as "not between 0 and 1" /
+    "not a positive number". The aspects keep it as a Python number; bools stay refused."""
+    import numpy as np
+
+    from aspecthook.train.aspects import EMA, GradClip, IterTimer, LRSchedule
+
+    ema = EMA(decay=np.float32(0.99), update_every=np.int64(2))
+    assert (type(ema.decay), ema.update_every, type(ema.update_every)) == (float, 2, int)
+    assert GradClip(np.float32(1.5), norm_type=np.float64(1.0)).max_norm == 1.5
+    lr = LRSchedule(warmup="linear", warmup_iters=np.int64(5), warmup_ratio=np.float32(0.5))
+    assert (lr.warmup_ratio, type(lr.warmup_ratio)) == (0.5, float)
+    assert IterTimer(window=np.int64(7)).times.maxlen == 7
+    with pytest.raises(InvalidOptionError, match=r"EMA\(decay=True\)"):
+        EMA(decay=True)
+    with pytest.raises(InvalidOptionError, match=r"IterTimer\(window=True\)"):
+        IterTimer(window=True)

@@ -42,7 +42,7 @@ class EarlyStopping(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        check_count("EarlyStopping", "patience", patience)
+        patience = check_count("EarlyStopping", "patience", patience)
         delta: Any = min_delta  # from a config or numpy: checked as any value
         if (
             isinstance(delta, bool)

@@ -14,7 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
 from .._wrappers import unwrapped, without_wrapper_prefix
-from ._options import check_count, check_flags
+from ._options import check_count, check_flags, is_real
 
 __all__ = ["EMA"]
 
@@ -53,15 +53,15 @@ class EMA(Aspect):
     ) -> None:
         super().__init__(**options)
         check_flags("EMA", use_buffers=use_buffers, use_for_eval=use_for_eval)
-        check_count("EMA", "update_every", update_every, lowest=1)
-        check_count("EMA", "start_iter", start_iter, lowest=0)
-        if not _is_number(decay) or not 0.0 < decay < 1.0:
+        update_every = check_count("EMA", "update_every", update_every, lowest=1)
+        start_iter = check_count("EMA", "start_iter", start_iter, lowest=0)
+        if not is_real(decay) or not 0.0 < decay < 1.0:
             raise InvalidOptionError(
                 f"EMA(decay={decay!r}) must be between 0 and 1 (e.g. 0.999)",
                 option="decay",
                 value=decay,
             )
-        self.decay = decay
+        self.decay = float(decay)
         self.update_every = update_every
         self.start_iter = start_iter
         self.use_buffers = use_buffers
@@ -231,7 +231,3 @@ def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
     with torch.no_grad():
         for to, value in zip(dst, src, strict=True):
             to.copy_(value)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

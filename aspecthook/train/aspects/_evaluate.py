@@ -51,7 +51,7 @@ class Evaluate(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
-        check_count("Evaluate", "interval", interval)
+        interval = check_count("Evaluate", "interval", interval)
         check_flags("Evaluate", by_epoch=by_epoch)
         self.interval = interval
         self.by_epoch = by_epoch

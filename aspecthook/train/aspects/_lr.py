@@ -24,7 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
-from ._options import check_flags
+from ._options import check_flags, is_integer, is_real
 from ._rules import infer_rule
 
 __all__ = ["LRSchedule"]
@@ -67,8 +67,8 @@ class LRSchedule(Aspect):
         self.scheduler = scheduler
         self.by_epoch = by_epoch
         self.warmup = warmup
-        self.warmup_iters = warmup_iters
-        self.warmup_ratio = warmup_ratio
+        self.warmup_iters = int(warmup_iters)
+        self.warmup_ratio = float(warmup_ratio)
         self.monitor = monitor
         self._main: Any = None
         self._warmup: Any = None
@@ -260,19 +260,13 @@ def _check_options(
             option="scheduler",
             value=scheduler,
         )
-    if warmup is not None and (
-        not isinstance(warmup_iters, int) or isinstance(warmup_iters, bool) or warmup_iters < 1
-    ):
+    if warmup is not None and (not is_integer(warmup_iters) or warmup_iters < 1):
         raise InvalidOptionError(
             f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
             option="warmup_iters",
             value=warmup_iters,
         )
-    if (
-        not isinstance(warmup_ratio, (int, float))
-        or isinstance(warmup_ratio, bool)
-        or not 0 < warmup_ratio <= 1
-    ):
+    if not is_real(warmup_ratio) or not 0 < warmup_ratio <= 1:
         raise InvalidOptionError(
             f"LRSchedule(warmup_ratio={warmup_ratio!r}) must be in (0, 1]",
             option="warmup_ratio",

@@ -17,19 +17,14 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
-from ._options import check_count
+from ._options import check_count, is_real
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
 
 def _positive(owner: str, option: str, value: Any) -> None:
     # NaN compares false with everything: refused by name, or it would pass ``value <= 0``.
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or math.isnan(value)
-        or value <= 0
-    ):
+    if not is_real(value) or math.isnan(value) or value <= 0:
         raise InvalidOptionError(
             f"{owner}({option}={value!r}) must be a positive number", option=option, value=value
         )
@@ -124,7 +119,7 @@ class GradAccumulation(Aspect):
 
     def __init__(self, steps: int, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
-        check_count("GradAccumulation", "steps", steps)
+        steps = check_count("GradAccumulation", "steps", steps)
         self.steps = steps
         self._total: int | None = None  # the run's iterations, when known (before_run)
         self._model: torch.nn.Module | None = None  # whose gradients a checkpoint keeps

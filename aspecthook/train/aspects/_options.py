@@ -3,11 +3,12 @@ construction), so that each says the same thing the same way."""
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from ...errors import InvalidOptionError
 
-__all__ = ["check_count", "check_flags"]
+__all__ = ["check_count", "check_flags", "is_integer", "is_real"]
 
 
 def check_flags(aspect: str, **flags: object) -> None:
@@ -23,13 +24,23 @@ def check_flags(aspect: str, **flags: object) -> None:
             )
 
 
+def is_real(value: object) -> bool:
+    """A real number, numpy's scalars (``np.float32``) included, but not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integer(value: object) -> bool:
+    """An integer, numpy's (``np.int64``) included, but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_count(aspect: str, option: str, value: Any, lowest: int | None = None) -> int:
-    """``value`` if it is an int (not a bool) of at least ``lowest`` (1 when not given, and
-    then said as "a positive int"), else the error."""
+    """``value`` as an ``int`` if it is an integer (numpy's too; not a bool) of at least
+    ``lowest`` (1 when not given, and then said as "a positive int"), else the error."""
     least = 1 if lowest is None else lowest
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+    if not is_integer(value) or value < least:
         what = "a positive int" if lowest is None else f"an int >= {lowest}"
         raise InvalidOptionError(
             f"{aspect}({option}={value!r}) must be {what}", option=option, value=value
         )
-    return value
+    return int(value)

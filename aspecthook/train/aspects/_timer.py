@@ -37,7 +37,7 @@ class IterTimer(Aspect):
     def __init__(self, window: int = 50, **options: Unpack[AspectOptions]) -> None:
         super().__init__(**options)
         self.window = check_count("IterTimer", "window", window)
-        self.times: deque[float] = deque(maxlen=window)
+        self.times: deque[float] = deque(maxlen=self.window)
         self._last_end: float | None = None
         self._start = 0.0
 
