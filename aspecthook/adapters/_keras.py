@@ -302,8 +302,14 @@ class KerasCallback(_HookAdapter):
 
 
 def _params(runner: Any) -> dict[str, Any]:
+    """The run's params, as Keras's ``fit`` gives them; a run by ``max_iters`` has the
+    epochs it spans (Keras's ``epochs`` is an int), when the loader has a length."""
     steps = _loader_length(getattr(runner, "train_loader", None))
-    return {"epochs": getattr(runner, "max_epochs", None), "steps": steps, "verbose": 0}
+    epochs = getattr(runner, "max_epochs", None)
+    limit = getattr(runner, "max_iters", None)
+    if epochs is None and isinstance(limit, int) and steps:
+        epochs = -(-limit // steps)
+    return {"epochs": epochs, "steps": steps, "verbose": 0}
 
 
 def _eval_params(runner: Any, loader: str) -> dict[str, Any]:

@@ -1065,3 +1065,11 @@ def test_keras_test_batch_logs_hold_no_predictions_or_targets() -> None:
     runner.val_loader = DataLoader(one, batch_size=BATCH)  # its last batch: one sample
     runner.run()
     assert [sorted(batch) for batch in logs] == [["loss"], ["loss"]]
+
+
+def test_keras_params_of_a_run_by_iterations_count_its_epochs() -> None:
+    """A run by max_iters gives params['epochs'] the epochs it spans (Keras's is always an
+    int, which callbacks do arithmetic with), not None."""
+    callback = RecordingCallback()
+    _runner([callback], max_iters=4).run()  # three batches an epoch: two epochs
+    assert callback.params == {"epochs": 2, "steps": N // BATCH, "verbose": 0}
