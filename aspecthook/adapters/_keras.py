@@ -68,7 +68,8 @@ class KerasCallback(_HookAdapter):
     before a test or validation pass outside a run (``runner.test()``), with one epoch of
     that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
-    through ``runner.stop()`` after the current iteration. ``on_predict_*`` have no join
+    through ``runner.stop()`` after the current iteration (in a run: a test pass by itself
+    ignores it, as Keras's ``evaluate()`` does). ``on_predict_*`` have no join
     point here: a callback that defines them is warned about when adapted.
     """
 
@@ -296,8 +297,12 @@ class KerasCallback(_HookAdapter):
         self._calls["on_train_end"](dict(self._epoch_logs))
 
     def _check_stop(self, runner: Any) -> None:
+        # Only a run has training to stop: as Keras's evaluate(), a test pass by itself
+        # ignores the flag (the runner would stay stopped, and the next run() do nothing).
         model = self._model
-        if model is not None and getattr(model, "stop_training", False) and runner is not None:
+        if not self._in_run or runner is None:
+            return
+        if model is not None and getattr(model, "stop_training", False):
             runner.stop(f"{self.name}: {type(self.target).__name__} set model.stop_training")
 
 

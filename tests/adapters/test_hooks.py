@@ -1073,3 +1073,19 @@ def test_keras_params_of_a_run_by_iterations_count_its_epochs() -> None:
     callback = RecordingCallback()
     _runner([callback], max_iters=4).run()  # three batches an epoch: two epochs
     assert callback.params == {"epochs": 2, "steps": N // BATCH, "verbose": 0}
+
+
+def test_stop_training_set_in_a_test_pass_outside_a_run_stops_no_later_run() -> None:
+    """Keras's evaluate() has no training to stop: a callback setting model.stop_training
+    in runner.test() left the runner stopped, so the run after it trained nothing."""
+
+    class StopOnTest(Callback):
+        def on_test_end(self, logs: Any = None) -> None:
+            self.model.stop_training = True
+
+    runner = _runner([StopOnTest()], max_epochs=2)
+    runner.test_loader = runner.val_loader
+    runner.test()
+    assert runner.stop_reason is None
+    runner.run()
+    assert runner.epoch == 1  # the validation in the run stops it, as Keras's fit would
