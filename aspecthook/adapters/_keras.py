@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._context import CallContext
+from .._priority import Priority, resolve_priority
 from .._typing import Unpack
 from ..errors import AspectDefinitionError
 from ._base import (
@@ -39,6 +40,9 @@ _UNSUPPORTED = (
     "on_predict_batch_begin",
     "on_predict_batch_end",
 )
+#: What the evaluation step returns beside its loss (``Runner.compute_eval_step``): the
+#: batch's predictions and targets, data rather than metrics, so never in ``logs``.
+_BATCH_DATA = ("outputs", "targets")
 
 
 class KerasCallback(_HookAdapter):
@@ -49,8 +53,10 @@ class KerasCallback(_HookAdapter):
     and ``on_test_*`` at ``val_epoch`` / ``val_iter`` (validation during training, as
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
     are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
-    outputs (``{'loss': 0.31}``); at epoch end the epoch's mean training ``loss`` plus, when
-    the epoch validated, that validation's metrics named as Keras's ``fit`` names them
+    outputs (``{'loss': 0.31}``; not the evaluation step's ``outputs`` / ``targets``, which
+    are the batch's data); at epoch end the epoch's mean of each (``loss`` ...), after the
+    epoch's validation whatever the callback's priority, plus, when the epoch validated,
+    that validation's metrics named as Keras's ``fit`` names them
     (``'val/loss'`` -> ``'val_loss'``, whatever prefix the runner's ``Evaluate`` uses, so a
     callback monitoring ``'val_loss'`` finds it; no ``test/`` metrics); at test end the
     metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
@@ -62,7 +68,8 @@ class KerasCallback(_HookAdapter):
     before a test or validation pass outside a run (``runner.test()``), with one epoch of
     that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
-    through ``runner.stop()`` after the current iteration. ``on_predict_*`` have no join
+    through ``runner.stop()`` after the current iteration (in a run: a test pass by itself
+    ignores it, as Keras's ``evaluate()`` does). ``on_predict_*`` have no join
     point here: a callback that defines them is warned about when adapted.
     """
 
@@ -79,8 +86,8 @@ class KerasCallback(_HookAdapter):
                 "use MMHook for an OpenMMLab-style hook"
             )
         self._model: Any = None
-        self._loss_sum: Any = None
-        self._loss_count = 0
+        self._sums: dict[str, Any] = {}  # this epoch's sum of each scalar output
+        self._steps: dict[str, int] = {}  # and how many iterations gave it
         self._epoch_logs: dict[str, float] = {}
         self._val_this_epoch = False
         self._in_run = False  # between the run's start and its end (see _start_alone)
@@ -131,7 +138,7 @@ class KerasCallback(_HookAdapter):
             plan.extend(self._counting("train"))
         plan.extend(self._train_batches())
         if epoch_logs:
-            plan.append(("loss_mean", "after", "train_iter", self._add_loss))
+            plan.append(("epoch_means", "after", "train_iter", self._add_outputs))
             plan.append(("validated", "after", "val_epoch", self._validated))
             plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
         tests = [advice for mode in ("val", "test") for advice in self._test_plan(mode)]
@@ -142,6 +149,12 @@ class KerasCallback(_HookAdapter):
         if "on_train_end" in c:
             plan.append(("on_train_end", "after", "run", self._train_end))
         return plan
+
+    def _stage_priorities(self) -> dict[str, int]:
+        # Keras's fit validates before on_epoch_end; here the Evaluate aspect validates at
+        # the epoch's end (ABOVE_NORMAL), so on_epoch_end never runs ahead of it.
+        after_evaluate = int(Priority.ABOVE_NORMAL) + 1
+        return {"on_epoch_end": max(resolve_priority(self.priority), after_evaluate)}
 
     def _train_batches(self) -> Plan:
         plan: Plan = []
@@ -221,35 +234,40 @@ class KerasCallback(_HookAdapter):
         method = self._calls[name]
 
         def call(ctx: CallContext) -> None:
-            method(ctx.data[_INDEX], _scalars(ctx.result) if end else {})
+            method(ctx.data[_INDEX], _batch_logs(ctx.result) if end else {})
             self._check_stop(ctx.runner)
 
         return call
 
     def _begin_epoch(self, ctx: CallContext) -> None:
         ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
-        self._loss_sum, self._loss_count = None, 0
+        self._sums, self._steps = {}, {}
         self._val_this_epoch = False
         method = self._calls.get("on_epoch_begin")
         if method is not None:
             method(ctx.data[_EPOCH], {})
             self._check_stop(ctx.runner)
 
-    def _add_loss(self, ctx: CallContext) -> None:
-        loss = ctx.result.get("loss") if isinstance(ctx.result, Mapping) else None
-        if loss is None:
+    def _add_outputs(self, ctx: CallContext) -> None:
+        """Add the step's scalar outputs (those its batch logs hold) to the epoch's sums,
+        for the means Keras's on_epoch_end gets; tensors stay tensors: no sync here."""
+        if not isinstance(ctx.result, Mapping):
             return
-        loss = loss.detach() if hasattr(loss, "detach") else loss  # no sync per iteration
-        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-        self._loss_count += 1
+        for key, value in ctx.result.items():
+            if key in _BATCH_DATA or not _is_scalar(value):
+                continue
+            value = value.detach() if hasattr(value, "detach") else value
+            name = str(key)
+            self._sums[name] = value + self._sums[name] if name in self._sums else value
+            self._steps[name] = self._steps.get(name, 0) + 1
 
     def _validated(self, ctx: CallContext) -> None:
         self._val_this_epoch = True
 
     def _end_epoch(self, ctx: CallContext) -> None:
         logs: dict[str, float] = {}
-        if self._loss_count:
-            logs["loss"] = float(self._loss_sum) / self._loss_count
+        for name, total in self._sums.items():
+            logs[name] = float(total) / self._steps[name]
         if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
             # This validation's metrics only (not a test pass's still in runner.metrics),
             # named as Keras's fit names them: 'val_' and the metric's name.
@@ -279,19 +297,36 @@ class KerasCallback(_HookAdapter):
         self._calls["on_train_end"](dict(self._epoch_logs))
 
     def _check_stop(self, runner: Any) -> None:
+        # Only a run has training to stop: as Keras's evaluate(), a test pass by itself
+        # ignores the flag (the runner would stay stopped, and the next run() do nothing).
         model = self._model
-        if model is not None and getattr(model, "stop_training", False) and runner is not None:
+        if not self._in_run or runner is None:
+            return
+        if model is not None and getattr(model, "stop_training", False):
             runner.stop(f"{self.name}: {type(self.target).__name__} set model.stop_training")
 
 
 def _params(runner: Any) -> dict[str, Any]:
+    """The run's params, as Keras's ``fit`` gives them; a run by ``max_iters`` has the
+    epochs it spans (Keras's ``epochs`` is an int), when the loader has a length."""
     steps = _loader_length(getattr(runner, "train_loader", None))
-    return {"epochs": getattr(runner, "max_epochs", None), "steps": steps, "verbose": 0}
+    epochs = getattr(runner, "max_epochs", None)
+    limit = getattr(runner, "max_iters", None)
+    if epochs is None and isinstance(limit, int) and steps:
+        epochs = -(-limit // steps)
+    return {"epochs": epochs, "steps": steps, "verbose": 0}
 
 
 def _eval_params(runner: Any, loader: str) -> dict[str, Any]:
     """A test pass's params, as Keras's ``evaluate()`` gives them: one epoch."""
     return {"epochs": 1, "steps": _loader_length(getattr(runner, loader, None)), "verbose": 0}
+
+
+def _is_scalar(value: Any) -> bool:
+    """Whether ``value`` is a number or a one-element tensor (read without a sync)."""
+    if isinstance(value, (int, float)):
+        return not isinstance(value, bool)
+    return callable(getattr(value, "numel", None)) and value.numel() == 1
 
 
 def _scalars(values: Any) -> dict[str, float]:
@@ -300,11 +335,16 @@ def _scalars(values: Any) -> dict[str, float]:
         return {}
     found: dict[str, float] = {}
     for key, value in values.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            found[str(key)] = float(value)
-        elif callable(getattr(value, "numel", None)) and value.numel() == 1:
-            found[str(key)] = float(value.item())
+        if _is_scalar(value):
+            found[str(key)] = float(value.item() if hasattr(value, "item") else value)
     return found
+
+
+def _batch_logs(outputs: Any) -> dict[str, float]:
+    """A step's ``outputs`` as Keras's batch logs: its scalars, less the batch's data."""
+    if not isinstance(outputs, Mapping):
+        return {}
+    return _scalars({k: v for k, v in outputs.items() if k not in _BATCH_DATA})
 
 
 def from_keras_callback(callback: Any, **options: Unpack[_NamedAdapterOptions]) -> KerasCallback:

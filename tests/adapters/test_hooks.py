@@ -1014,3 +1014,78 @@ def test_a_callback_used_only_for_testing_gets_the_model_and_params() -> None:
     runner = _runner([SaveIfGood()], max_epochs=3, test_loader=DataLoader(data, batch_size=BATCH))
     runner.test()
     assert seen == [(runner.model, {"epochs": 1, "steps": VAL_N // BATCH, "verbose": 0})]
+
+
+@pytest.mark.parametrize("priority", ["HIGHEST", "HIGH", "ABOVE_NORMAL"])
+def test_keras_epoch_end_follows_the_epochs_validation_whatever_the_priority(
+    priority: str,
+) -> None:
+    """on_epoch_end comes after the epoch's validation (its on_test_* calls) and has its
+    val_ metrics, as in Keras's fit, also for a callback ordered ahead of Evaluate."""
+    callback = RecordingCallback()
+    runner = _runner([KerasCallback(callback, priority=priority)], max_epochs=1)
+    runner.run()
+    names = [c[0] for c in callback.calls]
+    assert names.index("test_end") < names.index("epoch_end")
+    epoch_end = next(c for c in callback.calls if c[0] == "epoch_end")
+    assert epoch_end[2]["val_loss"] == pytest.approx(runner.metrics["val/loss"])
+
+
+def test_keras_epoch_logs_average_every_scalar_the_batches_log() -> None:
+    """A step that returns more than the loss ('acc'): epoch-end logs hold the epoch's mean
+    of each, as Keras's fit gives every metric, so a callback monitoring 'acc' finds it."""
+    callback = RecordingCallback()
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        out = runner.model(x)
+        acc = (out.argmax(1) == y).float().mean()
+        return {"loss": torch.nn.functional.cross_entropy(out, y), "acc": acc}
+
+    _runner([callback], max_epochs=1, train_step=step).run()
+    batches = [c[2] for c in callback.calls if c[0] == "batch_end"]
+    logs = next(c[2] for c in callback.calls if c[0] == "epoch_end")
+    assert set(logs) == {"loss", "acc", "val_loss"}
+    for key in ("loss", "acc"):
+        assert logs[key] == pytest.approx(sum(b[key] for b in batches) / len(batches))
+
+
+def test_keras_test_batch_logs_hold_no_predictions_or_targets() -> None:
+    """The runner's evaluation step returns the batch's outputs and targets beside its
+    loss; a one-sample batch made them one-element tensors, which came out in the batch
+    logs as if they were metrics. Logs hold the loss (and metrics) only, as Keras's do."""
+    logs: list[Any] = []
+
+    class TestBatches(Callback):
+        def on_test_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs.append(logs_)
+
+    runner = _runner([TestBatches()], max_epochs=1)
+    one = TensorDataset(torch.randn(BATCH + 1, 4), torch.randint(0, 3, (BATCH + 1,)))
+    runner.val_loader = DataLoader(one, batch_size=BATCH)  # its last batch: one sample
+    runner.run()
+    assert [sorted(batch) for batch in logs] == [["loss"], ["loss"]]
+
+
+def test_keras_params_of_a_run_by_iterations_count_its_epochs() -> None:
+    """A run by max_iters gives params['epochs'] the epochs it spans (Keras's is always an
+    int, which callbacks do arithmetic with), not None."""
+    callback = RecordingCallback()
+    _runner([callback], max_iters=4).run()  # three batches an epoch: two epochs
+    assert callback.params == {"epochs": 2, "steps": N // BATCH, "verbose": 0}
+
+
+def test_stop_training_set_in_a_test_pass_outside_a_run_stops_no_later_run() -> None:
+    """Keras's evaluate() has no training to stop: a callback setting model.stop_training
+    in runner.test() left the runner stopped, so the run after it trained nothing."""
+
+    class StopOnTest(Callback):
+        def on_test_end(self, logs: Any = None) -> None:
+            self.model.stop_training = True
+
+    runner = _runner([StopOnTest()], max_epochs=2)
+    runner.test_loader = runner.val_loader
+    runner.test()
+    assert runner.stop_reason is None
+    runner.run()
+    assert runner.epoch == 1  # the validation in the run stops it, as Keras's fit would
