@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -171,6 +172,23 @@ def test_early_stopping_stops_after_patience_without_improvement() -> None:
     assert runner.epoch == 4
     assert runner.stop_reason is not None
     assert "val/loss" in runner.stop_reason
+
+
+def test_early_stopping_that_never_saw_a_validation_says_so() -> None:
+    """EarlyStopping acts after validations: a run without a val_loader trained to the end
+    without a word. It now warns at the run's end; a run that validated does not."""
+    runner = _runner(max_epochs=2, aspects=[EarlyStopping("val/loss")])
+    assert runner.val_loader is None
+    with pytest.warns(RuntimeWarning, match=r"EarlyStopping never checked 'val/loss'"):
+        runner.run()
+    validated = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=2,
+        aspects=[Evaluate(), EarlyStopping("val/loss")],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        validated.run()
 
 
 def test_early_stopping_options_are_checked() -> None:

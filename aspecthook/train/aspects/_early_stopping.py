@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
 
 from ..._aspect import Aspect, AspectOptions
@@ -68,9 +69,28 @@ class EarlyStopping(Aspect):
         self.check_finite = check_finite
         self.best: float | None = None
         self.wait = 0
+        self._run_start: int | None = None  # the run's first iteration (before_run)
+        self._checked = False  # whether a validation ran in this run
+
+    def before_run(self, ctx: CallContext) -> None:
+        self._run_start = getattr(ctx.runner, "iter", None)
+        self._checked = False
+
+    def after_run(self, ctx: CallContext) -> None:
+        # It acts after validations only: a run that trained and never validated (no
+        # val_loader, or no Evaluate) could not stop early, and nothing else would say so.
+        start = self._run_start
+        if not self._checked and start is not None and getattr(ctx.runner, "iter", start) > start:
+            warnings.warn(
+                f"EarlyStopping never checked {self.monitor!r}: no validation ran in this "
+                "run; give the runner a val_loader and add Evaluate()",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
+        self._checked = True
         if self.monitor not in runner.metrics:
             get_logger().warning(
                 "early_stopping.missing_metric", monitor=self.monitor, known=sorted(runner.metrics)
