@@ -67,7 +67,7 @@ class LRSchedule(Aspect):
         self.scheduler = scheduler
         self.by_epoch = by_epoch
         self.warmup = warmup
-        self.warmup_iters = int(warmup_iters)
+        self.warmup_iters = int(warmup_iters) if is_integer(warmup_iters) else warmup_iters
         self.warmup_ratio = float(warmup_ratio)
         self.monitor = monitor
         self._main: Any = None
