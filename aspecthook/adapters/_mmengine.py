@@ -192,6 +192,52 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
             return None if per_epoch is None else epochs * per_epoch
         return limit
 
+    @property
+    def train_loop(self) -> Any:
+        """The runner's own ``train_loop`` if it has one, else a view of the run as
+        OpenMMLab's training loop (hooks such as its ``EarlyStoppingHook`` stop the run
+        through ``runner.train_loop.stop_training``)."""
+        own = getattr(self.__wrapped__, "train_loop", None)
+        return own if own is not None else _MMTrainLoop(self)
+
+
+class _MMTrainLoop:
+    """``runner.train_loop`` as OpenMMLab's hooks read it: the run's counters and limits
+    (the ``_MMRunner``'s), its loader, and ``stop_training``; setting that True stops the
+    run after the current iteration (``runner.stop()``), as OpenMMLab's loop stops."""
+
+    def __init__(self, runner: _MMRunner) -> None:
+        self.runner = runner
+
+    @property
+    def iter(self) -> Any:
+        return self.runner.iter
+
+    @property
+    def epoch(self) -> Any:
+        return self.runner.epoch
+
+    @property
+    def max_iters(self) -> Any:
+        return self.runner.max_iters
+
+    @property
+    def max_epochs(self) -> Any:
+        return getattr(self.runner, "max_epochs", None)
+
+    @property
+    def dataloader(self) -> Any:
+        return getattr(self.runner, "train_loader", None)
+
+    @property
+    def stop_training(self) -> bool:
+        return getattr(self.runner, "stop_reason", None) is not None
+
+    @stop_training.setter
+    def stop_training(self, value: bool) -> None:
+        if value:  # False (a loop's start) has nothing to undo: a stopped run is stopped
+            self.runner.stop("an OpenMMLab-style hook set runner.train_loop.stop_training")
+
 
 def _epoch_index(ctx: CallContext) -> None:
     ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)  # before the loop counts it

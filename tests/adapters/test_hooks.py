@@ -1089,3 +1089,24 @@ def test_stop_training_set_in_a_test_pass_outside_a_run_stops_no_later_run() -> 
     assert runner.stop_reason is None
     runner.run()
     assert runner.epoch == 1  # the validation in the run stops it, as Keras's fit would
+
+
+def test_a_hook_stops_the_run_through_train_loop_stop_training() -> None:
+    """OpenMMLab's hooks (its EarlyStoppingHook) stop training with
+    ``runner.train_loop.stop_training = True`` and read the loop's counters there; the
+    adapted runner had no ``train_loop`` (AttributeError)."""
+    seen: list[Any] = []
+
+    class StopAfterFirstValidation(Hook):
+        def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+            loop = runner.train_loop
+            seen.append((loop.epoch, loop.max_epochs, loop.max_iters, loop.stop_training))
+            assert loop.dataloader is runner.train_loader
+            loop.stop_training = True
+
+    runner = _runner([StopAfterFirstValidation()], max_epochs=3)
+    runner.run()
+    per_epoch = len(runner.train_loader)
+    assert seen == [(1, 3, 3 * per_epoch, False)]
+    assert runner.epoch == 1
+    assert "train_loop.stop_training" in (runner.stop_reason or "")
