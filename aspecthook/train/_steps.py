@@ -19,7 +19,16 @@ import torch
 
 from ..errors import RunnerError
 
-__all__ = ["_PAIRS", "_Tensor", "_as_outputs", "_is_scalar", "_move", "_snapshot", "_split_batch"]
+__all__ = [
+    "_PAIRS",
+    "_Tensor",
+    "_as_float",
+    "_as_outputs",
+    "_is_scalar",
+    "_move",
+    "_snapshot",
+    "_split_batch",
+]
 
 #: Batch types taken as ``(inputs, targets)`` by the default step; the tensor type.
 _PAIRS = (tuple, list)
@@ -66,6 +75,16 @@ def _is_scalar(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.dim() == 0
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    """A metric's value as a float: a number, a numpy scalar or a one-element tensor (or
+    array); None for anything else."""
+    try:
+        number = value.item() if hasattr(value, "item") else value  # tensors, numpy values
+    except (ValueError, RuntimeError):  # more than one element
+        return None
+    return float(number) if isinstance(number, numbers.Real) else None
 
 
 def _snapshot(metrics: Any) -> dict[str, Any]:

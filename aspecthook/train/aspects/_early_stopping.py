@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from typing import Any
 
@@ -13,7 +12,7 @@ from ..._log import get_logger
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from ._options import check_count, check_flags
+from ._options import check_count, check_flags, is_real
 from ._rules import infer_rule
 
 __all__ = ["EarlyStopping"]
@@ -44,12 +43,7 @@ class EarlyStopping(Aspect):
     ) -> None:
         super().__init__(**options)
         patience = check_count("EarlyStopping", "patience", patience)
-        delta: Any = min_delta  # from a config or numpy: checked as any value
-        if (
-            isinstance(delta, bool)
-            or not isinstance(delta, numbers.Real)
-            or not 0 <= float(delta) < math.inf
-        ):
+        if not is_real(min_delta) or not 0 <= float(min_delta) < math.inf:
             raise InvalidOptionError(
                 f"EarlyStopping(min_delta={min_delta!r}) must be a finite number >= 0",
                 option="min_delta",

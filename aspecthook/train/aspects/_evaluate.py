@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,6 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
+from .._steps import _as_float
 from ._options import check_count, check_flags
 
 __all__ = ["Evaluate"]
@@ -173,12 +173,9 @@ class Evaluate(Aspect):
 def _number(name: str, value: Any) -> float:
     """A metric's (or the loss's) value for one batch as a float: a number, a numpy
     scalar or a one-element tensor. Anything else is refused naming the metric."""
-    try:
-        number = value.item() if hasattr(value, "item") else value  # tensors, numpy values
-    except (ValueError, RuntimeError):  # more than one element
-        number = None
-    if isinstance(number, numbers.Real):
-        return float(number)
+    number = _as_float(value)
+    if number is not None:
+        return number
     shape = f" of shape {tuple(value.shape)}" if hasattr(value, "shape") else ""
     raise RunnerError(
         f"Evaluate: {name!r} gave {type(value).__name__}{shape} for a batch, not a number: "

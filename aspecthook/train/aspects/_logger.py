@@ -19,7 +19,8 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from ._options import check_flags, is_real
+from .._steps import _as_float
+from ._options import check_flags
 from ._timer import IterTimer
 
 __all__ = ["Logger"]
@@ -187,7 +188,7 @@ class Logger(Aspect):
             return
         record: dict[str, Any] = {"mode": VAL_EVENT, "epoch": _epoch(runner), "iter": runner.iter}
         record.update(
-            {k: number for k, v in runner.metrics.items() if (number := _number(v)) is not None}
+            {k: number for k, v in runner.metrics.items() if (number := _as_float(v)) is not None}
         )
         self._emit(VAL_EVENT, record, runner.iter)
 
@@ -304,13 +305,3 @@ def _mean(values: deque[float | torch.Tensor]) -> float:
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         floats += torch.stack(tensors).to(torch.float32).tolist()
     return math.fsum(floats) / len(values)
-
-
-def _number(value: Any) -> float | None:
-    """A metric as a float: a real number (numpy's too) or a one-element tensor (what a
-    metric computed with torch is); None for anything else, which is not logged."""
-    if is_real(value):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    return None
