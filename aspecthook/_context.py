@@ -191,11 +191,13 @@ class CallContext:
         advice runs. At an async join point ``proceed`` already works at any time and is
         returned as it is.
         """
-        level, args, kwargs = self._level, self._args, self.kwargs
+        # Copies, taken now and again for each call: a call's in-place edits of ctx.args /
+        # ctx.kwargs (by advice further in) do not reach the next call.
+        level, args, kwargs = self._level, tuple(self._args), self.kwargs.copy()
 
         def proceed_later(*new_args: Any, **new_kwargs: Any) -> Any:
             saved = self._level, self._args, self.kwargs
-            self._level, self._args, self.kwargs = level, args, kwargs
+            self._level, self._args, self.kwargs = level, list(args), kwargs.copy()
             try:
                 return proceed(*new_args, **new_kwargs)
             finally:

@@ -143,7 +143,9 @@ class Retry(Aspect):
         attempt = 1
         while True:
             try:
-                result = proceed() if attempt == 1 else proceed(*args, **kwargs)
+                if attempt > 1:
+                    _start_again(ctx, args, kwargs)
+                result = proceed()
             except self.on as exc:
                 if isinstance(exc, _STOPS):
                     raise
@@ -158,6 +160,7 @@ class Retry(Aspect):
                     # has returned: through ``ctx.deferred``, which runs the rest of the
                     # chain from here with this call's arguments (a bare ``proceed()``
                     # then would start the chain at Retry again, a retry loop per retry).
+                    _start_again(ctx, args, kwargs)  # what the deferred retries start from
                     deferred = ctx.deferred(proceed)
                     return self._retry_async(ctx, deferred, args, kwargs, result, attempt)
                 return result
@@ -179,7 +182,9 @@ class Retry(Aspect):
                 if first is not None:
                     awaited, first = first, None
                     return await awaited
-                return await (proceed() if attempt == 1 else proceed(*args, **kwargs))
+                if attempt > 1:
+                    _start_again(ctx, args, kwargs)
+                return await proceed()
             except self.on as exc:
                 if isinstance(exc, _STOPS):
                     raise
@@ -329,3 +334,13 @@ def _callable(option: str, value: Any, what: str) -> Any:
         option=option,
         value=value,
     )
+
+
+def _start_again(ctx: CallContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Give the context fresh copies of the call's arguments for the next attempt.
+
+    Set on the context rather than passed as ``proceed(*args, **kwargs)``: a call made
+    with no arguments would pass none, and ``proceed()`` means "the context's arguments as
+    they are now", edits of the attempt before included.
+    """
+    ctx._args, ctx.kwargs = list(args), kwargs.copy()
