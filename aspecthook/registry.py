@@ -269,9 +269,7 @@ class Registry:
             value = _import(entry) if isinstance(entry, str) else entry.load()
         except (ImportError, AttributeError) as exc:
             raise self._unusable(
-                name,
-                f"{self.kind} type {what} cannot be loaded: {exc}; check the path "
-                "('package.module:Name') or install the package that provides it",
+                name, f"{self.kind} type {what} cannot be loaded: {exc}; {_load_advice(entry, exc)}"
             ) from exc
         except Exception as exc:  # the module's own top-level code failed (a plugin's bug)
             raise self._unusable(
@@ -522,6 +520,25 @@ def _import(path: str) -> Any:
     for part in attr.strip().split(".") if attr.strip() else ():
         value = getattr(value, part)
     return value
+
+
+def _load_advice(entry: str | importlib.metadata.EntryPoint, exc: Exception) -> str:
+    """What to do about an entry that failed to import: install what is missing, or fix
+    the path; for a plugin, its package is installed (it declared the entry point), so a
+    missing module of its own or a missing name means that package is broken."""
+    path = entry if isinstance(entry, str) else entry.value
+    module = path.partition(":")[0].strip()
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and not (module == missing or module.startswith(f"{missing}.")):
+        return f"it needs {missing!r}, which is not installed: install it"
+    if isinstance(entry, str):
+        return "check the path ('package.module:Name') or install the package that provides it"
+    dist = getattr(entry, "dist", None)
+    package = f"the package {dist.name!r}" if dist is not None else "the package that declares it"
+    return (
+        f"{package} is installed but its entry point {entry.value!r} does not lead to an "
+        "object: reinstall or upgrade that package, or uninstall it"
+    )
 
 
 def _describe(entry: Any) -> str:

@@ -353,6 +353,55 @@ def test_broken_plugin_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         registry.get("Broken")
 
 
+def test_a_plugin_that_needs_a_missing_module_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A plugin whose own module imports but needs another that is not installed: the
+    message names the missing module to install, not the plugin's (which is installed)."""
+    (tmp_path / "ah_needy_plugin.py").write_text("import no_such_dependency_xyz\nThing = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint("Needy", "ah_needy_plugin:Thing", "test.group")
+    _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    try:
+        with pytest.raises(
+            UnknownAspectError,
+            match=r"needs 'no_such_dependency_xyz', which is not installed: install it$",
+        ):
+            registry.get("Needy")
+    finally:
+        sys.modules.pop("ah_needy_plugin", None)
+
+
+def test_a_plugin_whose_entry_point_leads_nowhere_says_its_package_is_broken(
+    monkeypatch: pytest.MonkeyPatch, plugin_module: str
+) -> None:
+    """An installed package declaring an entry point to a module or name it does not have:
+    reinstall or uninstall that package (installing it again under its name is no help)."""
+    nowhere = importlib.metadata.EntryPoint("Gone", "no_such_module_xyz:Thing", "test.group")
+    wrong = importlib.metadata.EntryPoint("Wrong", f"{plugin_module}:NoSuchName", "test.group")
+    _fake_entry_points(monkeypatch, nowhere, wrong)
+    registry = Registry("aspect", group="test.group")
+    for name in ("Gone", "Wrong"):
+        with pytest.raises(UnknownAspectError, match=r"is installed but .* reinstall or upgrade"):
+            registry.get(name)
+
+
+def test_a_path_that_needs_a_missing_module_says_to_install_it(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 'package.module:Name' path whose module imports a missing one names that one."""
+    (tmp_path / "ah_needy_path.py").write_text("import no_such_dependency_xyz\nThing = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(UnknownAspectError, match=r"needs 'no_such_dependency_xyz'"):
+            registry.get("ah_needy_path:Thing")
+        with pytest.raises(UnknownAspectError, match=r"check the path"):
+            registry.get("ah_no_such_module_xyz:Thing")
+    finally:
+        sys.modules.pop("ah_needy_path", None)
+
+
 def test_a_plugin_name_two_packages_give_is_refused_on_use(
     monkeypatch: pytest.MonkeyPatch, plugin_module: str
 ) -> None:
