@@ -219,6 +219,7 @@ def parse_config(data: Any, file: str = "<config>") -> RunConfig:
         data = {}
     if not isinstance(data, Mapping):
         raise _error(file, "", f"must be a mapping with the keys {_TOP_KEYS}, not {_kind(data)}")
+    data = _without_extensions(data)
     _check_keys(file, "", data, _TOP_KEYS)
     weave = data.get("weave", [])
     if not isinstance(weave, list):
@@ -326,13 +327,31 @@ def _logging(file: str, value: Any) -> Mapping[str, Any] | None:
 # -- small checks ---------------------------------------------------------------------------
 
 
+#: Top-level keys that start with this are left for the file's own use (YAML anchors to
+#: merge from, notes), as compose files treat their extension fields.
+_EXTENSION_PREFIX = "x-"
+#: What the error about an unknown top-level key adds.
+_EXTENSION_HINT = (
+    f"; a block kept only to anchor from goes under a key starting with {_EXTENSION_PREFIX!r}"
+)
+
+
+def _without_extensions(data: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``data`` less its top-level ``x-...`` keys (see ``_EXTENSION_PREFIX``)."""
+    prefix = _EXTENSION_PREFIX
+    return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(prefix))}
+
+
 def _check_keys(file: str, key: str, data: Mapping[Any, Any], valid: tuple[str, ...]) -> None:
     for name in data:
         if name not in valid:
             close = difflib.get_close_matches(str(name), valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{key}.{name}" if key else str(name)
-            raise _error(file, where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")
+            more = "" if key else _EXTENSION_HINT
+            raise _error(
+                file, where, f"is not a known key{hint}; valid keys: {', '.join(valid)}{more}"
+            )
 
 
 def _bool(file: str, key: str, value: Any) -> bool:

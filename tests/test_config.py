@@ -197,6 +197,24 @@ def test_yaml_merge_keys_may_be_written_again(tmp_path: Path) -> None:
     assert [w.targets for w in config.weaves] == [("json.dumps",), ("json.loads",)]
 
 
+def test_top_level_x_keys_hold_anchors_and_are_left_alone(tmp_path: Path) -> None:
+    """A top-level key starting with 'x-' is the file's own (a block to anchor from): not
+    refused, not read as a setting; any other unknown top-level key says where such a
+    block goes."""
+    path = write(
+        tmp_path,
+        "anchors.yaml",
+        """\
+        x-timed: &timed {aspects: [Timed]}
+        weave:
+          - {<<: *timed, target: json.dumps}
+        """,
+    )
+    config = load_config(path)
+    assert [(w.targets, len(w.aspects)) for w in config.weaves] == [(("json.dumps",), 1)]
+    assert "a key starting with 'x-'" in str(config_error({"timed": {}}))
+
+
 # -- checking the structure ----------------------------------------------------------------------
 
 

@@ -50,7 +50,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .._aspect import Aspect
-from .._config import _SUFFIXES, _parse_toml, _parse_yaml
+from .._config import _SUFFIXES, _parse_toml, _parse_yaml, _without_extensions
 from ..errors import (
     AspectDefinitionError,
     AspectHookError,
@@ -144,6 +144,7 @@ def runner_kwargs(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str,
     way round (unless the override gives both).
     """
     file, data = read_config(config)
+    data = _without_extensions(data)
     for key in overrides:  # an override replaces the key under either of its names
         data.pop(_LOADER_TWINS.get(key, key), None)
         length = _LENGTHS.get(key)

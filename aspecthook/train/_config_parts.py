@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._config import _EXTENSION_HINT
 from ..errors import AspectHookError, AspectParameterError, ConfigError, UnknownAspectError
 from ..registry import Parameters, Registry
 from ._config_messages import (
@@ -157,4 +158,7 @@ class _PartBuilder:
                 if not key and name in _OPENMMLAB_KEYS:  # not the look-alike: train_cfg
                     hint = f" ({_OPENMMLAB_KEYS[name]})"
                 where = f"{key}.{name}" if key else str(name)
-                raise self.error(where, f"is not a known key{hint}; valid keys: {', '.join(valid)}")
+                more = "" if key else _EXTENSION_HINT
+                raise self.error(
+                    where, f"is not a known key{hint}; valid keys: {', '.join(valid)}{more}"
+                )

@@ -308,6 +308,29 @@ def test_wrong_parameter_names_the_component_and_its_parameters(
     assert str(info.value).startswith(f"{key}: {message}")
 
 
+def test_top_level_x_keys_hold_yaml_anchors_and_are_left_alone(tmp_path: Path) -> None:
+    """A top-level key starting with 'x-' is the file's own (a block to anchor from, as in
+    compose files): not refused and not built; what merges from it is."""
+    path = _write(
+        tmp_path,
+        "run.yaml",
+        """\
+        x-sgd: &sgd {type: SGD, lr: 0.25}
+        x-notes: trained for the docs
+        model: {type: Linear, in_features: 8, out_features: 3}
+        optimizer: {<<: *sgd, momentum: 0.5}
+        loss_fn: cross_entropy
+        train_loader:
+          dataset: {type: RandomClassification, n: 16, features: 8, classes: 3}
+          batch_size: 8
+        max_iters: 2
+        """,
+    )
+    runner = Runner.from_config(path, work_dir=tmp_path / "work", default_aspects=False)
+    group = runner.optimizer.param_groups[0]
+    assert (type(runner.optimizer).__name__, group["lr"], group["momentum"]) == ("SGD", 0.25, 0.5)
+
+
 def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
     """A misspelt top-level key is refused, with the closest key and every valid one."""
     path = _write(tmp_path, "run.yaml", "max_epoch: 2\n")
@@ -317,7 +340,8 @@ def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
         f"{path}: max_epoch: is not a known key (did you mean 'max_epochs'?); valid keys: "
         "aspects, default_aspects, device, loss_fn, max_epochs, max_iters, model, optimizer, "
         "scheduler, seed, test_dataloader, test_loader, train_dataloader, train_loader, "
-        "train_step, val_dataloader, val_loader, val_step, work_dir"
+        "train_step, val_dataloader, val_loader, val_step, work_dir; a block kept only to "
+        "anchor from goes under a key starting with 'x-'"
     )
     with pytest.raises(ConfigError, match=r"^max_iter: is not a known key"):
         Runner.from_config(_config(), max_iter=3)
