@@ -348,7 +348,7 @@ def _check_keys(file: str, key: str, data: Mapping[Any, Any], valid: tuple[str, 
             close = difflib.get_close_matches(str(name), valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{key}.{name}" if key else str(name)
-            more = "" if key else _EXTENSION_HINT
+            more = "" if key or close else _EXTENSION_HINT  # not a typo: a block?
             raise _error(
                 file, where, f"is not a known key{hint}; valid keys: {', '.join(valid)}{more}"
             )

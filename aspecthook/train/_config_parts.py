@@ -158,7 +158,7 @@ class _PartBuilder:
                 if not key and name in _OPENMMLAB_KEYS:  # not the look-alike: train_cfg
                     hint = f" ({_OPENMMLAB_KEYS[name]})"
                 where = f"{key}.{name}" if key else str(name)
-                more = "" if key else _EXTENSION_HINT
+                more = "" if key or close else _EXTENSION_HINT  # not a typo: a block?
                 raise self.error(
                     where, f"is not a known key{hint}; valid keys: {', '.join(valid)}{more}"
                 )

@@ -329,6 +329,8 @@ def test_top_level_x_keys_hold_yaml_anchors_and_are_left_alone(tmp_path: Path) -
     runner = Runner.from_config(path, work_dir=tmp_path / "work", default_aspects=False)
     group = runner.optimizer.param_groups[0]
     assert (type(runner.optimizer).__name__, group["lr"], group["momentum"]) == ("SGD", 0.25, 0.5)
+    with pytest.raises(ConfigError, match=r"^common: .* a key starting with 'x-'$"):
+        Runner.from_config(_config(common={"lr": 0.1}))  # not a typo of a key: a block
 
 
 def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
@@ -340,8 +342,7 @@ def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
         f"{path}: max_epoch: is not a known key (did you mean 'max_epochs'?); valid keys: "
         "aspects, default_aspects, device, loss_fn, max_epochs, max_iters, model, optimizer, "
         "scheduler, seed, test_dataloader, test_loader, train_dataloader, train_loader, "
-        "train_step, val_dataloader, val_loader, val_step, work_dir; a block kept only to "
-        "anchor from goes under a key starting with 'x-'"
+        "train_step, val_dataloader, val_loader, val_step, work_dir"
     )
     with pytest.raises(ConfigError, match=r"^max_iter: is not a known key"):
         Runner.from_config(_config(), max_iter=3)
