@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..._aspect import Aspect, AspectOptions
@@ -14,9 +15,17 @@ from ._options import check_flags
 
 __all__ = ["ProgressBar"]
 
+_clock = time.perf_counter
+
 
 class ProgressBar(Aspect):
-    """Shows training progress with ``rich.progress``; ``errors='log'``, never stops a run."""
+    """Shows training progress with ``rich.progress``; ``errors='log'``, never stops a run.
+
+    The bar is drawn about ten times a second, so it is moved at most that often too (and
+    at the end of the run): moving it costs more than a small model's iteration can spare
+    (a loss to detach, a locked update of rich's task, about 10 µs), and a move between two
+    draws is never seen.
+    """
 
     name = "progress_bar"
     needs_runner = True
@@ -33,16 +42,20 @@ class ProgressBar(Aspect):
         self._progress: Any = None
         self._task: Any = None
         self._resumed = False  # the bar moved to the (possibly resumed) first iteration
+        self._period = 0.1  # seconds between draws: rich's (set when the bar starts)
+        self._next_move = 0.0  # the clock's time from which after_train_iter moves the bar
+        self._moved_to = -1  # the iteration the bar was last moved to
 
     def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
         """The bar is shown for the run itself: started once every ``before_run`` advice
         has passed (one that refuses the run leaves no bar behind) and stopped however the
         run ends."""
-        self._start(ctx.runner)
+        runner = ctx.runner
+        self._start(runner)
         try:
             return proceed()
         finally:
-            self._stop()
+            self._stop(runner)
 
     def _start(self, runner: Any) -> None:
         if runner.rank != 0:
@@ -69,6 +82,8 @@ class ProgressBar(Aspect):
         self._progress.start()
         self._task = self._progress.add_task("train", total=total, completed=runner.iter, loss="-")
         self._resumed = False
+        self._period = 1 / self._progress.live.refresh_per_second
+        self._next_move, self._moved_to = 0.0, runner.iter
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         # The first epoch starts after every before_run advice, a checkpoint's resume
@@ -78,14 +93,26 @@ class ProgressBar(Aspect):
             self._progress.reset(self._task, completed=ctx.runner.iter)
 
     def after_train_iter(self, ctx: CallContext) -> None:
+        now = _clock()
+        if now < self._next_move or self._progress is None:
+            return
+        self._next_move = now + self._period
+        self._move(ctx.runner)
+
+    def _move(self, runner: Any) -> None:
+        """Move the bar to the runner's iteration, with that iteration's loss."""
+        self._moved_to = runner.iter
+        loss = runner.outputs.get("loss")
+        shown = _Shown(loss.detach()) if loss is not None else "-"
+        self._progress.update(self._task, completed=runner.iter, loss=shown)
+
+    def _stop(self, runner: Any) -> None:
         if self._progress is None:
             return
-        loss = ctx.runner.outputs.get("loss")
-        shown = _Shown(loss.detach()) if loss is not None else "-"
-        self._progress.update(self._task, completed=ctx.runner.iter, loss=shown)
-
-    def _stop(self) -> None:
-        if self._progress is not None:
+        try:
+            if self._moved_to != runner.iter:  # the iterations since the last move
+                self._move(runner)
+        finally:
             self._progress.stop()
             self._progress = None
 
