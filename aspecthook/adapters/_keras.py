@@ -52,11 +52,14 @@ class KerasCallback(_HookAdapter):
     ``train_epoch``, ``on_train_batch_*`` (or Keras 2's ``on_batch_*``) at ``train_iter``,
     and ``on_test_*`` at ``val_epoch`` / ``val_iter`` (validation during training, as
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
-    are 0-based indices. ``logs`` are Keras-shaped dicts of floats: a batch's scalar
-    outputs (``{'loss': 0.31}``; not the evaluation step's ``outputs`` / ``targets``, which
-    are the batch's data); at epoch end the epoch's mean of each (``loss`` ...), after the
-    epoch's validation whatever the callback's priority, plus, when the epoch validated,
-    that validation's metrics named as Keras's ``fit`` names them
+    are 0-based indices. ``logs`` are Keras-shaped dicts of floats: at a batch's end the
+    running mean of each scalar the steps returned since the epoch began, this batch
+    included (``{'loss': 0.31}``; since the pass began for ``on_test_batch_end``; not the
+    evaluation step's ``outputs`` / ``targets``, which are the batch's data), as Keras's
+    metrics aggregate; at epoch end the same means over the whole epoch (``loss`` ...;
+    after a mid-epoch resume, over the batches since it), after the epoch's validation
+    whatever the callback's priority, plus, when the epoch validated, that validation's
+    metrics named as Keras's ``fit`` names them
     (``'val/loss'`` -> ``'val_loss'``, whatever prefix the runner's ``Evaluate`` uses, so a
     callback monitoring ``'val_loss'`` finds it; no ``test/`` metrics); at test end the
     metrics of that pass without their prefix (``'val/acc'`` -> ``'acc'``, whatever prefix
@@ -86,8 +89,9 @@ class KerasCallback(_HookAdapter):
                 "use MMHook for an OpenMMLab-style hook"
             )
         self._model: Any = None
-        self._sums: dict[str, Any] = {}  # this epoch's sum of each scalar output
-        self._steps: dict[str, int] = {}  # and how many iterations gave it
+        # The running means batch and epoch logs hold, by mode ('train', 'val', 'test'):
+        # a validation inside a training epoch keeps its own.
+        self._means = {mode: _RunningMeans() for mode in ("train", "val", "test")}
         self._epoch_logs: dict[str, float] = {}
         self._val_this_epoch = False
         self._in_run = False  # between the run's start and its end (see _start_alone)
@@ -130,15 +134,18 @@ class KerasCallback(_HookAdapter):
         c = self._calls
         if "on_train_begin" in c:
             plan.append(("on_train_begin", "before", "run", self._call("on_train_begin")))
-        # The epoch's logs feed on_epoch_end, and on_train_end gets the last epoch's.
+        # The epoch's logs feed on_epoch_end, and on_train_end gets the last epoch's; the
+        # batch logs are the same running means, so one sum serves both.
         epoch_logs = "on_epoch_end" in c or "on_train_end" in c
-        if "on_epoch_begin" in c or epoch_logs:
+        means = epoch_logs or "on_train_batch_end" in c or "on_batch_end" in c
+        if "on_epoch_begin" in c or means:
             plan.append(("epoch_index", "before", "train_epoch", self._begin_epoch))
         if any(k in c for k in KERAS_METHODS[4:8]):  # on_train_batch_* / on_batch_*
             plan.extend(self._counting("train"))
+        if means:  # after advice of one aspect runs in plan order: before on_*batch_end
+            plan.append(("batch_means", "after", "train_iter", self._add_outputs("train")))
         plan.extend(self._train_batches())
         if epoch_logs:
-            plan.append(("epoch_means", "after", "train_iter", self._add_outputs))
             plan.append(("validated", "after", "val_epoch", self._validated))
             plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
         tests = [advice for mode in ("val", "test") for advice in self._test_plan(mode)]
@@ -160,10 +167,10 @@ class KerasCallback(_HookAdapter):
         plan: Plan = []
         for name in ("on_train_batch_begin", "on_batch_begin"):
             if name in self._calls:
-                plan.append((name, "before", "train_iter", self._batch_call(name, False)))
+                plan.append((name, "before", "train_iter", self._batch_begin(name)))
         for name in ("on_train_batch_end", "on_batch_end"):
             if name in self._calls:
-                plan.append((name, "after", "train_iter", self._batch_call(name, True)))
+                plan.append((name, "after", "train_iter", self._batch_end(name, "train")))
         return plan
 
     def _test_plan(self, mode: str) -> Plan:
@@ -178,10 +185,13 @@ class KerasCallback(_HookAdapter):
         if "on_test_begin" in c:
             plan.append(("on_test_begin", "before", f"{mode}_epoch", self._call("on_test_begin")))
         if "on_test_batch_begin" in c:
-            fn = self._batch_call("on_test_batch_begin", False)
+            fn = self._batch_begin("on_test_batch_begin")
             plan.append(("on_test_batch_begin", "before", f"{mode}_iter", fn))
-        if "on_test_batch_end" in c:
-            fn = self._batch_call("on_test_batch_end", True)
+        if "on_test_batch_end" in c:  # its logs: running means since the pass began
+            reset = self._reset_means(mode)
+            plan.append(("batch_means_reset", "before", f"{mode}_epoch", reset))
+            plan.append(("batch_means", "after", f"{mode}_iter", self._add_outputs(mode)))
+            fn = self._batch_end("on_test_batch_end", mode)
             plan.append(("on_test_batch_end", "after", f"{mode}_iter", fn))
         if "on_test_end" in c:
             plan.append(("on_test_end", "after", f"{mode}_epoch", self._test_end(mode)))
@@ -230,44 +240,49 @@ class KerasCallback(_HookAdapter):
 
         return call
 
-    def _batch_call(self, name: str, end: bool) -> AdviceFn:
+    def _batch_begin(self, name: str) -> AdviceFn:
         method = self._calls[name]
 
         def call(ctx: CallContext) -> None:
-            method(ctx.data[_INDEX], _batch_logs(ctx.result) if end else {})
+            method(ctx.data[_INDEX], {})
             self._check_stop(ctx.runner)
 
         return call
 
+    def _batch_end(self, name: str, mode: str) -> AdviceFn:
+        """Call ``name`` with the running means of ``mode``'s pass, this batch included
+        (the ``batch_means`` advice before it added the batch)."""
+        method, means = self._calls[name], self._means[mode]
+
+        def call(ctx: CallContext) -> None:
+            method(ctx.data[_INDEX], means.means())
+            self._check_stop(ctx.runner)
+
+        return call
+
+    def _reset_means(self, mode: str) -> AdviceFn:
+        means = self._means[mode]
+        return lambda ctx: means.reset()
+
+    def _add_outputs(self, mode: str) -> AdviceFn:
+        """Add the step's scalar outputs to ``mode``'s running means."""
+        means = self._means[mode]
+        return lambda ctx: means.add(ctx.result)
+
     def _begin_epoch(self, ctx: CallContext) -> None:
         ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
-        self._sums, self._steps = {}, {}
+        self._means["train"].reset()
         self._val_this_epoch = False
         method = self._calls.get("on_epoch_begin")
         if method is not None:
             method(ctx.data[_EPOCH], {})
             self._check_stop(ctx.runner)
 
-    def _add_outputs(self, ctx: CallContext) -> None:
-        """Add the step's scalar outputs (those its batch logs hold) to the epoch's sums,
-        for the means Keras's on_epoch_end gets; tensors stay tensors: no sync here."""
-        if not isinstance(ctx.result, Mapping):
-            return
-        for key, value in ctx.result.items():
-            if key in _BATCH_DATA or not _is_scalar(value):
-                continue
-            value = value.detach() if hasattr(value, "detach") else value
-            name = str(key)
-            self._sums[name] = value + self._sums[name] if name in self._sums else value
-            self._steps[name] = self._steps.get(name, 0) + 1
-
     def _validated(self, ctx: CallContext) -> None:
         self._val_this_epoch = True
 
     def _end_epoch(self, ctx: CallContext) -> None:
-        logs: dict[str, float] = {}
-        for name, total in self._sums.items():
-            logs[name] = float(total) / self._steps[name]
+        logs = self._means["train"].means()  # the last batch's logs, as Keras's fit has them
         if self._val_this_epoch:  # as Keras: no val_* on an epoch that did not validate
             # This validation's metrics only (not a test pass's still in runner.metrics),
             # named as Keras's fit names them: 'val_' and the metric's name.
@@ -306,6 +321,41 @@ class KerasCallback(_HookAdapter):
             runner.stop(f"{self.name}: {type(self.target).__name__} set model.stop_training")
 
 
+class _RunningMeans:
+    """The running mean of each scalar output of the steps since ``reset()``: what Keras's
+    logs hold (its metrics aggregate from the start of the epoch, or of an evaluation).
+
+    A step's outputs that are no scalar, and the evaluation step's ``outputs`` /
+    ``targets`` (the batch's data), are left out. Sums stay tensors as the steps return
+    them, so adding costs no device sync; ``means()`` reads them.
+    """
+
+    __slots__ = ("_counts", "_sums")
+
+    def __init__(self) -> None:
+        self._sums: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self._sums, self._counts = {}, {}
+
+    def add(self, outputs: Any) -> None:
+        if not isinstance(outputs, Mapping):
+            return
+        sums, counts = self._sums, self._counts
+        for key, value in outputs.items():
+            if key in _BATCH_DATA or not _is_scalar(value):
+                continue
+            value = value.detach() if hasattr(value, "detach") else value
+            name = str(key)
+            sums[name] = value + sums[name] if name in sums else value
+            counts[name] = counts.get(name, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        """Each output's mean so far, as a float (a fresh dict)."""
+        return {name: _float(total) / self._counts[name] for name, total in self._sums.items()}
+
+
 def _params(runner: Any) -> dict[str, Any]:
     """The run's params, as Keras's ``fit`` gives them; a run by ``max_iters`` has the
     epochs it spans (Keras's ``epochs`` is an int), when the loader has a length."""
@@ -336,15 +386,13 @@ def _scalars(values: Any) -> dict[str, float]:
     found: dict[str, float] = {}
     for key, value in values.items():
         if _is_scalar(value):
-            found[str(key)] = float(value.item() if hasattr(value, "item") else value)
+            found[str(key)] = _float(value)
     return found
 
 
-def _batch_logs(outputs: Any) -> dict[str, float]:
-    """A step's ``outputs`` as Keras's batch logs: its scalars, less the batch's data."""
-    if not isinstance(outputs, Mapping):
-        return {}
-    return _scalars({k: v for k, v in outputs.items() if k not in _BATCH_DATA})
+def _float(value: Any) -> float:
+    """A number or one-element tensor (or numpy value) as a float."""
+    return float(value.item() if hasattr(value, "item") else value)
 
 
 def from_keras_callback(callback: Any, **options: Unpack[_NamedAdapterOptions]) -> KerasCallback:

@@ -79,7 +79,8 @@ class MMHook(_HookAdapter):
     hooks; aspecthook's own counters have counted it already), so ``every_n_train_iters``,
     ``every_n_epochs``, ``is_last_train_iter`` and ``is_last_train_epoch`` hold where they
     would there; ``max_iters`` of a run by epochs is ``max_epochs`` times the training
-    loader's length, as OpenMMLab's epoch loop gives it. Validation runs inside
+    loader's length, as OpenMMLab's epoch loop gives it, and ``max_epochs`` of a run by
+    ``max_iters`` alone is 1, as its iteration loop gives it. Validation runs inside
     ``after_train_epoch`` (the ``Evaluate`` aspect, ahead of NORMAL priority) rather than
     after it. The checkpoint hooks (``before_save_checkpoint``, ``after_load_checkpoint``)
     have no join point here: a hook that defines them is warned about when adapted.
@@ -163,8 +164,9 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
     ``iter`` / ``epoch`` are ``at_iter`` / ``at_epoch`` when given: the index of the
     iteration / epoch whose ``after_*`` hooks run, which OpenMMLab counts only after them
     (aspecthook's loop has counted it already). ``max_iters`` of a run by epochs is
-    ``max_epochs`` x the training loader's length, as OpenMMLab's epoch loop sets it.
-    Read-only, as OpenMMLab's runner has them.
+    ``max_epochs`` x the training loader's length, as OpenMMLab's epoch loop sets it;
+    ``max_epochs`` of a run by ``max_iters`` alone is 1, as its ``IterBasedTrainLoop`` sets
+    it (the runner's own stays None). Read-only, as OpenMMLab's runner has them.
     """
 
     def __init__(self, runner: Any, at_iter: int | None = None, at_epoch: int | None = None):
@@ -191,6 +193,14 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
             per_epoch = _loader_length(getattr(runner, "train_loader", None))
             return None if per_epoch is None else epochs * per_epoch
         return limit
+
+    @property
+    def max_epochs(self) -> Any:
+        runner = self.__wrapped__
+        epochs = getattr(runner, "max_epochs", None)
+        if epochs is None and isinstance(getattr(runner, "max_iters", None), int):
+            return 1  # OpenMMLab's IterBasedTrainLoop: the run is one big epoch
+        return epochs
 
     @property
     def train_loop(self) -> Any:
@@ -223,7 +233,7 @@ class _MMTrainLoop:
 
     @property
     def max_epochs(self) -> Any:
-        return getattr(self.runner, "max_epochs", None)
+        return self.runner.max_epochs
 
     @property
     def dataloader(self) -> Any:
@@ -288,10 +298,13 @@ def _mm_runner(ctx: CallContext, name: str, hook: Any) -> Any:
 def _hook_priority(hook: Any, given: PriorityLike | None) -> PriorityLike:
     if given is not None:
         return given
-    value = getattr(hook, "priority", Priority.NORMAL)
+    value = getattr(hook, "priority", None)
     if isinstance(value, enum.Enum) and not isinstance(value, Priority):
         value = value.value  # e.g. mmengine's own Priority enum
-    return value  # type: ignore[no-any-return]
+    # None (or no attribute, as an mmcv 1.x hook has) is OpenMMLab's Hook default: mmengine's
+    # get_priority() would raise TypeError for a None it found on a hook, but a None here
+    # is taken, as MMHook(priority=None) is, to mean "no priority of its own".
+    return Priority.NORMAL if value is None else value
 
 
 def _batch(ctx: CallContext) -> Any:

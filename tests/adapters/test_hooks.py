@@ -451,7 +451,8 @@ def test_keras_callback_is_called_in_keras_order() -> None:
 
 
 def test_keras_logs_are_built_from_outputs_and_metrics() -> None:
-    """Batch logs hold the loss as a float; epoch logs the mean loss and val_ metrics."""
+    """Batch logs hold the loss as a float; epoch logs the mean loss (the epoch's last batch
+    logs: see the running-mean test) and val_ metrics."""
     callback = RecordingCallback()
     runner = _runner([callback])
     runner.run()
@@ -461,7 +462,7 @@ def test_keras_logs_are_built_from_outputs_and_metrics() -> None:
     epochs = [c for c in callback.calls if c[0] == "epoch_end"]
     assert [c[1] for c in epochs] == [0, 1]
     last = epochs[-1][2]
-    assert last["loss"] == pytest.approx(sum(c[2]["loss"] for c in batches[3:]) / 3)
+    assert last["loss"] == pytest.approx(batches[-1][2]["loss"])
     assert last["val_loss"] == pytest.approx(runner.metrics["val/loss"])
     test_end = [c[1] for c in callback.calls if c[0] == "test_end"]
     assert test_end[-1] == {"loss": pytest.approx(runner.metrics["val/loss"])}
@@ -1035,19 +1036,21 @@ def test_keras_epoch_logs_average_every_scalar_the_batches_log() -> None:
     """A step that returns more than the loss ('acc'): epoch-end logs hold the epoch's mean
     of each, as Keras's fit gives every metric, so a callback monitoring 'acc' finds it."""
     callback = RecordingCallback()
+    steps: list[dict[str, float]] = []
 
     def step(runner: Runner, batch: Any) -> dict[str, Any]:
         x, y = batch
         out = runner.model(x)
         acc = (out.argmax(1) == y).float().mean()
-        return {"loss": torch.nn.functional.cross_entropy(out, y), "acc": acc}
+        loss = torch.nn.functional.cross_entropy(out, y)
+        steps.append({"loss": loss.item(), "acc": acc.item()})
+        return {"loss": loss, "acc": acc}
 
     _runner([callback], max_epochs=1, train_step=step).run()
-    batches = [c[2] for c in callback.calls if c[0] == "batch_end"]
     logs = next(c[2] for c in callback.calls if c[0] == "epoch_end")
     assert set(logs) == {"loss", "acc", "val_loss"}
     for key in ("loss", "acc"):
-        assert logs[key] == pytest.approx(sum(b[key] for b in batches) / len(batches))
+        assert logs[key] == pytest.approx(sum(b[key] for b in steps) / len(steps))
 
 
 def test_keras_test_batch_logs_hold_no_predictions_or_targets() -> None:
@@ -1110,3 +1113,153 @@ def test_a_hook_stops_the_run_through_train_loop_stop_training() -> None:
     assert seen == [(1, 3, 3 * per_epoch, False)]
     assert runner.epoch == 1
     assert "train_loop.stop_training" in (runner.stop_reason or "")
+
+
+def _running_means(values: list[float], per_pass: int) -> list[float]:
+    """The mean of each value and those before it in its pass of ``per_pass`` values."""
+    return [sum(values[i - i % per_pass : i + 1]) / (i % per_pass + 1) for i in range(len(values))]
+
+
+def test_keras_batch_logs_hold_the_running_mean_since_the_epoch_began() -> None:
+    """Keras's batch logs hold each metric aggregated since the epoch (or the evaluation)
+    began, this batch included, not the batch's own value; the adapter gave the latter.
+    They start again at each epoch and each validation, and the epoch's logs are the
+    epoch's last batch logs, as Keras's fit gives them."""
+    losses: dict[str, list[float]] = {"train": [], "val": []}
+    logs: dict[str, list[float]] = {"train": [], "val": []}
+    epochs: list[float] = []
+
+    class Raw(ah.Aspect):
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            losses["train"].append(ctx.result["loss"].item())
+
+        def after_val_iter(self, ctx: ah.CallContext) -> None:
+            losses["val"].append(ctx.result["loss"].item())
+
+    class Batches(Callback):
+        def on_train_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs["train"].append(logs_["loss"])
+
+        def on_test_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs["val"].append(logs_["loss"])
+
+        def on_epoch_end(self, epoch: int, logs_: Any = None) -> None:
+            epochs.append(logs_["loss"])
+
+    _runner([Raw(), Batches()], max_epochs=2).run()
+    per_epoch, per_val = N // BATCH, -(-VAL_N // BATCH)
+    assert len(losses["train"]) == 2 * per_epoch
+    assert len(losses["val"]) == 2 * per_val
+    assert logs["train"] == pytest.approx(_running_means(losses["train"], per_epoch))
+    assert logs["val"] == pytest.approx(_running_means(losses["val"], per_val))
+    assert epochs == [logs["train"][per_epoch - 1], logs["train"][-1]]
+
+
+def test_keras_batch_logs_of_a_callback_without_epoch_methods_are_running_means() -> None:
+    """A callback with only on_train_batch_end (no on_epoch_end to need the epoch's sums)
+    gets the running means too, starting again at each epoch."""
+    losses: list[float] = []
+    logs: list[float] = []
+
+    class Raw(ah.Aspect):
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            losses.append(ctx.result["loss"].item())
+
+    class Batches(Callback):
+        def on_train_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs.append(logs_["loss"])
+
+    _runner([Raw(), KerasCallback(Batches(), priority="LOWEST")], max_epochs=2).run()
+    assert logs == pytest.approx(_running_means(losses, N // BATCH))
+
+
+def test_a_test_pass_by_itself_gives_running_means_from_its_own_start() -> None:
+    """runner.test() (Keras's evaluate()): on_test_batch_end's logs aggregate from that
+    pass's first batch, not from a training epoch's or an earlier pass's."""
+    losses: list[float] = []
+    logs: list[float] = []
+
+    class Raw(ah.Aspect):
+        def after_test_iter(self, ctx: ah.CallContext) -> None:
+            losses.append(ctx.result["loss"].item())
+
+    class TestBatches(Callback):
+        def on_test_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs.append(logs_["loss"])
+
+    runner = _runner([Raw(), TestBatches()], max_epochs=1)
+    runner.test_loader = runner.val_loader
+    runner.test()
+    runner.test()
+    assert len(losses) == 2 * -(-VAL_N // BATCH)
+    assert logs == pytest.approx(_running_means(losses, -(-VAL_N // BATCH)))
+
+
+@pytest.mark.parametrize("where", ["runner", "train_loop"])
+def test_a_run_by_iterations_has_one_epoch_as_openmmlabs_iteration_loop(where: str) -> None:
+    """OpenMMLab's IterBasedTrainLoop sets max_epochs to 1 and its runner's max_epochs
+    follows the loop; the adapted runner gave None for a run limited by max_iters. The
+    runner's own max_epochs stays None: only the hook's view translates it."""
+    seen: list[Any] = []
+
+    class Probe(Hook):
+        def before_run(self, runner: Any) -> None:
+            seen.append((runner if where == "runner" else runner.train_loop).max_epochs)
+
+    runner = _runner([Probe()], max_iters=4)
+    runner.run()
+    assert seen == [1]
+    assert runner.max_epochs is None
+    by_epochs = _runner([Probe()], max_epochs=2)  # a run by epochs keeps its own
+    by_epochs.run()
+    assert seen == [1, 2]
+
+
+@pytest.mark.parametrize("declared", ["attribute", "enum"])
+def test_a_hook_whose_priority_is_none_runs_at_openmmlabs_default(declared: str) -> None:
+    """A hook whose priority is None (an attribute set from an optional argument, or an
+    enum member of value None) runs at NORMAL, OpenMMLab's Hook default, rather than being
+    refused: mmengine's get_priority() raises TypeError for it, but None reads here as
+    "no priority of its own", as MMHook(priority=None) does."""
+
+    class NoPriority(enum.Enum):
+        UNSET = None
+
+    class Unset(Hook):
+        def __init__(self, priority: Any = None) -> None:
+            self.priority = priority
+
+        def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+            pass
+
+    hook = Unset(None if declared == "attribute" else NoPriority.UNSET)
+    runner = _runner([hook], max_iters=1)
+    runner.run()
+    rows = runner.describe().for_joinpoint("train_iter")
+    assert [r.priority for r in rows if r.advice == "unset.before_train_iter"] == [50]
+    assert MMHook(hook).priority == ah.Priority.NORMAL
+
+
+def test_keras_running_means_after_a_mid_epoch_resume_cover_the_batches_since(
+    tmp_path: Any,
+) -> None:
+    """A run resumed in the middle of an epoch starts the running means again at the
+    resume (they are not in the checkpoint), as docs/known-issues.md says."""
+    from aspecthook.train.aspects import Checkpoint
+
+    _runner([Checkpoint(by_epoch=False, interval=4)], max_iters=4, work_dir=tmp_path).run()
+    losses: list[float] = []
+    logs: list[tuple[int, float]] = []
+
+    class Raw(ah.Aspect):
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            losses.append(ctx.result["loss"].item())
+
+    class Batches(Callback):
+        def on_train_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs.append((batch, logs_["loss"]))
+
+    resumed = [Raw(), Batches(), Checkpoint(resume="auto", by_epoch=False, interval=4)]
+    _runner(resumed, max_iters=6, work_dir=tmp_path).run()  # iterations 4 and 5: epoch 1
+    assert [batch for batch, _ in logs] == [1, 2]
+    assert [loss for _, loss in logs] == pytest.approx(_running_means(losses, 2))
