@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from aspecthook import Aspect, CallContext
 from aspecthook.errors import InvalidOptionError, RunnerError
-from aspecthook.train import Runner
+from aspecthook.train import Runner, _loop
 from aspecthook.train.aspects import (
     AMP,
     EMA,
@@ -423,6 +425,86 @@ def test_amp_takes_float16_and_bfloat16_by_dtype_or_name(dtype: Any) -> None:
     assert AMP(dtype).dtype in (torch.float16, torch.bfloat16)
 
 
+def _precision_probe(seen: list[tuple[bool, torch.dtype]]) -> Any:
+    """A val_step that records whether autocast is on and the dtype of the model's output."""
+
+    def val_step(runner: Runner, batch: Any) -> dict[str, Any]:
+        out = runner.model(batch[0])
+        seen.append((torch.is_autocast_enabled("cpu"), out.dtype))
+        return {"loss": CE(out.float(), batch[1])}
+
+    return val_step
+
+
+def _eval_runner(aspect: AMP, seen: list[tuple[bool, torch.dtype]]) -> Runner:
+    eval_data = DataLoader(_data(8), batch_size=4)
+    return _runner(
+        aspects=[aspect], val_loader=eval_data, test_loader=eval_data,
+        val_step=_precision_probe(seen),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        pytest.param({}, (True, torch.bfloat16), id="bfloat16"),
+        pytest.param({"dtype": "float16"}, (True, torch.float16), id="float16"),
+        pytest.param({"autocast_eval": False}, (False, torch.float32), id="off"),
+    ],
+)
+def test_amp_autocasts_validation_and_test_steps(
+    options: dict[str, Any], expected: tuple[bool, torch.dtype]
+) -> None:
+    """Validation in a run and runner.test() after it run under the autocast the model
+    trains with, as Lightning's bf16-mixed does; autocast_eval=False evaluates in float32."""
+    seen: list[tuple[bool, torch.dtype]] = []
+    runner = _eval_runner(AMP(**options), seen)
+    runner.run()
+    assert seen == [expected] * 2  # the end-of-run validation: 2 batches
+    runner.test()
+    assert seen == [expected] * 4
+    assert not torch.is_autocast_enabled("cpu")  # and nothing is left on after them
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        pytest.param({}, (True, torch.bfloat16), id="bfloat16"),
+        pytest.param({"dtype": "float16"}, (True, torch.float16), id="float16"),
+        pytest.param({"autocast_eval": False}, (False, torch.float32), id="off"),
+    ],
+)
+def test_amp_autocasts_evaluation_outside_a_run(
+    options: dict[str, Any], expected: tuple[bool, torch.dtype]
+) -> None:
+    """runner.test() and runner.val_epoch() on a runner that never ran (no before_run to
+    choose the device and dtype) autocast as a run would, and leave AMP's dtype as given."""
+    seen: list[tuple[bool, torch.dtype]] = []
+    amp = AMP(**options)
+    given = amp.dtype
+    runner = _eval_runner(amp, seen)
+    runner.val_iter(next(iter(DataLoader(_data(4), batch_size=4))))  # outside any epoch
+    runner.test()
+    runner.val_epoch()
+    assert seen == [expected] * 5
+    assert amp.dtype is given
+
+
+@pytest.mark.parametrize("value", [None, "no", 0, 1.0])
+def test_amp_refuses_an_autocast_eval_that_is_not_a_bool(value: Any) -> None:
+    """AMP(autocast_eval='no') would autocast evaluation: refused when it is made."""
+    with pytest.raises(InvalidOptionError, match=r"AMP\(autocast_eval=.*must be True or False"):
+        AMP(autocast_eval=value)
+
+
+def test_amp_without_autocast_eval_leaves_evaluation_unadvised() -> None:
+    """autocast_eval=False registers no advice on val_iter / test_iter (no cost per batch)."""
+    names = {a.name for a in AMP(autocast_eval=False).make_advice()}
+    assert names == {"amp.before_run", "amp.around_forward", "amp.before_backward",
+                     "amp.before_optimizer_step", "amp.around_optimizer_step"}  # fmt: skip
+    assert {"amp.around_val_iter", "amp.around_test_iter"} <= {a.name for a in AMP().make_advice()}
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -538,6 +620,83 @@ def test_grad_accumulation_steps_the_last_short_group(limits: dict[str, int]) ->
         opt.zero_grad(set_to_none=True)
     for a, b in zip(_params(runner), [p.detach() for p in model.parameters()], strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.fixture
+def process_group(tmp_path: Any) -> Any:
+    """A one-process gloo group (rank 0 of 1) for the test, destroyed after it."""
+    dist = torch.distributed
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _accumulating(model: torch.nn.Module | None = None) -> Runner:
+    """6 iterations in groups of 4: steps after iterations 3 and 5 (a last group of 2)."""
+    return _runner(
+        batch_size=4, n=8, model=model, max_epochs=None, max_iters=6,
+        aspects=[GradAccumulation(4)],
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("process_group")
+def test_grad_accumulation_skips_the_ddp_all_reduce_on_iterations_that_do_not_step() -> None:
+    """With a DistributedDataParallel model the iterations that do not step (the last,
+    shorter group's included) run inside its no_sync(), forward too, so gradients are
+    all-reduced only when the group steps; the weights are those of the run without DDP,
+    bit for bit (one rank: the average is the identity)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    plain = _accumulating()
+    plain.run()
+    ddp = DistributedDataParallel(_model())
+    runner = _accumulating(ddp)
+    no_sync, all_reduced = [], []
+    real_no_sync = ddp.no_sync
+
+    @contextlib.contextmanager
+    def spy() -> Iterator[None]:
+        no_sync.append(runner.iter)
+        with real_no_sync():
+            yield
+
+    # DDP's own all-reduce, counted. Not annotated: DDP refuses a bucket annotation
+    # other than GradBucket, and under ``from __future__ import annotations`` it is a str.
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
+        all_reduced.append(runner.iter)
+        return allreduce_hook(state, bucket)
+
+    ddp.no_sync = spy  # type: ignore[method-assign]
+    ddp.register_comm_hook(None, hook)
+    runner.run()
+    assert no_sync == [0, 1, 2, 4]
+    assert all_reduced == [3, 5]
+    for a, b in zip(_params(plain), _params(runner), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.usefixtures("process_group")
+def test_grad_accumulation_advises_train_iter_only_for_a_ddp_model_and_only_in_its_run() -> None:
+    """The no_sync advice on train_iter is added by before_run for a DDP model and removed
+    at the run's end: a run without DDP has no advice on train_iter (nothing to pay for
+    each iteration), and neither has the DDP runner once its run is over."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def bare(runner: Runner) -> bool:
+        return getattr(runner.train_iter, "__func__", None) is _loop.train_iter
+
+    for model, advised in [(None, False), (DistributedDataParallel(_model()), True)]:
+        runner = _accumulating(model)
+        during: list[bool] = []
+        runner.weaver.before("backward")(lambda ctx, seen=during: seen.append(bare(ctx.runner)))
+        runner.run()
+        assert during == [not advised] * 6
+        assert bare(runner)
 
 
 @pytest.mark.parametrize("how", ["second run", "resume"])

@@ -9,15 +9,17 @@ import math
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext, Proceed
+from ..._handle import Handle
 from ..._log import get_logger
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import planned_iters
-from ._options import check_count, is_real
+from ._options import check_count, check_flags, is_real
 
 __all__ = ["AMP", "EmptyCache", "GradAccumulation", "GradClip", "NaNGuard"]
 
@@ -111,6 +113,11 @@ class GradAccumulation(Aspect):
     Groups follow on from where the last one ended, so a run continued past its end (a
     second ``run()`` with a larger ``max_iters``, or a resume with larger limits) starts
     whole groups after its shortened last one.
+
+    With a ``DistributedDataParallel`` model, the iterations that do not step run inside
+    its ``no_sync()`` (forward and backward: DDP decides in the forward whether the
+    backward all-reduces), so the ranks all-reduce the gradients once a group, in the
+    iteration that steps, as Lightning and mmengine do.
     """
 
     name = "grad_accumulation"
@@ -130,12 +137,49 @@ class GradAccumulation(Aspect):
         self._group_start: int | None = None
         self._drop_grads = False  # a loaded state holds no gradients: the model's go
         self._backward_at = -1  # the iteration of the latest backward
+        # The run's DistributedDataParallel model and the handle of around_train_iter,
+        # registered for such a model only (before_run), so a run without one has no
+        # advice on train_iter and pays nothing for it.
+        self._ddp: DistributedDataParallel | None = None
+        self._no_sync: Handle | None = None
+
+    def make_advice(self, target: Any = None) -> list[Any]:
+        """All but ``around_train_iter``, which ``before_run`` adds for a DDP model only."""
+        return [a for a in super().make_advice(target) if a.name != self._no_sync_name]
+
+    @property
+    def _no_sync_name(self) -> str:
+        return f"{self.name}.around_train_iter"
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
         self._total = planned_iters(runner)
         self._model = runner.model
         self._runner = runner
+        self._end_no_sync()  # a run that raised left it registered
+        model = runner.model
+        if isinstance(model, DistributedDataParallel) and self.steps > 1:
+            self._ddp = model
+            name = self._no_sync_name
+            advice = [a for a in super().make_advice() if a.name == name]
+            self._no_sync = runner.weaver.register(advice)
+
+    def after_run(self, ctx: CallContext) -> None:
+        self._end_no_sync()
+
+    def _end_no_sync(self) -> None:
+        handle, self._no_sync, self._ddp = self._no_sync, None, None
+        if handle is not None:
+            handle.remove()
+
+    def around_train_iter(self, ctx: CallContext, proceed: Proceed) -> Any:
+        # Registered by before_run for a DistributedDataParallel model only. The forward
+        # must be inside no_sync() too: DDP prepares the all-reduce there.
+        ddp = self._ddp
+        if ddp is None or self.steps_after(ctx.runner.iter):
+            return proceed()
+        with ddp.no_sync():
+            return proceed()
 
     def before_backward(self, ctx: CallContext) -> None:
         if self._resumed is not None:  # the first backward after a resume inside a group
@@ -243,12 +287,24 @@ class GradAccumulation(Aspect):
         return max(1, min(self.steps, total - self._start(iteration)))
 
 
+# AMP's advice on evaluation, left out with autocast_eval=False.
+_EVAL_ADVICE = frozenset(
+    ("before_val_epoch", "before_test_epoch", "around_val_iter", "around_test_iter")
+)
+
+
 class AMP(Aspect):
     """Mixed precision: ``torch.autocast`` around ``forward``, a ``GradScaler`` for float16.
 
     On CPU the default dtype is bfloat16 (no scaling needed); on CUDA float16 with
     ``torch.amp.GradScaler``, which then also performs the step (unscale, skip on inf/NaN,
     update). The scaler is ``runner.grad_scaler``, so checkpoints save and restore it.
+
+    With ``autocast_eval=True`` (the default) the validation and test steps (``val_iter``,
+    ``test_iter``) run under the same autocast, so the model is evaluated at the precision
+    it trains at, as Lightning's ``precision='bf16-mixed'`` does; that holds for
+    ``runner.test()`` and ``runner.val_epoch()`` outside a run too. ``False`` evaluates in
+    the model's own precision, and then no advice runs in evaluation.
     """
 
     name = "amp"
@@ -256,20 +312,42 @@ class AMP(Aspect):
     priority = Priority.HIGH
 
     def __init__(
-        self, dtype: torch.dtype | str | None = None, **options: Unpack[AspectOptions]
+        self,
+        dtype: torch.dtype | str | None = None,
+        autocast_eval: bool = True,
+        **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)
+        check_flags("AMP", autocast_eval=autocast_eval)
         self.dtype = _amp_dtype(dtype)
+        self.autocast_eval = autocast_eval
         self.scaler: torch.amp.GradScaler | None = None
         self._device = "cpu"
         self._pending: dict[str, Any] | None = None  # a scaler state loaded before it exists
+        # The device type and dtype of the evaluation in progress (before_val_epoch, also
+        # outside a run, where before_run has not chosen them).
+        self._eval: tuple[str, torch.dtype] | None = None
+
+    def make_advice(self, target: Any = None) -> list[Any]:
+        """Without ``autocast_eval`` nothing advises evaluation (no cost per batch)."""
+        advice = super().make_advice(target)
+        if self.autocast_eval:
+            return advice
+        return [a for a in advice if a.name.rpartition(".")[2] not in _EVAL_ADVICE]
+
+    def _autocast(self, model: torch.nn.Module) -> tuple[str, torch.dtype]:
+        """The device type of ``model`` (of its first parameter; CPU without one) and the
+        dtype: the one given, else float16 on CUDA and bfloat16 elsewhere."""
+        param = next(model.parameters(), None)
+        device = param.device.type if param is not None else "cpu"
+        dtype = self.dtype
+        if dtype is None:
+            dtype = torch.float16 if device == "cuda" else torch.bfloat16
+        return device, dtype
 
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
-        param = next(runner.model.parameters(), None)
-        self._device = param.device.type if param is not None else "cpu"
-        if self.dtype is None:
-            self.dtype = torch.float16 if self._device == "cuda" else torch.bfloat16
+        self._device, self.dtype = self._autocast(runner.model)
         if self.dtype == torch.float16:
             # A second run() goes on with the scale the first one calibrated, in a scaler
             # of its own: one left mid-step by an interrupted run (unscaled, not updated)
@@ -284,6 +362,23 @@ class AMP(Aspect):
 
     def around_forward(self, ctx: CallContext, proceed: Proceed) -> Any:
         with torch.autocast(self._device, dtype=self.dtype):
+            return proceed()
+
+    def before_val_epoch(self, ctx: CallContext) -> None:
+        self._eval = self._autocast(ctx.runner.model)
+
+    def before_test_epoch(self, ctx: CallContext) -> None:
+        self._eval = self._autocast(ctx.runner.model)
+
+    def around_val_iter(self, ctx: CallContext, proceed: Proceed) -> Any:
+        # No GradScaler here: evaluation computes no gradients.
+        device, dtype = self._eval or self._autocast(ctx.runner.model)
+        with torch.autocast(device, dtype=dtype):
+            return proceed()
+
+    def around_test_iter(self, ctx: CallContext, proceed: Proceed) -> Any:
+        device, dtype = self._eval or self._autocast(ctx.runner.model)
+        with torch.autocast(device, dtype=dtype):
             return proceed()
 
     def before_backward(self, ctx: CallContext) -> None:
