@@ -613,9 +613,19 @@ def _adapt(aspect: Aspect | Any) -> Aspect:
 
     adapted = as_aspect(aspect)
     if adapted is None:
+        if isinstance(aspect, type):
+            name = aspect.__name__
+            hint = f"the class {name}, not an instance: give {name}(...)"
+        elif isinstance(aspect, str):
+            hint = (
+                f"the name {aspect!r}: names are for Runner.from_config; in code give the "
+                f"instance, e.g. {aspect}(...)"
+            )
+        else:
+            hint = f"{aspect!r}; write an Aspect subclass or wrap it yourself"
         raise RunnerError(
-            f"aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
-            f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
+            "aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
+            f"callbacks, got {hint}"
         )
     return adapted
 

@@ -793,6 +793,17 @@ def test_non_aspect_in_aspects_is_refused() -> None:
         _runner(aspects=[object()])
 
 
+def test_an_aspect_class_or_name_in_aspects_says_to_give_an_instance() -> None:
+    """aspects=[Logger] or aspects=['Logger'] (a config's spelling) say what to write."""
+    with pytest.raises(
+        RunnerError, match=r"the class Logger, not an instance: give Logger\("
+    ) as exc:
+        _runner(aspects=[Logger])
+    assert "write an Aspect subclass" not in str(exc.value)
+    with pytest.raises(RunnerError, match=r"names are for Runner.from_config.*Logger\(\.\.\.\)"):
+        _runner(aspects=["Logger"])
+
+
 def _every_run(start: int, *, general: bool, kind: str = "after") -> list[int]:
     """Iterations (1-based numbers) at which `every=3` advice on train_iter ran, for a run
     of 12 iterations whose counter starts at `start` (as a resumed run's does)."""
