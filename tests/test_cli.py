@@ -912,6 +912,26 @@ def test_logged_json_functions_with_json_log_lines(tmp_path: Path) -> None:
     assert len(records) == len({r["joinpoint"] for r in records})  # each call logged once
 
 
+def test_logging_file_in_a_folder_not_made_yet_is_written(tmp_path: Path) -> None:
+    """logging: {file: logs/calls.jsonl} makes its folder, as --trace does for its own."""
+    write(
+        tmp_path,
+        "log_file.yaml",
+        """\
+        logging: {format: json, file: logs/calls.jsonl}
+        weave:
+          - target: json.dumps
+            aspects: [{type: Logged, log_result: false}]
+        """,
+    )
+    write(tmp_path, "prog.py", "import json\nprint(json.dumps([1]))\n")
+    done = run(tmp_path, "--no-summary", "--aspects", "log_file.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "[1]\n"
+    lines = (tmp_path / "logs" / "calls.jsonl").read_text().splitlines()
+    assert [json.loads(line)["joinpoint"] for line in lines] == ["json.dumps"]
+
+
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_modules_beside_the_program_are_woven_from_another_directory(
     tmp_path: Path, how: str
