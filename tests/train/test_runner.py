@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import aspecthook as ah
-from aspecthook.errors import RunnerError, WeaverClosedError
-from aspecthook.train import JOINPOINTS, Runner, _loop
+from aspecthook.errors import InvalidOptionError, RunnerError, WeaverClosedError
+from aspecthook.train import JOINPOINTS, Runner, _loop, seed_everything
 from aspecthook.train.aspects import Checkpoint, Evaluate, Logger, ProgressBar
 
 CE = torch.nn.functional.cross_entropy
@@ -791,6 +791,14 @@ def test_non_aspect_in_aspects_is_refused() -> None:
     """aspects= takes Aspect instances (or adaptable hook objects); other objects fail."""
     with pytest.raises(RunnerError, match="aspects="):
         _runner(aspects=[object()])
+
+
+@pytest.mark.parametrize("seed", ["1", 1.5, True, None])
+def test_seed_everything_refuses_a_seed_that_is_not_an_int(seed: Any) -> None:
+    """seed_everything('1') says a seed is an int; it raised numpy's 'not all arguments
+    converted during string formatting'."""
+    with pytest.raises(InvalidOptionError, match=r"a seed is an int"):
+        seed_everything(seed)
 
 
 def test_an_aspect_class_or_name_in_aspects_says_to_give_an_instance() -> None:
