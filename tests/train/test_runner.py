@@ -1291,6 +1291,15 @@ def test_the_training_signatures_resolve_at_run_time() -> None:
             assert typing.get_type_hints(kind.__init__), name
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_refused_when_the_runner_is_built() -> None:
+    """device='cuda' where torch has no CUDA is a RunnerError saying what to give; torch
+    raises a bare AssertionError ('Torch not compiled with CUDA enabled') there."""
+    model, opt, loader = _parts()
+    with pytest.raises(RunnerError, match=r"device='cuda' cannot take the model .*device='cpu'"):
+        Runner(model, opt, loader, loss_fn=CE, max_epochs=1, device="cuda")
+
+
 @pytest.mark.parametrize(
     ("keyword", "value", "message"),
     [
