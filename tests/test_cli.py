@@ -569,6 +569,24 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "--aspects FILE" in helped.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["runn", "app.py", "-x"], "aspecthook run app.py -x"),
+        (["app.py", "--restock", "3"], "aspecthook run app.py --restock 3"),
+        (["--aspects", "a.yaml", "app.py"], "aspecthook run --aspects a.yaml app.py"),
+    ],
+)
+def test_an_unknown_command_suggests_the_run_command_meant(
+    argv: list[str], meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt 'run', or a command line that left 'run' out, is shown the one meant."""
+    from aspecthook._cli import main
+
+    assert main(argv) == 2
+    assert f"unknown command {argv[0]!r}; did you mean '{meant}'?" in capsys.readouterr().err
+
+
 # -- at exit: summary and trace -----------------------------------------------------------------
 
 
