@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,7 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     if args[0] != "run":
-        print(f"{_top_usage()}\n{PROG}: error: unknown command {args[0]!r}", file=sys.stderr)
+        # 'runn app.py' meant run; 'app.py' or '--aspects f.yaml app.py' left it out.
+        meant = args[1:] if difflib.get_close_matches(args[0], ["run"], cutoff=0.5) else args
+        print(
+            f"{_top_usage()}\n{PROG}: error: unknown command {args[0]!r}; did you mean "
+            f"'{PROG} run {shlex.join(meant)}'?",
+            file=sys.stderr,
+        )
         return 2
     try:
         options = parse_run_args(args[1:])

@@ -10,6 +10,7 @@ and only when it is needed).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,8 @@ def _logged_logger(config: RunConfig) -> Any:
     file = settings.get("file")
     try:
         level, _ = _level("level", settings.get("level", "debug"))
+        if file:  # its folder is made, as --trace's is
+            os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
         # Open for the process's life: Logged may write until its very end.
         stream = open(file, "a", encoding="utf-8") if file else sys.stderr  # noqa: SIM115
     except (AspectHookError, OSError) as exc:

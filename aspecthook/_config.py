@@ -304,9 +304,22 @@ def _aspect(file: str, key: str, item: Any) -> AspectSpec:
         raise _error(
             file,
             f"{key}.type",
-            f"must name the aspect type, e.g. {{type: Logged, level: debug}}, not {_kind(kind)}",
+            f"must name the aspect type, e.g. {{type: Logged, level: debug}}, not {_kind(kind)}"
+            + type_as_key_hint(kind, params),
         )
     return AspectSpec(kind.strip(), params, key)
+
+
+def type_as_key_hint(kind: Any, params: Mapping[Any, Any]) -> str:
+    """What to write for ``{Logged: {level: debug}}``, a type given as the only key of a
+    mapping (``''`` for anything else)."""
+    if kind is not None or len(params) != 1:
+        return ""
+    ((name, value),) = params.items()
+    if not _is_text(name) or not (value is None or isinstance(value, Mapping)):
+        return ""
+    inner = "".join(f", {k}: {v!r}" for k, v in (value or {}).items())
+    return f" (the type is not a key: write {{type: {name}{inner}}})"
 
 
 def _logging(file: str, value: Any) -> Mapping[str, Any] | None:

@@ -16,8 +16,25 @@ def get_logger() -> Any:
     if _logger is None:
         import structlog
 
-        _logger = structlog.get_logger("aspecthook")
+        try:
+            _logger = structlog.get_logger("aspecthook")
+        except AttributeError:
+            # structlog is being imported, and its own import of a module (json, logging)
+            # ran an import hook of ours that reports something: a logger for this once.
+            return _StderrLogger()
     return _logger
+
+
+class _StderrLogger:
+    """Writes ``aspecthook: <level>: <event> key=value ...`` lines to stderr."""
+
+    def __getattr__(self, level: str) -> Any:
+        def log(event: str, **fields: Any) -> None:
+            fields.pop("exc_info", None)
+            text = " ".join(f"{key}={value!r}" for key, value in fields.items())
+            sys.stderr.write(f"aspecthook: {level}: {event} {text}\n")
+
+        return log
 
 
 def set_logger(logger: Any) -> Any:

@@ -393,7 +393,9 @@ class Parameters:
         """The error for keywords ``unknown`` that ``label`` does not take: it names them,
         the closest valid one to the first, and the valid ones."""
         valid = tuple(self.defaults)
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        # The same name in another case first ('N' is 'n', which difflib never offers).
+        same = [name for name in valid if name.lower() == unknown[0].lower()]
+        close = same or difflib.get_close_matches(unknown[0], valid, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return AspectParameterError(
             f"{label} does not take {', '.join(map(repr, unknown))}{hint}; its parameters "

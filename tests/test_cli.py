@@ -569,6 +569,24 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "--aspects FILE" in helped.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["runn", "app.py", "-x"], "aspecthook run app.py -x"),
+        (["app.py", "--restock", "3"], "aspecthook run app.py --restock 3"),
+        (["--aspects", "a.yaml", "app.py"], "aspecthook run --aspects a.yaml app.py"),
+    ],
+)
+def test_an_unknown_command_suggests_the_run_command_meant(
+    argv: list[str], meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt 'run', or a command line that left 'run' out, is shown the one meant."""
+    from aspecthook._cli import main
+
+    assert main(argv) == 2
+    assert f"unknown command {argv[0]!r}; did you mean '{meant}'?" in capsys.readouterr().err
+
+
 # -- at exit: summary and trace -----------------------------------------------------------------
 
 
@@ -910,6 +928,26 @@ def test_logged_json_functions_with_json_log_lines(tmp_path: Path) -> None:
     outermost = [r["joinpoint"] for r in records if len(r["joinpoint_stack"]) == 1]
     assert outermost == ["json.dumps", "json.loads"]
     assert len(records) == len({r["joinpoint"] for r in records})  # each call logged once
+
+
+def test_logging_file_in_a_folder_not_made_yet_is_written(tmp_path: Path) -> None:
+    """logging: {file: logs/calls.jsonl} makes its folder, as --trace does for its own."""
+    write(
+        tmp_path,
+        "log_file.yaml",
+        """\
+        logging: {format: json, file: logs/calls.jsonl}
+        weave:
+          - target: json.dumps
+            aspects: [{type: Logged, log_result: false}]
+        """,
+    )
+    write(tmp_path, "prog.py", "import json\nprint(json.dumps([1]))\n")
+    done = run(tmp_path, "--no-summary", "--aspects", "log_file.yaml", "prog.py")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "[1]\n"
+    lines = (tmp_path / "logs" / "calls.jsonl").read_text().splitlines()
+    assert [json.loads(line)["joinpoint"] for line in lines] == ["json.dumps"]
 
 
 @pytest.mark.parametrize("how", ["script", "module"])

@@ -278,6 +278,17 @@ def test_aspect_mapping_needs_a_type() -> None:
     assert "must name the aspect type" in str(error)
 
 
+def test_aspect_type_written_as_a_key_says_to_write_type() -> None:
+    """{Logged: {level: debug}} (the type as the mapping's key) is shown the mapping to write."""
+    error = config_error(
+        {"weave": [{"target": "x.y", "aspects": [{"Logged": {"level": "debug"}}]}]}
+    )
+    assert error.key == "weave[0].aspects[0].type"
+    assert "write {type: Logged, level: 'debug'}" in str(error)
+    error = config_error({"weave": [{"target": "x.y", "aspects": [{"Timed": None}]}]})
+    assert "write {type: Timed}" in str(error)
+
+
 def test_scalar_options_are_type_checked() -> None:
     """strict/summary must be booleans and trace a string."""
     assert config_error({"strict": "yes"}).key == "strict"

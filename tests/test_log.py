@@ -60,3 +60,23 @@ def test_cli_quiets_then_redirects_core_logs_to_stderr(capsys: pytest.CaptureFix
     assert "weave.failed" in captured.err
     assert "loud" in captured.err
     assert captured.out == ""
+
+
+def test_a_report_made_while_structlog_is_imported_does_not_break_that_import() -> None:
+    """A pending weave that fails on a module structlog's own import brings in (json)
+    reports it on stderr; ``import structlog`` (the user's, or the logger's) goes on."""
+    import subprocess
+    import sys
+
+    code = (
+        "import aspecthook as ah\n"
+        "ah.weave('json.nosuch', before=lambda ctx: None)\n"
+        "import structlog\n"
+        "print('imported', structlog.get_logger is not None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "imported True\n"
+    assert "aspecthook: warning: weave.failed target='json.nosuch'" in done.stderr

@@ -239,6 +239,24 @@ def test_build_from_name_or_class(registry: Registry) -> None:
     assert registry.build({"type": Needy, "target": "x"}).target == "x"
 
 
+def test_build_parameter_in_another_case_suggests_it(registry: Registry) -> None:
+    """A parameter written in another case ('Unit', a one-letter 'N') is offered as it is
+    spelt; difflib alone finds no one-letter match."""
+    registry.register(Stopwatch)
+    with pytest.raises(
+        AspectParameterError, match=r"does not take 'UNIT' \(did you mean 'unit'\?\)"
+    ):
+        registry.build({"type": "Stopwatch", "UNIT": "ms"})
+
+    class Sized(Base):
+        def __init__(self, *, n: int = 1, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+
+    registry.register(Sized)
+    with pytest.raises(AspectParameterError, match=r"does not take 'N' \(did you mean 'n'\?\)"):
+        registry.build({"type": "Sized", "N": 3})
+
+
 def test_build_turns_lists_into_tuples_where_default_is_tuple(registry: Registry) -> None:
     """YAML lists become tuples for parameters whose default is a tuple."""
     registry.register(Stopwatch)

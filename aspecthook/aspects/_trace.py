@@ -6,6 +6,7 @@ events ``Timed`` kept into the JSON document Perfetto and chrome://tracing open.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -95,6 +96,12 @@ def write_atomically(target: Path, text: str) -> None:
     bytes, even in UTF-8), so that it fits where ``target``'s own name is as long as names
     can be.
     """
+    if not target.parent.is_dir():  # else the error would name the temp file
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"cannot write {target}: the folder {target.parent} does not exist (create it first)",
+            str(target),
+        )
     tmp = target.with_name(f".{target.name[:50]}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -107,7 +107,8 @@ def _on_device(
     try:
         place = torch.device(device)
         return place, model.to(place)
-    except (TypeError, ValueError, RuntimeError) as exc:
+    except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
+        # AssertionError: torch's own for 'cuda' in a build without CUDA.
         raise RunnerError(
             f"device={device!r} cannot take the model ({exc}): give a device this machine "
             "has, e.g. device='cpu' or device='cuda:0', or leave it out"

@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._config import _EXTENSION_HINT
+from .._config import _EXTENSION_HINT, type_as_key_hint
 from ..errors import AspectHookError, AspectParameterError, ConfigError, UnknownAspectError
 from ..registry import Parameters, Registry
 from ._config_messages import (
@@ -59,7 +59,7 @@ class _PartBuilder:
         that sets one too is an error.
         """
         kind, params, type_key = self.split_type(registry, key, cfg)
-        factory, label = self.find_factory(registry, type_key, kind)
+        factory, label = self.find_factory(registry, type_key, kind, params)
         for name in given:
             if name in params:
                 raise self.error(
@@ -86,7 +86,7 @@ class _PartBuilder:
         return kind, params, type_key
 
     def find_factory(
-        self, registry: Registry, type_key: str, kind: Any
+        self, registry: Registry, type_key: str, kind: Any, params: Mapping[Any, Any]
     ) -> tuple[Callable[..., Any], str]:
         """``(factory, its name)``: a class or function given in code as it is, a name
         looked up in ``registry``; anything else is an error at ``type_key``."""
@@ -110,7 +110,7 @@ class _PartBuilder:
             raise self.error(
                 type_key,
                 f"must name the {registry.kind} type, e.g. {{type: Name}}, not "
-                f"{_kind(kind)}{replaced}",
+                f"{_kind(kind)}{replaced}{type_as_key_hint(kind, params)}",
             )
         return factory, label
 

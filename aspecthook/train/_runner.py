@@ -23,7 +23,7 @@ from .._describe import Description
 from .._handle import Handle
 from .._typing import Self
 from .._weaver import Weaver
-from ..errors import RunnerError
+from ..errors import InvalidOptionError, RunnerError
 from . import _loop
 from ._checks import (
     _check_can_run,
@@ -70,6 +70,12 @@ INNER = ("forward", "backward", "optimizer_step")
 
 def seed_everything(seed: int) -> None:
     """Seed python ``random``, numpy (when installed) and torch."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InvalidOptionError(
+            f"seed_everything({seed!r}): a seed is an int, e.g. seed_everything(0)",
+            option="seed",
+            value=seed,
+        )
     random.seed(seed)
     torch.manual_seed(seed)
     with contextlib.suppress(ImportError):
@@ -613,9 +619,19 @@ def _adapt(aspect: Aspect | Any) -> Aspect:
 
     adapted = as_aspect(aspect)
     if adapted is None:
+        if isinstance(aspect, type):
+            name = aspect.__name__
+            hint = f"the class {name}, not an instance: give {name}(...)"
+        elif isinstance(aspect, str):
+            hint = (
+                f"the name {aspect!r}: names are for Runner.from_config; in code give the "
+                f"instance, e.g. {aspect}(...)"
+            )
+        else:
+            hint = f"{aspect!r}; write an Aspect subclass or wrap it yourself"
         raise RunnerError(
-            f"aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
-            f"callbacks, got {aspect!r}; write an Aspect subclass or wrap it yourself"
+            "aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
+            f"callbacks, got {hint}"
         )
     return adapted
 

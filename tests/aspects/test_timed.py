@@ -828,6 +828,17 @@ def load_events(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return document, [e for e in document["traceEvents"] if e["ph"] == "X"]
 
 
+def test_chrome_trace_into_a_missing_folder_names_the_path_given(tmp_path: Path) -> None:
+    """export_chrome_trace into a folder that does not exist says so about the user's
+    path, not the hidden temp file beside it."""
+    target = tmp_path / "missing" / "trace.json"
+    with pytest.raises(FileNotFoundError, match="does not exist") as exc:
+        Timed(trace=True).export_chrome_trace(target)
+    assert exc.value.filename == str(target)
+    assert ".tmp" not in str(exc.value)
+    assert not (tmp_path / "missing").exists()
+
+
 def test_chrome_trace_nests_nested_calls(tmp_path: Path) -> None:
     """The trace file is Trace Event JSON; a callee's interval lies inside its caller's."""
     timed = Timed(trace=True)

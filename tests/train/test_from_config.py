@@ -244,6 +244,13 @@ def test_unknown_type_names_the_key_and_the_closest_match(
     assert info.value.file == ""
 
 
+def test_a_type_written_as_a_key_says_to_write_type() -> None:
+    """aspects: [{LoggerHook: {interval: 4}}] is shown the mapping to write."""
+    with pytest.raises(ConfigError, match=r"^aspects\[0\]\.type: must name") as info:
+        Runner.from_config(_config(aspects=[{"LoggerHook": {"interval": 4}}]))
+    assert "write {type: LoggerHook, interval: 4}" in str(info.value)
+
+
 def test_unknown_dataset_type_in_a_file_names_the_file(tmp_path: Path) -> None:
     """From a file, the error starts with the file, then the key path."""
     path = _write(

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import aspecthook as ah
-from aspecthook.errors import RunnerError, WeaverClosedError
-from aspecthook.train import JOINPOINTS, Runner, _loop
+from aspecthook.errors import InvalidOptionError, RunnerError, WeaverClosedError
+from aspecthook.train import JOINPOINTS, Runner, _loop, seed_everything
 from aspecthook.train.aspects import Checkpoint, Evaluate, Logger, ProgressBar
 
 CE = torch.nn.functional.cross_entropy
@@ -793,6 +793,25 @@ def test_non_aspect_in_aspects_is_refused() -> None:
         _runner(aspects=[object()])
 
 
+@pytest.mark.parametrize("seed", ["1", 1.5, True, None])
+def test_seed_everything_refuses_a_seed_that_is_not_an_int(seed: Any) -> None:
+    """seed_everything('1') says a seed is an int; it raised numpy's 'not all arguments
+    converted during string formatting'."""
+    with pytest.raises(InvalidOptionError, match=r"a seed is an int"):
+        seed_everything(seed)
+
+
+def test_an_aspect_class_or_name_in_aspects_says_to_give_an_instance() -> None:
+    """aspects=[Logger] or aspects=['Logger'] (a config's spelling) say what to write."""
+    with pytest.raises(
+        RunnerError, match=r"the class Logger, not an instance: give Logger\("
+    ) as exc:
+        _runner(aspects=[Logger])
+    assert "write an Aspect subclass" not in str(exc.value)
+    with pytest.raises(RunnerError, match=r"names are for Runner.from_config.*Logger\(\.\.\.\)"):
+        _runner(aspects=["Logger"])
+
+
 def _every_run(start: int, *, general: bool, kind: str = "after") -> list[int]:
     """Iterations (1-based numbers) at which `every=3` advice on train_iter ran, for a run
     of 12 iterations whose counter starts at `start` (as a resumed run's does)."""
@@ -1270,6 +1289,15 @@ def test_the_training_signatures_resolve_at_run_time() -> None:
         kind = getattr(aspects, name)
         if isinstance(kind, type):
             assert typing.get_type_hints(kind.__init__), name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_refused_when_the_runner_is_built() -> None:
+    """device='cuda' where torch has no CUDA is a RunnerError saying what to give; torch
+    raises a bare AssertionError ('Torch not compiled with CUDA enabled') there."""
+    model, opt, loader = _parts()
+    with pytest.raises(RunnerError, match=r"device='cuda' cannot take the model .*device='cpu'"):
+        Runner(model, opt, loader, loss_fn=CE, max_epochs=1, device="cuda")
 
 
 @pytest.mark.parametrize(
