@@ -20,12 +20,19 @@ import itertools
 import random
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
-__all__ = ["SkipBatchSampler", "epoch_batches", "loader_length", "planned_iters"]
+__all__ = [
+    "ShardPadding",
+    "SkipBatchSampler",
+    "epoch_batches",
+    "loader_length",
+    "planned_iters",
+    "shard_padding",
+]
 
 
 def loader_length(loader: Any) -> int | None:
@@ -44,6 +51,50 @@ def planned_iters(runner: Any) -> int | None:
         return int(runner.max_iters)
     per_epoch = loader_length(runner.train_loader)
     return None if per_epoch is None else int(runner.max_epochs) * per_epoch
+
+
+class ShardPadding(NamedTuple):
+    """Where the samples a ``DistributedSampler`` repeated to even out the ranks' shards
+    are in this rank's pass over a loader: the last ``repeated`` samples of its last
+    batch, the ``steps``-th; ``steps`` is 0 where the loader's batches cannot be told
+    (a batch sampler of another kind)."""
+
+    repeated: int  #: trailing samples of this rank's shard that repeat other samples
+    steps: int  #: batches in a pass over the loader (0: the padded one is not known)
+    last: int  #: samples in the last batch (1 for a loader that does not batch)
+
+
+def shard_padding(loader: Any) -> ShardPadding | None:
+    """The padding in this rank's shard of ``loader``'s dataset, or None when it has none.
+
+    ``DistributedSampler(drop_last=False)`` extends its index list with its own head to
+    ``num_samples * num_replicas`` and gives rank ``r`` the positions ``r, r + R, ...``:
+    the positions past the dataset's end (fewer than ``R``) are the last one of some
+    ranks' shards, shuffled or not. Only torch's own sampling is known: a sampler that
+    overrides ``__iter__`` is taken to have no padding.
+    """
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return None
+    batches = loader.batch_sampler
+    sampler = loader.sampler if batches is None else getattr(batches, "sampler", None)
+    if not isinstance(sampler, DistributedSampler):
+        return None
+    if type(sampler).__iter__ is not DistributedSampler.__iter__:
+        return None
+    count = sampler.num_samples
+    last_position = sampler.rank + (count - 1) * sampler.num_replicas
+    if not count or last_position < len(sampler.dataset):  # type: ignore[arg-type]
+        return None  # drop_last=True, a length the ranks divide, or not this rank
+    if batches is None:  # batch_size=None: one sample a step
+        return ShardPadding(repeated=1, steps=count, last=1)
+    if not isinstance(batches, BatchSampler) or type(batches).__iter__ is not BatchSampler.__iter__:
+        # batches of its own making
+        return ShardPadding(repeated=1, steps=0, last=0)
+    size = batches.batch_size
+    if batches.drop_last and count % size:
+        return None  # the loader drops the shard's tail, padding included
+    steps = len(batches)
+    return ShardPadding(repeated=1, steps=steps, last=count - (steps - 1) * size)
 
 
 class SkipBatchSampler:

@@ -13,7 +13,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
-from .._data import planned_iters
+from .._data import ShardPadding, planned_iters, shard_padding
 from .._steps import _as_float
 from ._options import check_count, check_flags
 
@@ -31,7 +31,9 @@ class Evaluate(Aspect):
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
     one. In a distributed run the ranks' shards are added up, so every rank gets the
-    metrics of the whole validation set. Results land in ``runner.metrics`` as
+    metrics of the whole validation set; the samples a ``DistributedSampler`` repeats to
+    even out the shards are left out (a ``RuntimeWarning`` says which values could not
+    leave them out, and what to do). Results land in ``runner.metrics`` as
     ``'val/<name>'`` before lower-priority aspects (checkpoint, early stopping, plateau
     schedules) look at them. The test loop
     (``runner.test()``) is measured the same way, as ``'test/<name>'``.
@@ -58,7 +60,15 @@ class Evaluate(Aspect):
         self.metrics = _checked_metrics(metrics)
         self.prefix = prefix
         self._sums: dict[str, float] = {}
-        self._count = 0
+        self._count = 0  # the samples in the sums (repeated ones are in _extra)
+        # Per name: the samples a DistributedSampler repeated that its sum could not leave
+        # out; the repeated samples not left out of any sum (still counted in _count); and
+        # the iterations left until the batch that holds this rank's repeated samples
+        # (negative while none does). See _start and _leave_out_padding.
+        self._extra: dict[str, int] = {}
+        self._repeated = 0
+        self._left = -1
+        self._padding: ShardPadding | None = None
         self._last: int | None = None  # the run's last iteration, when known (before_run)
         self._validated_at: int | None = None  # the iteration of the last validation
         self._warned: set[str] = set()  # loaders already reported as giving no batches
@@ -115,8 +125,24 @@ class Evaluate(Aspect):
         self._validated_at = None if at is None else int(at)
 
     def before_val_epoch(self, ctx: CallContext) -> None:
+        self._start(ctx.runner, "val_loader")
+
+    def before_test_epoch(self, ctx: CallContext) -> None:
+        self._start(ctx.runner, "test_loader")
+
+    def _start(self, runner: Any, loader: str) -> None:
+        """Empty sums, and in a distributed run, where this rank's shard of ``loader`` has
+        samples that its ``DistributedSampler`` repeated (``_data.shard_padding``)."""
         self._sums = {}
         self._count = 0
+        self._extra = {}
+        padding = None
+        if getattr(runner, "world_size", 1) > 1:
+            padding = shard_padding(getattr(runner, loader, None))
+        self._padding = padding
+        self._repeated = padding.repeated if padding else 0
+        # A countdown to the padded batch: 0 never comes up when it is not known.
+        self._left = padding.steps if padding else -1
 
     def after_val_iter(self, ctx: CallContext) -> None:
         result = ctx.result or {}
@@ -126,14 +152,14 @@ class Evaluate(Aspect):
         else:  # a model that takes the whole batch (and may return its own loss)
             leading = _leading_size(ctx.args[0]) if ctx.args else None
             size = leading or _batch_size(outputs)
+        self._left -= 1
+        if not self._left and self._leave_out_padding(ctx.runner, result, size):
+            return
         self._count += size
         values: dict[str, Any] = {}
         if "loss" in result:
             if "loss" in self.metrics:  # one name, two values: neither may win silently
-                raise RunnerError(
-                    "Evaluate: the step returns a 'loss' and metrics= has one named 'loss' "
-                    "too; both would be reported as the same metric: rename the metric"
-                )
+                raise _loss_named_twice()
             values["loss"] = result["loss"]
         for name, fn in self.metrics.items():
             values[name] = fn(outputs, targets)
@@ -143,20 +169,59 @@ class Evaluate(Aspect):
     def after_val_epoch(self, ctx: CallContext) -> None:
         self._publish(ctx.runner, self.prefix)
 
-    before_test_epoch = before_val_epoch
     after_test_iter = after_val_iter
+
+    def _leave_out_padding(self, runner: Any, result: Mapping[str, Any], size: int) -> bool:
+        """Add the batch that holds this rank's repeated samples without them; False (add
+        it as it is) where its outputs and targets cannot be cut to the real samples."""
+        padding = self._padding
+        assert padding is not None  # the countdown runs only with padding
+        keep = padding.last - padding.repeated
+        if not keep:  # padding only: the step ran (ranks run alike), nothing is counted
+            self._repeated = 0
+            return True
+        outputs = _head(result.get("outputs"), keep, padding.last)
+        targets = _head(result.get("targets"), keep, padding.last)
+        if size != padding.last or outputs is _UNCUT or targets is _UNCUT:
+            return False
+        weights: dict[str, int] = {}
+        values: dict[str, Any] = {}
+        if "loss" in result:
+            if "loss" in self.metrics:
+                raise _loss_named_twice()
+            loss_fn = getattr(runner, "loss_fn", None)
+            if (
+                loss_fn is not None
+                and getattr(runner, "val_step", None) is None
+                and targets is not None
+            ):
+                values["loss"] = loss_fn(outputs, targets)  # what compute_eval_step computes
+            else:  # a mean over the whole batch: the repeated samples stay in it
+                values["loss"], weights["loss"] = result["loss"], size
+                self._extra["loss"] = self._extra.get("loss", 0) + padding.repeated
+        for name, fn in self.metrics.items():
+            values[name] = fn(outputs, targets)
+        for name, value in values.items():
+            weight = weights.get(name, keep)
+            self._sums[name] = self._sums.get(name, 0.0) + _number(name, value) * weight
+        self._count += keep
+        self._repeated = 0
+        return True
 
     def after_test_epoch(self, ctx: CallContext) -> None:
         self._publish(ctx.runner, "test")
 
     def _publish(self, runner: Any, prefix: str) -> None:
-        sums, count = self._sums, self._count
+        sums, count, extra = self._sums, self._count, self._extra
+        if self._repeated:  # repeated samples left in every sum (a batch that was not cut)
+            count -= self._repeated
+            extra = {name: extra.get(name, 0) + self._repeated for name in sums}
         if getattr(runner, "world_size", 1) > 1:
-            sums, count = _over_ranks(sums, count)
+            sums, count, extra = _over_ranks(sums, count, extra)
+        loader = "test_loader" if prefix == "test" else "val_loader"
         if not count:
             # The metrics of the last validation would be judged again (early stopping,
             # the best checkpoint): say so, once per loader.
-            loader = "test_loader" if prefix == "test" else "val_loader"
             if loader not in self._warned:
                 self._warned.add(loader)
                 warnings.warn(
@@ -167,7 +232,44 @@ class Evaluate(Aspect):
                     stacklevel=2,
                 )
             return
-        runner.metrics.update({f"{prefix}/{k}": v / count for k, v in sums.items()})
+        runner.metrics.update(
+            {f"{prefix}/{k}": v / (count + extra.get(k, 0)) for k, v in sums.items()}
+        )
+        if any(extra.values()) and getattr(runner, "rank", 0) == 0:
+            self._warn_repeated(loader, prefix, extra)
+
+    def _warn_repeated(self, loader: str, prefix: str, extra: Mapping[str, int]) -> None:
+        """Say, once per loader, which values count samples that a ``DistributedSampler``
+        repeated (the same on every rank: ``extra`` is the ranks' total), and what to do."""
+        if f"{loader}:repeated" in self._warned:
+            return
+        self._warned.add(f"{loader}:repeated")
+        names = [name for name, n in extra.items() if n]
+        repeated = max(extra.values())
+        them = "it" if repeated == 1 else "them"
+        if names == ["loss"]:
+            why = (
+                f"the loss of the batch that holds {them} cannot be recomputed without {them} "
+                "(it comes from val_step or from the model, as a mean over the batch)"
+            )
+            fix = "give the Runner loss_fn= and no val_step"
+        else:
+            why = (
+                f"the batch that holds {them} could not be cut to its other samples (its "
+                "'outputs' and 'targets' must be tensors, or tuples, lists or dicts of "
+                "tensors, with one row per sample, batched by torch's BatchSampler)"
+            )
+            fix = "return outputs and targets of that form"
+        verb = "counts" if len(names) == 1 else "count"
+        warnings.warn(
+            f"Evaluate: {', '.join(f'{prefix}/{name}' for name in names)} {verb} {repeated} "
+            f"sample{'s' if repeated > 1 else ''} twice: the DistributedSampler of {loader} "
+            f"repeats {them} so that every rank gets as many samples, and {why}. For exact "
+            f"values {fix}, make the dataset's length a multiple of the world size, or use "
+            "DistributedSampler(drop_last=True), which leaves samples out instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _number(name: str, value: Any) -> float:
@@ -185,20 +287,57 @@ def _number(name: str, value: Any) -> float:
     )
 
 
-def _over_ranks(sums: dict[str, float], count: int) -> tuple[dict[str, float], int]:
-    """The sums and sample count of every rank's shard added up, the same on each rank:
-    every rank then holds the metrics of the whole validation set, so the decisions made
-    on them (early stopping, a plateau schedule, the best checkpoint) agree across ranks."""
+def _over_ranks(
+    sums: dict[str, float], count: int, extra: dict[str, int]
+) -> tuple[dict[str, float], int, dict[str, int]]:
+    """The sums, sample count and repeated samples of every rank's shard added up, the
+    same on each rank: every rank then holds the metrics of the whole validation set, so
+    the decisions made on them (early stopping, a plateau schedule, the best checkpoint)
+    agree across ranks, and so does the warning about repeated samples."""
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
-        return sums, count
+        return sums, count, extra
     parts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, (sums, count))
+    dist.all_gather_object(parts, (sums, count, extra))
     total: dict[str, float] = {}
-    for part_sums, _ in parts:  # rank order: the same float additions on every rank
+    repeated: dict[str, int] = {}
+    for part_sums, _, part_extra in parts:  # rank order: the same additions on every rank
         for key, value in part_sums.items():
             total[key] = total.get(key, 0.0) + value
-    return total, sum(part_count for _, part_count in parts)
+        for key, n in part_extra.items():
+            repeated[key] = repeated.get(key, 0) + n
+    return total, sum(part[1] for part in parts), repeated
+
+
+def _loss_named_twice() -> RunnerError:
+    return RunnerError(
+        "Evaluate: the step returns a 'loss' and metrics= has one named 'loss' "
+        "too; both would be reported as the same metric: rename the metric"
+    )
+
+
+#: What ``_head`` gives for a value it cannot cut.
+_UNCUT: Any = object()
+
+
+def _head(value: Any, keep: int, size: int) -> Any:
+    """The first ``keep`` samples of ``value``: a tensor of ``size`` rows, or a tuple,
+    list or mapping of such (None stays None); ``_UNCUT`` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value[:keep] if value.dim() and value.shape[0] == size else _UNCUT
+    if isinstance(value, Mapping):
+        cut = {key: _head(v, keep, size) for key, v in value.items()}
+        return _UNCUT if not cut or any(v is _UNCUT for v in cut.values()) else cut
+    if isinstance(value, (tuple, list)):
+        items = [_head(v, keep, size) for v in value]
+        if not items or any(item is _UNCUT for item in items):
+            return _UNCUT
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*items)
+        return type(value)(items)
+    return _UNCUT
 
 
 def _checked_metrics(metrics: Mapping[str, Metric] | None) -> dict[str, Metric]:
