@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import RunnerError
+from .aspects._options import is_integer
 
 if TYPE_CHECKING:
     pass
@@ -89,7 +90,7 @@ def _check_settings(aspects: Any, seed: Any, default_aspects: Any) -> None:
             f"aspects={aspects!r} is not a list of aspects: give instances in a list, "
             "e.g. aspects=[Logger(), Checkpoint()]"
         )
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+    if seed is not None and not is_integer(seed):
         raise RunnerError(f"seed={seed!r} is not an int: give e.g. seed=0, or None")
     if not isinstance(default_aspects, bool):
         raise RunnerError(

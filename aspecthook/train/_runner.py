@@ -40,6 +40,7 @@ from ._data import epoch_batches, loader_length
 from ._reports import report_near_misses, report_unfinished_stage
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
 from ._wrappers import unwrapped, without_wrapper_prefix
+from .aspects._options import is_integer
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
 
@@ -70,12 +71,13 @@ INNER = ("forward", "backward", "optimizer_step")
 
 def seed_everything(seed: int) -> None:
     """Seed python ``random``, numpy (when installed) and torch."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not is_integer(seed):
         raise InvalidOptionError(
             f"seed_everything({seed!r}): a seed is an int, e.g. seed_everything(0)",
             option="seed",
             value=seed,
         )
+    seed = int(seed)  # numpy's integers too: python's random refuses np.int64
     random.seed(seed)
     torch.manual_seed(seed)
     with contextlib.suppress(ImportError):
@@ -134,7 +136,7 @@ class Runner:
         self.max_epochs = max_epochs
         self.max_iters = max_iters
         self.work_dir = _check_work_dir(work_dir)
-        self.seed = seed
+        self.seed = None if seed is None else int(seed)  # numpy's integers too
         if seed is not None:
             seed_everything(seed)
         self._start_counters()

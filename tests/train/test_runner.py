@@ -801,6 +801,21 @@ def test_seed_everything_refuses_a_seed_that_is_not_an_int(seed: Any) -> None:
         seed_everything(seed)
 
 
+def test_a_numpy_integer_is_a_seed() -> None:
+    """seed_everything(np.int64(3)) and Runner(seed=np.int64(3)) seed as 3 does (python's
+    random.seed refuses a numpy integer; the runner refused it as not an int)."""
+    import random
+
+    import numpy as np
+
+    seed_everything(np.int64(3))
+    drawn = random.random(), torch.rand(1).item(), float(np.random.rand())
+    seed_everything(3)
+    assert drawn == (random.random(), torch.rand(1).item(), float(np.random.rand()))
+    seed = _runner(seed=np.int64(3)).seed
+    assert (type(seed), seed) == (int, 3)
+
+
 def test_an_aspect_class_or_name_in_aspects_says_to_give_an_instance() -> None:
     """aspects=[Logger] or aspects=['Logger'] (a config's spelling) say what to write."""
     with pytest.raises(
