@@ -1198,14 +1198,24 @@ def test_ctrl_c_while_waiting_for_threads_still_reports(tmp_path: Path) -> None:
         tmp_path,
         "hang.py",
         """\
-        import json, os, signal, threading
+        import json, os, signal, sys, threading, time
+
+        def waiting_for_threads():
+            frame = sys._current_frames().get(threading.main_thread().ident)
+            while frame is not None and frame.f_code.co_name != "join":
+                frame = frame.f_back
+            return frame is not None
 
         def stuck():
             json.dumps([1])
+            # Ctrl-C once the main thread waits for this one (in Thread.join): a fixed
+            # delay could come before that on a loaded machine.
+            while not waiting_for_threads():
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
             threading.Event().wait(60)
 
         threading.Thread(target=stuck).start()
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         print("main done", flush=True)
         """,
     )
