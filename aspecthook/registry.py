@@ -531,7 +531,9 @@ def _load_advice(entry: str | importlib.metadata.EntryPoint, exc: Exception) -> 
     path = entry if isinstance(entry, str) else entry.value
     module = path.partition(":")[0].strip()
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
-    if missing and not (module == missing or module.startswith(f"{missing}.")):
+    # A module of the entry's own top-level package is no dependency to install: the path
+    # is wrong, or the installed package is broken.
+    if missing and missing.partition(".")[0] != module.partition(".")[0]:
         return f"it needs {missing!r}, which is not installed: install it"
     if isinstance(entry, str):
         return "check the path ('package.module:Name') or install the package that provides it"
