@@ -164,8 +164,14 @@ class GradAccumulation(Aspect):
             advice = [a for a in super().make_advice() if a.name == name]
             self._no_sync = runner.weaver.register(advice)
 
-    def after_run(self, ctx: CallContext) -> None:
-        self._end_no_sync()
+    def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
+        # Taken off however the run ends: after a run that raised (Ctrl-C included) the
+        # advice would stay on train_iter, even once the aspect is removed, and keep later
+        # runs of this runner from all-reducing on the iterations it took for a group's.
+        try:
+            return proceed()
+        finally:
+            self._end_no_sync()
 
     def _end_no_sync(self) -> None:
         handle, self._no_sync, self._ddp = self._no_sync, None, None
