@@ -716,9 +716,8 @@ def test_grad_accumulation_takes_its_ddp_advice_off_when_the_run_raises(
         if ctx.runner.iter == 2:
             raise error("boom")
 
-    with runner.weaver.before("backward")(fail):
-        with pytest.raises(error, match="boom"):
-            runner.run()
+    with runner.weaver.before("backward")(fail), pytest.raises(error, match="boom"):
+        runner.run()
     assert getattr(runner.train_iter, "__func__", None) is _loop.train_iter
 
 
