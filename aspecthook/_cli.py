@@ -81,8 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     if args[0] != "run":
-        # 'runn app.py' meant run; 'app.py' or '--aspects f.yaml app.py' left it out.
-        meant = args[1:] if difflib.get_close_matches(args[0], ["run"], cutoff=0.5) else args
+        # 'runn app.py' meant run; 'app.py' or '--aspects f.yaml app.py' left it out, and
+        # so did 'run.py' and 'runner.py': a file's name, however close to run, is the
+        # program (a misspelt command has no dot or folder in it).
+        misspelt = not any(c in args[0] for c in "./\\") and difflib.get_close_matches(
+            args[0], ["run"], cutoff=0.5
+        )
+        meant = args[1:] if misspelt else args
         print(
             f"{_top_usage()}\n{PROG}: error: unknown command {args[0]!r}; did you mean "
             f"'{PROG} run {shlex.join(meant)}'?",

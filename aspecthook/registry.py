@@ -34,6 +34,7 @@ import importlib
 import importlib.metadata
 import inspect
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -531,7 +532,7 @@ def _load_advice(entry: str | importlib.metadata.EntryPoint, exc: Exception) -> 
     path = entry if isinstance(entry, str) else entry.value
     module = path.partition(":")[0].strip()
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
-    if missing and not (module == missing or module.startswith(f"{missing}.")):
+    if missing and not _own_module(missing, module):
         return f"it needs {missing!r}, which is not installed: install it"
     if isinstance(entry, str):
         return "check the path ('package.module:Name') or install the package that provides it"
@@ -541,6 +542,19 @@ def _load_advice(entry: str | importlib.metadata.EntryPoint, exc: Exception) -> 
         f"{package} is installed but its entry point {entry.value!r} does not lead to an "
         "object: reinstall or upgrade that package, or uninstall it"
     )
+
+
+def _own_module(missing: str, module: str) -> bool:
+    """Whether ``missing`` is ``module``, a package above it, or another module of its
+    top-level package: no dependency to install (the path is wrong, or the installed
+    package is broken). A namespace package (``google``) spans distributions: a missing
+    module of it may be another one's, to install."""
+    if module == missing or module.startswith(f"{missing}."):
+        return True
+    top = module.partition(".")[0]
+    if missing.partition(".")[0] != top:
+        return False
+    return getattr(sys.modules.get(top), "__file__", None) is not None
 
 
 def _describe(entry: Any) -> str:

@@ -575,6 +575,10 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         (["runn", "app.py", "-x"], "aspecthook run app.py -x"),
         (["app.py", "--restock", "3"], "aspecthook run app.py --restock 3"),
         (["--aspects", "a.yaml", "app.py"], "aspecthook run --aspects a.yaml app.py"),
+        # A program named like the command is the program, not a misspelt 'run'.
+        (["run.py", "--lr", "1"], "aspecthook run run.py --lr 1"),
+        (["runner.py"], "aspecthook run runner.py"),
+        (["scripts/run"], "aspecthook run scripts/run"),
     ],
 )
 def test_an_unknown_command_suggests_the_run_command_meant(

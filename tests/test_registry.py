@@ -405,6 +405,48 @@ def test_a_plugin_whose_entry_point_leads_nowhere_says_its_package_is_broken(
             registry.get(name)
 
 
+def test_a_plugin_missing_a_module_of_its_own_package_says_the_package_is_broken(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A plugin module that imports a module of its own package which is not there: the
+    installed package is broken (reinstall it), as the docstring of _load_advice says;
+    the message said to install 'ah_own_plugin._impl', which no installer offers."""
+    package = tmp_path / "ah_own_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "aspects.py").write_text("import ah_own_plugin._impl\nThing = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint("Own", "ah_own_plugin.aspects:Thing", "test.group")
+    _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    try:
+        with pytest.raises(UnknownAspectError, match=r"is installed but .* reinstall or upgrade"):
+            registry.get("Own")
+    finally:
+        for name in ("ah_own_plugin", "ah_own_plugin.aspects"):
+            sys.modules.pop(name, None)
+
+
+def test_a_plugin_in_a_namespace_package_needing_another_of_it_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A namespace package (no __init__.py: google.*, azure.*) spans distributions, so a
+    missing module of it beside the plugin's is a dependency to install, not the plugin's
+    own."""
+    (tmp_path / "ah_ns_pkg").mkdir()
+    (tmp_path / "ah_ns_pkg" / "plugin.py").write_text("import ah_ns_pkg.other_dist\nThing = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint("Spread", "ah_ns_pkg.plugin:Thing", "test.group")
+    _fake_entry_points(monkeypatch, ep)
+    registry = Registry("aspect", group="test.group")
+    try:
+        with pytest.raises(UnknownAspectError, match=r"needs 'ah_ns_pkg.other_dist'.*install it$"):
+            registry.get("Spread")
+    finally:
+        for name in ("ah_ns_pkg", "ah_ns_pkg.plugin"):
+            sys.modules.pop(name, None)
+
+
 def test_a_path_that_needs_a_missing_module_says_to_install_it(
     registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

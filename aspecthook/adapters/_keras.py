@@ -327,7 +327,8 @@ class _RunningMeans:
 
     A step's outputs that are no scalar, and the evaluation step's ``outputs`` /
     ``targets`` (the batch's data), are left out. Sums stay tensors as the steps return
-    them, so adding costs no device sync; ``means()`` reads them.
+    them (in float32 at least: a half-precision sum stops growing, or overflows, long
+    before an epoch ends), so adding costs no device sync; ``means()`` reads them.
     """
 
     __slots__ = ("_counts", "_sums")
@@ -346,7 +347,13 @@ class _RunningMeans:
         for key, value in outputs.items():
             if key in _BATCH_DATA or not _is_scalar(value):
                 continue
-            value = value.detach() if hasattr(value, "detach") else value
+            if hasattr(value, "detach"):  # a tensor: summed where it is, no sync
+                value = value.detach()
+                if value.is_floating_point() and value.element_size() < 4:
+                    # bfloat16 / float16 sums stop growing (or overflow) within an epoch
+                    value = value.float()
+            else:  # a number, numpy's float16 included
+                value = float(value)
             name = str(key)
             sums[name] = value + sums[name] if name in sums else value
             counts[name] = counts.get(name, 0) + 1

@@ -1263,3 +1263,35 @@ def test_keras_running_means_after_a_mid_epoch_resume_cover_the_batches_since(
     _runner(resumed, max_iters=6, work_dir=tmp_path).run()  # iterations 4 and 5: epoch 1
     assert [batch for batch, _ in logs] == [1, 2]
     assert [loss for _, loss in logs] == pytest.approx(_running_means(losses, 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_keras_running_means_of_a_half_precision_loss_are_summed_in_float32(
+    dtype: torch.dtype,
+) -> None:
+    """A loss in bfloat16 / float16 (a model in half precision, a loss computed outside
+    AMP's autocast) is summed at least in float32: in its own dtype the sum stops
+    growing once its spacing passes the values added (bfloat16 stays at 256 adding 1.0)
+    or overflows (float16 past 65504), and the mean was far off."""
+    batches = 300
+    value = 1.0 if dtype == torch.bfloat16 else 300.0  # float16: 300 x 300 > 65504
+    means: list[float] = []
+
+    class Epochs(Callback):
+        def on_epoch_end(self, epoch: int, logs_: Any = None) -> None:
+            means.append(logs_["loss"])
+
+    model = torch.nn.Linear(1, 1)
+
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        return (runner.model(batch[0]).sum() * 0 + value).to(dtype)
+
+    Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(TensorDataset(torch.zeros(batches, 1)), batch_size=1),
+        train_step=step,
+        max_epochs=1,
+        aspects=[Epochs()],
+    ).run()
+    assert means == pytest.approx([value])

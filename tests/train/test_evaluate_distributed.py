@@ -175,3 +175,37 @@ def test_a_batch_that_cannot_be_cut_is_counted_whole_and_warned_about(
         runner.val_epoch()
     assert runner.metrics["val/first"] == (1 * 2 + 5 * 2) / 4  # batches [1, 3] and [5, 0]
     runner.val_epoch()  # warned once
+
+
+def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Targets as a list with one tensor per sample (a detection model's boxes, say), whose
+    tensors happen to have as many rows as the batch has samples: cutting each tensor's
+    rows, as for a tuple of batched tensors, kept the repeated sample and cut the real
+    ones (a silent, wrong value). A list as long as the batch cannot be told from a batch's
+    parts, so it is counted whole and warned about, as other values that cannot be cut."""
+    monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
+    # rank 1 of 2 over 7 samples: indices [1, 3, 5] and the repeat 0, one batch of 4
+    data = TensorDataset(torch.arange(7.0), torch.arange(7.0)[:, None].expand(7, 4))
+    loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, 2, 1, shuffle=False))
+    model = torch.nn.Linear(1, 1)
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        return {"outputs": batch[0], "targets": list(batch[1])}  # 4 tensors of 4 values
+
+    def total(outputs: Any, targets: Any) -> float:
+        return sum(float(t.sum()) for t in targets) / len(targets)
+
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        val_loader=loader,
+        val_step=step,
+        max_epochs=1,
+        aspects=[Evaluate(metrics={"total": total})],
+    )
+    with pytest.warns(RuntimeWarning, match=r"val/total counts 1 sample twice.*could not be cut"):
+        runner.val_epoch()
+    assert runner.metrics["val/total"] == (4 + 12 + 20 + 0) / 4  # counted whole, not 27 / 4

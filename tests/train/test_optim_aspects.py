@@ -699,6 +699,32 @@ def test_grad_accumulation_advises_train_iter_only_for_a_ddp_model_and_only_in_i
         assert bare(runner)
 
 
+@pytest.mark.usefixtures("process_group")
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [("backward", RuntimeError), ("backward", KeyboardInterrupt), ("run", RuntimeError)],
+)
+def test_grad_accumulation_takes_its_ddp_advice_off_when_the_run_raises(
+    where: str, error: type[BaseException]
+) -> None:
+    """A run that raised (Ctrl-C too, or a before_run advice after GradAccumulation's that
+    refused it) leaves no no_sync advice: left on the runner's train_iter (after_run does
+    not run), it outlived the aspect itself, and a later run without GradAccumulation
+    still skipped DDP's all-reduce on the iterations it took for a group's."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    runner = _accumulating(DistributedDataParallel(_model()))
+
+    def fail(ctx: CallContext) -> None:
+        if ctx.runner.iter == (2 if where == "backward" else 0):
+            raise error("boom")
+
+    fails = runner.weaver.before(where, priority="LOWEST")(fail)
+    with fails, pytest.raises(error, match="boom"):
+        runner.run()
+    assert getattr(runner.train_iter, "__func__", None) is _loop.train_iter
+
+
 @pytest.mark.parametrize("how", ["second run", "resume"])
 def test_grad_accumulation_continued_past_the_end_starts_whole_groups(
     how: str, tmp_path: Any

@@ -322,7 +322,9 @@ _UNCUT: Any = object()
 
 def _head(value: Any, keep: int, size: int) -> Any:
     """The first ``keep`` samples of ``value``: a tensor of ``size`` rows, or a tuple,
-    list or mapping of such (None stays None); ``_UNCUT`` for anything else."""
+    list or mapping of such (None stays None); ``_UNCUT`` for anything else, and for a
+    tuple or list of ``size`` entries (which may hold one entry per sample: cutting each
+    entry's rows would keep the repeated sample and cut real ones)."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
@@ -331,6 +333,8 @@ def _head(value: Any, keep: int, size: int) -> Any:
         cut = {key: _head(v, keep, size) for key, v in value.items()}
         return _UNCUT if not cut or any(v is _UNCUT for v in cut.values()) else cut
     if isinstance(value, (tuple, list)):
+        if len(value) == size:  # one entry per sample, or a batch's parts: cannot tell
+            return _UNCUT
         items = [_head(v, keep, size) for v in value]
         if not items or any(item is _UNCUT for item in items):
             return _UNCUT

@@ -138,13 +138,13 @@ class GradAccumulation(Aspect):
         self._drop_grads = False  # a loaded state holds no gradients: the model's go
         self._backward_at = -1  # the iteration of the latest backward
         # The run's DistributedDataParallel model and the handle of around_train_iter,
-        # registered for such a model only (before_run), so a run without one has no
+        # registered for such a model only (around_run), so a run without one has no
         # advice on train_iter and pays nothing for it.
         self._ddp: DistributedDataParallel | None = None
         self._no_sync: Handle | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
-        """All but ``around_train_iter``, which ``before_run`` adds for a DDP model only."""
+        """All but ``around_train_iter``, which ``around_run`` adds for a DDP model only."""
         return [a for a in super().make_advice(target) if a.name != self._no_sync_name]
 
     @property
@@ -156,16 +156,24 @@ class GradAccumulation(Aspect):
         self._total = planned_iters(runner)
         self._model = runner.model
         self._runner = runner
-        self._end_no_sync()  # a run that raised left it registered
+
+    def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
+        # The no_sync advice is put on for the run's body (every before_run advice passed)
+        # and taken off however it ends: left after a run that raised (Ctrl-C included),
+        # or one a later before_run advice refused, it would outlive even the aspect's
+        # removal, and keep later runs of this runner from all-reducing on the iterations
+        # it took for a group's.
+        runner = ctx.runner
         model = runner.model
         if isinstance(model, DistributedDataParallel) and self.steps > 1:
             self._ddp = model
             name = self._no_sync_name
             advice = [a for a in super().make_advice() if a.name == name]
             self._no_sync = runner.weaver.register(advice)
-
-    def after_run(self, ctx: CallContext) -> None:
-        self._end_no_sync()
+        try:
+            return proceed()
+        finally:
+            self._end_no_sync()
 
     def _end_no_sync(self) -> None:
         handle, self._no_sync, self._ddp = self._no_sync, None, None
@@ -173,7 +181,7 @@ class GradAccumulation(Aspect):
             handle.remove()
 
     def around_train_iter(self, ctx: CallContext, proceed: Proceed) -> Any:
-        # Registered by before_run for a DistributedDataParallel model only. The forward
+        # Registered by around_run for a DistributedDataParallel model only. The forward
         # must be inside no_sync() too: DDP prepares the all-reduce there.
         ddp = self._ddp
         if ddp is None or self.steps_after(ctx.runner.iter):
