@@ -289,10 +289,77 @@ def test_advice_becomes_matched_when_its_joinpoint_appears(weaver: ah.Weaver, po
     assert step() == 1
 
 
-def test_glob_advice_is_not_reported_unmatched(weaver: ah.Weaver) -> None:
-    """Advice with a glob that matches nothing yet is not an error to report."""
-    weaver.before("test_describe.no_such_family.*")(lambda ctx: None)
-    assert [r for r in weaver.describe() if r.status == "unmatched"] == []
+def test_glob_advice_that_matches_nothing_is_unmatched(weaver: ah.Weaver) -> None:
+    """Advice whose glob matches no join point name is listed 'unmatched' as advice for an
+    undeclared name is, so a mistyped glob is not silently useless."""
+
+    def nowhere(ctx: Any) -> None:
+        pass
+
+    weaver.before("zzqx_describe.no_such_family.*")(nowhere)
+    (row,) = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert (row.joinpoint, row.stage, row.advice) == ("", "before", "nowhere")
+    assert row.location == _where(nowhere)
+    assert row.note == "no join point name matches 'zzqx_describe.no_such_family.*'"
+
+
+def test_a_mistyped_glob_is_unmatched_with_the_name_it_nearly_matches(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A glob whose text before its wildcard (or after it) is a typo of a join point
+    name's start (or end) says which name it nearly matches."""
+    step = _declare(weaver, f"{point}.train_iter")
+    weaver.before(f"{point}.trian_*", name="warmup")(lambda ctx: None)
+    weaver.after(f"*{point[-6:]}.train_itre", name="late")(lambda ctx: None)
+    notes = {r.advice: r.note for r in weaver.describe() if r.status == "unmatched"}
+    near = f"did you mean a pattern that matches '{point}.train_iter'?"
+    assert notes == {
+        "warmup": f"no join point name matches '{point}.trian_*'; {near}",
+        "late": f"no join point name matches '*{point[-6:]}.train_itre'; {near}",
+    }
+    assert step() == 1
+
+
+def test_glob_advice_is_matched_once_a_joinpoint_fits_it(weaver: ah.Weaver, point: str) -> None:
+    """Glob advice is unmatched only while no join point fits: once one is declared it
+    is listed under it, and a glob that fits a declared one is never unmatched."""
+    weaver.after(f"{point}.*", name="late_bound")(lambda ctx: None)
+    assert [r.status for r in weaver.describe() if r.advice == "late_bound"] == ["unmatched"]
+    step = _declare(weaver, f"{point}.step")
+    rows = weaver.describe()
+    assert [(r.joinpoint, r.status) for r in rows if r.advice == "late_bound"] == [
+        (f"{point}.step", "active")
+    ]
+    assert not [r for r in rows if r.status == "unmatched"]
+    assert step() == 1
+
+
+def test_describe_with_a_pointcut_lists_the_unmatched_globs_it_selects(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """describe(name) lists unmatched glob advice that would match that name (and
+    describe(glob) the advice of that very glob), not every unmatched glob."""
+    weaver.before(f"{point}.train_*", name="train_glob")(lambda ctx: None)
+    weaver.before(f"{point}.val_*", name="val_glob")(lambda ctx: None)
+    assert [r.advice for r in weaver.describe(f"{point}.train_iter")] == ["train_glob"]
+    assert [r.advice for r in weaver.describe(f"{point}.val_*")] == ["val_glob"]
+    assert {r.advice for r in weaver.describe() if r.status == "unmatched"} == {
+        "train_glob",
+        "val_glob",
+    }
+
+
+def test_a_name_or_glob_pointcut_says_both_when_unmatched(weaver: ah.Weaver) -> None:
+    """Name | Glob advice that matches nothing names both in its note; a predicate
+    alone names nothing to check and is not listed."""
+    pointcut = ah.Name("zzqx_describe_exact") | ah.Glob("zzqx_describe_g*")
+    weaver.before(pointcut, name="both")(lambda ctx: None)
+    weaver.before(lambda jp: False, name="predicate")(lambda ctx: None)
+    (row,) = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert row.advice == "both"
+    assert row.note == (
+        "no join point named 'zzqx_describe_exact'; no join point name matches 'zzqx_describe_g*'"
+    )
 
 
 def test_rows_of_a_joinpoint_can_be_looked_up_by_an_alias(weaver: ah.Weaver, point: str) -> None:
