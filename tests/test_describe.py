@@ -162,32 +162,35 @@ def test_describe_by_pointcut_leaves_out_weaves_of_other_targets(
 ) -> None:
     """A weave of another target that did not take (a module not installed) is not a row
     of describe(pointcut) for an unrelated join point; describe() still lists it."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
         assert {r.joinpoint for r in ah.describe(point)} == {point}
         [skipped] = [r for r in ah.describe() if r.joinpoint == "no_such_module_for_describe.fn"]
     assert skipped.status == "skipped"
+    assert step() == 1
 
 
 def test_describe_by_a_predicate_with_a_weave_not_in_place(weaver: ah.Weaver, point: str) -> None:
     """A predicate over join point attributes selects join points even while a weave is
     skipped: the skipped weave, which has no join point to judge, is left out."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)  # kept: a join point no one holds may be collected
     sync = ah.Predicate(lambda jp: not jp.is_async)
     with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
         rows = ah.describe(sync)
     assert point in {r.joinpoint for r in rows}
     assert "no_such_module_for_describe.fn" not in {r.joinpoint for r in rows}
+    assert step() == 1
 
 
 def test_names_in_the_table_are_text_not_markup(weaver: ah.Weaver, point: str) -> None:
     """A join point named with brackets ('eval[val]') shows as it is in the table."""
     name = "t_describe.eval[val]"
-    _declare(weaver, name)
+    step = _declare(weaver, name)
     weaver.before("t_describe.eval[[]val]", name="[bold]warmup")(lambda ctx: None)
     text = str(weaver.describe())
     assert name in text
     assert "[bold]warmup" in text
+    assert step() == 1
 
 
 def test_str_renders_a_table(weaver: ah.Weaver, point: str) -> None:
@@ -213,7 +216,7 @@ def test_without_rich_the_table_is_plain_text_with_every_column(
         def warm(self, ctx: Any) -> None:
             pass
 
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     weaver.register(Warmup())
     rich_text = str(weaver.describe(point))
     monkeypatch.setitem(sys.modules, "rich.console", None)  # import rich.console fails
@@ -232,6 +235,7 @@ def test_without_rich_the_table_is_plain_text_with_every_column(
         ("where", "test_describe.py:"),
     ]:
         assert row[lines[1].index(column) :].startswith(value)
+    assert step() == 1
 
 
 def test_describe_is_a_list_of_rows(weaver: ah.Weaver, point: str) -> None:
@@ -380,9 +384,10 @@ def test_rows_of_a_joinpoint_can_be_looked_up_by_an_alias(weaver: ah.Weaver, poi
 
 def test_advice_names_refuses_an_unknown_stage(weaver: ah.Weaver, point: str) -> None:
     """advice_names() with a misspelt stage raises, naming the stages, instead of []."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     with pytest.raises(InvalidOptionError, match=r"'bfore'.*'before', 'around', 'after'"):
         weaver.describe().advice_names(point, "bfore")
+    assert step() == 1
 
 
 def test_printing_a_table_leaves_a_seeded_random_stream_as_it_was() -> None:
