@@ -53,6 +53,9 @@ class Row:
 
 _TITLE = "aspecthook: join points and advice"
 
+#: How many join point names an error about an unknown one lists.
+_SHOWN = 12
+
 
 class Description(list[Row]):
     """The rows of ``describe()``; printing renders a table (with rich when installed)."""
@@ -133,14 +136,39 @@ class Description(list[Row]):
         return [r for r in self if r.joinpoint == name or name in r.aliases]
 
     def advice_names(self, joinpoint: str, stage: str) -> list[str]:
-        """Advice names at one join point (by name or alias) and stage, in run order."""
+        """Advice names at one join point (by name or alias) and stage, in run order.
+
+        A join point with no advice there gives ``[]``; a name no row of this description
+        has raises ``InvalidOptionError``, so a misspelt name is not read as "no advice".
+        """
         if stage not in STAGES:
             raise InvalidOptionError(
                 f"stage {stage!r} is not a stage: use one of {', '.join(map(repr, STAGES))}",
                 option="stage",
                 value=stage,
             )
-        return [r.advice for r in self.for_joinpoint(joinpoint) if r.stage == stage]
+        rows = self.for_joinpoint(joinpoint)
+        if not rows:
+            raise InvalidOptionError(
+                self._unknown_joinpoint(joinpoint), option="joinpoint", value=joinpoint
+            )
+        return [r.advice for r in rows if r.stage == stage]
+
+    def _unknown_joinpoint(self, name: str) -> str:
+        """Why ``name`` has no rows here: the closest name and the known ones (the first
+        few of a long description)."""
+        known = sorted({n for r in self if r.joinpoint for n in (r.joinpoint, *r.aliases)})
+        message = f"join point {name!r} is not in this description"
+        if not known:
+            return (
+                f"{message}, which has no join points: none is declared, or the pointcut "
+                "given to describe() selected none"
+            )
+        shown = ", ".join(map(repr, known[:_SHOWN]))
+        more = f", ... ({len(known)} in all)" if len(known) > _SHOWN else ""
+        close = _close(name, known)
+        hint = f"did you mean {close[0]!r}?" if close else "give one of its join points"
+        return f"{message} (its join points: {shown}{more}); {hint}"
 
 
 def _calls(row: Row) -> str:

@@ -390,6 +390,46 @@ def test_advice_names_refuses_an_unknown_stage(weaver: ah.Weaver, point: str) ->
     assert step() == 1
 
 
+def test_advice_names_refuses_a_joinpoint_not_in_the_description(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """advice_names() of a name no join point in the description has raises, naming the
+    closest one and the known ones, instead of the [] of a join point without advice."""
+    step = _declare(weaver, f"{point}.train_iter")
+    rows = weaver.describe()
+    assert rows.advice_names(f"{point}.train_iter", "before") == []
+    with pytest.raises(InvalidOptionError) as caught:
+        rows.advice_names(f"{point}.trian_iter", "before")
+    assert str(caught.value).startswith(
+        f"join point '{point}.trian_iter' is not in this description (its join points: "
+    )
+    assert str(caught.value).endswith(f"; did you mean '{point}.train_iter'?")
+    assert (caught.value.option, caught.value.value) == ("joinpoint", f"{point}.trian_iter")
+    with pytest.raises(InvalidOptionError, match=r"'zzqx'.*give one of its join points$"):
+        rows.advice_names("zzqx", "after")
+    assert step() == 1
+
+
+def test_advice_names_of_an_empty_description_says_it_has_no_joinpoints(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """describe() of a pointcut that selects nothing has no join points to look up:
+    the error says so rather than listing none."""
+    with pytest.raises(InvalidOptionError, match=r"which has no join points: none is declared"):
+        weaver.describe(f"{point}.nothing").advice_names(f"{point}.nothing", "before")
+
+
+def test_advice_names_lists_a_long_descriptions_first_joinpoints(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """The error lists a description's first join point names, and how many in all."""
+    steps = [_declare(weaver, f"{point}.step{i:02}") for i in range(20)]  # kept alive
+    rows = weaver.describe(f"{point}.*")
+    with pytest.raises(InvalidOptionError, match=r", \.\.\. \(\d+ in all\)\); did you mean"):
+        rows.advice_names(f"{point}.stpe01", "before")
+    assert len(steps) == 20
+
+
 def test_printing_a_table_leaves_a_seeded_random_stream_as_it_was() -> None:
     """rich draws random bits when first imported; the tables import it lazily, mid-run
     perhaps, and must not move Python's ``random`` (a seeded run would then draw other
