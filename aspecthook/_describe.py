@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import asdict, dataclass, replace
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from ._chain import STAGES
@@ -51,6 +52,9 @@ class Row:
 
 
 _TITLE = "aspecthook: join points and advice"
+
+#: How many join point names an error about an unknown one lists.
+_SHOWN = 12
 
 
 class Description(list[Row]):
@@ -132,14 +136,39 @@ class Description(list[Row]):
         return [r for r in self if r.joinpoint == name or name in r.aliases]
 
     def advice_names(self, joinpoint: str, stage: str) -> list[str]:
-        """Advice names at one join point (by name or alias) and stage, in run order."""
+        """Advice names at one join point (by name or alias) and stage, in run order.
+
+        A join point with no advice there gives ``[]``; a name no row of this description
+        has raises ``InvalidOptionError``, so a misspelt name is not read as "no advice".
+        """
         if stage not in STAGES:
             raise InvalidOptionError(
                 f"stage {stage!r} is not a stage: use one of {', '.join(map(repr, STAGES))}",
                 option="stage",
                 value=stage,
             )
-        return [r.advice for r in self.for_joinpoint(joinpoint) if r.stage == stage]
+        rows = self.for_joinpoint(joinpoint)
+        if not rows:
+            raise InvalidOptionError(
+                self._unknown_joinpoint(joinpoint), option="joinpoint", value=joinpoint
+            )
+        return [r.advice for r in rows if r.stage == stage]
+
+    def _unknown_joinpoint(self, name: str) -> str:
+        """Why ``name`` has no rows here: the closest name and the known ones (the first
+        few of a long description)."""
+        known = sorted({n for r in self if r.joinpoint for n in (r.joinpoint, *r.aliases)})
+        message = f"join point {name!r} is not in this description"
+        if not known:
+            return (
+                f"{message}, which has no join points: none is declared, or the pointcut "
+                "given to describe() selected none"
+            )
+        shown = ", ".join(map(repr, known[:_SHOWN]))
+        more = f", ... ({len(known)} in all)" if len(known) > _SHOWN else ""
+        close = _close(name, known)
+        hint = f"did you mean {close[0]!r}?" if close else "give one of its join points"
+        return f"{message} (its join points: {shown}{more}); {hint}"
 
 
 def _calls(row: Row) -> str:
@@ -228,21 +257,18 @@ def _weave_rows(records: list[Any], weaver: Weaver | None, selected: Any) -> lis
 
 
 def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> list[Row]:
+    """Advice whose names and globs match no join point (a typo, or one not declared yet):
+    the ``unmatched`` rows. Advice through a predicate alone is left out: it names nothing
+    to check."""
     known = sorted({n for jp in points for n in jp.names if not n.startswith("@")})
     rows = []
     for w in weavers:
         for advice in w.registered:
             if advice.kind == "on" or advice.points or advice.pointcut is None:
                 continue
-            literal = list(advice.pointcut.literal_names())
-            if not literal or any(n.startswith("@") for n in literal):
+            note = _unmatched_note(advice.pointcut, known, selected)
+            if note is None:
                 continue
-            if selected is not None and not any(_selects(selected, n) for n in literal):
-                continue
-            hints = [m for n in literal for m in _close(n, known)]
-            note = f"no join point named {' or '.join(map(repr, literal))}"
-            if hints:
-                note += f"; did you mean {hints[0]!r}?"
             rows.append(
                 Row(
                     "",
@@ -258,6 +284,41 @@ def _unmatched_rows(weavers: list[Any], points: list[Any], selected: Any) -> lis
                 )
             )
     return rows
+
+
+def _unmatched_note(pointcut: Any, known: list[str], selected: Any) -> str | None:
+    """What an unmatched pointcut names and the closest join point name, or None where it
+    names nothing, names an ``@`` join point, or is not one ``selected`` picks."""
+    literal = list(pointcut.literal_names())
+    globs = list(pointcut._globs())
+    if not (literal or globs) or any(n.startswith("@") for n in (*literal, *globs)):
+        return None
+    if selected is not None and not (
+        any(_selects(selected, n) for n in literal)
+        or any(_selects_glob(selected, g) for g in globs)
+    ):
+        return None
+    parts = []
+    if literal:
+        parts.append(f"no join point named {' or '.join(map(repr, literal))}")
+    if globs:
+        parts.append(f"no join point name matches {' or '.join(map(repr, globs))}")
+    note = "; ".join(parts)
+    hints = [m for n in literal for m in _close(n, known)]
+    if hints:
+        return f"{note}; did you mean {hints[0]!r}?"
+    near = [m for g in globs for m in _close_to_glob(g, known)]
+    if near:
+        return f"{note}; did you mean a pattern that matches {near[0]!r}?"
+    return note
+
+
+def _selects_glob(selected: Any, pattern: str) -> bool:
+    """Whether ``selected`` picks the pattern as a name, or names one the pattern would
+    match (``describe('train_iter')`` lists unmatched ``'train_*'`` advice)."""
+    return _selects(selected, pattern) or any(
+        fnmatchcase(n, pattern) for n in selected.literal_names()
+    )
 
 
 def near_misses(weavers: list[Any], known: list[str]) -> list[tuple[Any, str, str]]:
@@ -293,6 +354,26 @@ def _selects(selected: Any, name: str) -> bool:
         return bool(selected.matches(_Named(name)))
     except Exception:  # a user's predicate may raise anything on a bare name
         return False
+
+
+def _close_to_glob(pattern: str, known: list[str]) -> list[str]:
+    """The known name whose start and end are closest to the pattern's text before its
+    first wildcard and after its last (``'trian_*'`` -> ``'train_iter'``, ``'*.forwad'``
+    -> ``'net.forward'``); none for a pattern without such text."""
+    import difflib
+
+    cut = [i for i, c in enumerate(pattern) if c in "*?["] or [len(pattern)]
+    head, tail = pattern[: cut[0]], pattern[cut[-1] + 1 :]
+    if pattern[cut[-1] : cut[-1] + 1] == "[":  # a [...] set: the name's end is after it
+        tail = tail.partition("]")[2]
+    if not (head or tail):
+        return []
+    ends: dict[str, str] = {}
+    for name in known:
+        if len(name) >= len(head) + len(tail):
+            ends.setdefault(name[: len(head)] + name[len(name) - len(tail) :], name)
+    close = difflib.get_close_matches(head + tail, list(ends), n=1, cutoff=0.75)
+    return [ends[c] for c in close]
 
 
 def _close(name: str, known: list[str]) -> list[str]:

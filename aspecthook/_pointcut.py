@@ -49,6 +49,11 @@ class Pointcut:
         """Exact names this pointcut can only match (for did-you-mean hints)."""
         return ()
 
+    def _globs(self) -> Iterable[str]:
+        """Glob patterns this pointcut matches through (``describe()`` lists advice whose
+        globs match no join point, as it does for ``literal_names``)."""
+        return ()
+
     def __and__(self, other: PointcutLike) -> Pointcut:
         return _And(self, as_pointcut(other))
 
@@ -184,6 +189,9 @@ class Glob(Pointcut):
         pattern = self.pattern
         return any(fnmatchcase(n, pattern) for n in point.names)
 
+    def _globs(self) -> Iterable[str]:
+        return (self.pattern,)
+
     def __repr__(self) -> str:
         return f"Glob({self.pattern!r})"
 
@@ -243,6 +251,9 @@ class _Or(Pointcut):
 
     def literal_names(self) -> Iterable[str]:
         return (*self.left.literal_names(), *self.right.literal_names())
+
+    def _globs(self) -> Iterable[str]:
+        return (*self.left._globs(), *self.right._globs())
 
     def __repr__(self) -> str:
         return f"({self.left!r} | {self.right!r})"

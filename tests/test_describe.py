@@ -162,32 +162,35 @@ def test_describe_by_pointcut_leaves_out_weaves_of_other_targets(
 ) -> None:
     """A weave of another target that did not take (a module not installed) is not a row
     of describe(pointcut) for an unrelated join point; describe() still lists it."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
         assert {r.joinpoint for r in ah.describe(point)} == {point}
         [skipped] = [r for r in ah.describe() if r.joinpoint == "no_such_module_for_describe.fn"]
     assert skipped.status == "skipped"
+    assert step() == 1
 
 
 def test_describe_by_a_predicate_with_a_weave_not_in_place(weaver: ah.Weaver, point: str) -> None:
     """A predicate over join point attributes selects join points even while a weave is
     skipped: the skipped weave, which has no join point to judge, is left out."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)  # kept: a join point no one holds may be collected
     sync = ah.Predicate(lambda jp: not jp.is_async)
     with capture_logs(), weaver.weave("no_such_module_for_describe.fn", after=lambda ctx: None):
         rows = ah.describe(sync)
     assert point in {r.joinpoint for r in rows}
     assert "no_such_module_for_describe.fn" not in {r.joinpoint for r in rows}
+    assert step() == 1
 
 
 def test_names_in_the_table_are_text_not_markup(weaver: ah.Weaver, point: str) -> None:
     """A join point named with brackets ('eval[val]') shows as it is in the table."""
     name = "t_describe.eval[val]"
-    _declare(weaver, name)
+    step = _declare(weaver, name)
     weaver.before("t_describe.eval[[]val]", name="[bold]warmup")(lambda ctx: None)
     text = str(weaver.describe())
     assert name in text
     assert "[bold]warmup" in text
+    assert step() == 1
 
 
 def test_str_renders_a_table(weaver: ah.Weaver, point: str) -> None:
@@ -213,7 +216,7 @@ def test_without_rich_the_table_is_plain_text_with_every_column(
         def warm(self, ctx: Any) -> None:
             pass
 
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     weaver.register(Warmup())
     rich_text = str(weaver.describe(point))
     monkeypatch.setitem(sys.modules, "rich.console", None)  # import rich.console fails
@@ -232,6 +235,7 @@ def test_without_rich_the_table_is_plain_text_with_every_column(
         ("where", "test_describe.py:"),
     ]:
         assert row[lines[1].index(column) :].startswith(value)
+    assert step() == 1
 
 
 def test_describe_is_a_list_of_rows(weaver: ah.Weaver, point: str) -> None:
@@ -289,10 +293,77 @@ def test_advice_becomes_matched_when_its_joinpoint_appears(weaver: ah.Weaver, po
     assert step() == 1
 
 
-def test_glob_advice_is_not_reported_unmatched(weaver: ah.Weaver) -> None:
-    """Advice with a glob that matches nothing yet is not an error to report."""
-    weaver.before("test_describe.no_such_family.*")(lambda ctx: None)
-    assert [r for r in weaver.describe() if r.status == "unmatched"] == []
+def test_glob_advice_that_matches_nothing_is_unmatched(weaver: ah.Weaver) -> None:
+    """Advice whose glob matches no join point name is listed 'unmatched' as advice for an
+    undeclared name is, so a mistyped glob is not silently useless."""
+
+    def nowhere(ctx: Any) -> None:
+        pass
+
+    weaver.before("zzqx_describe.no_such_family.*")(nowhere)
+    (row,) = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert (row.joinpoint, row.stage, row.advice) == ("", "before", "nowhere")
+    assert row.location == _where(nowhere)
+    assert row.note == "no join point name matches 'zzqx_describe.no_such_family.*'"
+
+
+def test_a_mistyped_glob_is_unmatched_with_the_name_it_nearly_matches(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """A glob whose text before its wildcard (or after it) is a typo of a join point
+    name's start (or end) says which name it nearly matches."""
+    step = _declare(weaver, f"{point}.train_iter")
+    weaver.before(f"{point}.trian_*", name="warmup")(lambda ctx: None)
+    weaver.after(f"*{point[-6:]}.train_itre", name="late")(lambda ctx: None)
+    notes = {r.advice: r.note for r in weaver.describe() if r.status == "unmatched"}
+    near = f"did you mean a pattern that matches '{point}.train_iter'?"
+    assert notes == {
+        "warmup": f"no join point name matches '{point}.trian_*'; {near}",
+        "late": f"no join point name matches '*{point[-6:]}.train_itre'; {near}",
+    }
+    assert step() == 1
+
+
+def test_glob_advice_is_matched_once_a_joinpoint_fits_it(weaver: ah.Weaver, point: str) -> None:
+    """Glob advice is unmatched only while no join point fits: once one is declared it
+    is listed under it, and a glob that fits a declared one is never unmatched."""
+    weaver.after(f"{point}.*", name="late_bound")(lambda ctx: None)
+    assert [r.status for r in weaver.describe() if r.advice == "late_bound"] == ["unmatched"]
+    step = _declare(weaver, f"{point}.step")
+    rows = weaver.describe()
+    assert [(r.joinpoint, r.status) for r in rows if r.advice == "late_bound"] == [
+        (f"{point}.step", "active")
+    ]
+    assert not [r for r in rows if r.status == "unmatched"]
+    assert step() == 1
+
+
+def test_describe_with_a_pointcut_lists_the_unmatched_globs_it_selects(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """describe(name) lists unmatched glob advice that would match that name (and
+    describe(glob) the advice of that very glob), not every unmatched glob."""
+    weaver.before(f"{point}.train_*", name="train_glob")(lambda ctx: None)
+    weaver.before(f"{point}.val_*", name="val_glob")(lambda ctx: None)
+    assert [r.advice for r in weaver.describe(f"{point}.train_iter")] == ["train_glob"]
+    assert [r.advice for r in weaver.describe(f"{point}.val_*")] == ["val_glob"]
+    assert {r.advice for r in weaver.describe() if r.status == "unmatched"} == {
+        "train_glob",
+        "val_glob",
+    }
+
+
+def test_a_name_or_glob_pointcut_says_both_when_unmatched(weaver: ah.Weaver) -> None:
+    """Name | Glob advice that matches nothing names both in its note; a predicate
+    alone names nothing to check and is not listed."""
+    pointcut = ah.Name("zzqx_describe_exact") | ah.Glob("zzqx_describe_g*")
+    weaver.before(pointcut, name="both")(lambda ctx: None)
+    weaver.before(lambda jp: False, name="predicate")(lambda ctx: None)
+    (row,) = [r for r in weaver.describe() if r.status == "unmatched"]
+    assert row.advice == "both"
+    assert row.note == (
+        "no join point named 'zzqx_describe_exact'; no join point name matches 'zzqx_describe_g*'"
+    )
 
 
 def test_rows_of_a_joinpoint_can_be_looked_up_by_an_alias(weaver: ah.Weaver, point: str) -> None:
@@ -313,9 +384,50 @@ def test_rows_of_a_joinpoint_can_be_looked_up_by_an_alias(weaver: ah.Weaver, poi
 
 def test_advice_names_refuses_an_unknown_stage(weaver: ah.Weaver, point: str) -> None:
     """advice_names() with a misspelt stage raises, naming the stages, instead of []."""
-    _declare(weaver, point)
+    step = _declare(weaver, point)
     with pytest.raises(InvalidOptionError, match=r"'bfore'.*'before', 'around', 'after'"):
         weaver.describe().advice_names(point, "bfore")
+    assert step() == 1
+
+
+def test_advice_names_refuses_a_joinpoint_not_in_the_description(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """advice_names() of a name no join point in the description has raises, naming the
+    closest one and the known ones, instead of the [] of a join point without advice."""
+    step = _declare(weaver, f"{point}.train_iter")
+    rows = weaver.describe()
+    assert rows.advice_names(f"{point}.train_iter", "before") == []
+    with pytest.raises(InvalidOptionError) as caught:
+        rows.advice_names(f"{point}.trian_iter", "before")
+    assert str(caught.value).startswith(
+        f"join point '{point}.trian_iter' is not in this description (its join points: "
+    )
+    assert str(caught.value).endswith(f"; did you mean '{point}.train_iter'?")
+    assert (caught.value.option, caught.value.value) == ("joinpoint", f"{point}.trian_iter")
+    with pytest.raises(InvalidOptionError, match=r"'zzqx'.*give one of its join points$"):
+        rows.advice_names("zzqx", "after")
+    assert step() == 1
+
+
+def test_advice_names_of_an_empty_description_says_it_has_no_joinpoints(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """describe() of a pointcut that selects nothing has no join points to look up:
+    the error says so rather than listing none."""
+    with pytest.raises(InvalidOptionError, match=r"which has no join points: none is declared"):
+        weaver.describe(f"{point}.nothing").advice_names(f"{point}.nothing", "before")
+
+
+def test_advice_names_lists_a_long_descriptions_first_joinpoints(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """The error lists a description's first join point names, and how many in all."""
+    steps = [_declare(weaver, f"{point}.step{i:02}") for i in range(20)]  # kept alive
+    rows = weaver.describe(f"{point}.*")
+    with pytest.raises(InvalidOptionError, match=r", \.\.\. \(\d+ in all\)\); did you mean"):
+        rows.advice_names(f"{point}.stpe01", "before")
+    assert len(steps) == 20
 
 
 def test_printing_a_table_leaves_a_seeded_random_stream_as_it_was() -> None:

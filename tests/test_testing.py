@@ -309,7 +309,7 @@ def test_a_test_may_close_the_weaver_fixture_itself(pytester: pytest.Pytester) -
             assert weaver.closed
 
         def test_nothing_leaked():
-            assert ah.describe("fixture_closed").advice_names("fixture_closed", "before") == []
+            assert list(ah.describe("fixture_closed")) == []  # not even an unmatched row
         """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)

@@ -7,6 +7,7 @@ function.
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,7 @@ __all__ = [
     "_check_parts",
     "_check_scheduler",
     "_check_settings",
+    "_check_step_signatures",
     "_check_work_dir",
     "_on_device",
 ]
@@ -74,6 +76,52 @@ def _check_parts(
     for name, fn in steps.items():
         if fn is not None and not callable(fn):
             raise RunnerError(f"{name}={fn!r} is not callable: give a function, or leave it out")
+
+
+#: What the runner calls each step function with, and an example of one that fits.
+_STEP_CALLS = {
+    "train_step": (("runner", "batch"), "def train_step(runner, batch): ... return loss"),
+    "val_step": (("runner", "batch"), "def val_step(runner, batch): ... return outputs"),
+    "loss_fn": (
+        ("outputs", "targets"),
+        "loss_fn=torch.nn.functional.cross_entropy or loss_fn=torch.nn.CrossEntropyLoss()",
+    ),
+}
+
+
+def _check_step_signatures(steps: Mapping[str, Any]) -> None:
+    """Each of ``train_step`` / ``val_step`` / ``loss_fn`` can be called with the two
+    arguments the loop gives it, so a step of the wrong shape is named here rather than
+    by a bare TypeError at the first iteration. A callable whose signature cannot be read
+    (some builtins) is not checked; a module is checked through its ``forward``."""
+    for name, fn in steps.items():
+        if fn is None or name not in _STEP_CALLS:
+            continue
+        params, example = _STEP_CALLS[name]
+        call = f"{name}({', '.join(params)})"
+        if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+            raise RunnerError(
+                f"{name}={fn.__name__} is the class, not an instance: give "
+                f"{name}={fn.__name__}(...), called as {call}"
+            )
+        target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+        try:
+            signature = inspect.signature(target)
+        except (TypeError, ValueError):  # no signature to read (a builtin, a C function)
+            continue
+        try:
+            signature.bind(*params)
+        except TypeError as exc:
+            raise RunnerError(
+                f"{name}={_callable_name(fn)}{signature} cannot be called as {call} "
+                f"({exc}): give a callable that takes those two arguments, e.g. {example}"
+            ) from None
+
+
+def _callable_name(fn: Any) -> str:
+    if isinstance(fn, torch.nn.Module):
+        return f"{type(fn).__name__}().forward"
+    return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
 
 
 def _instance_hint(value: Any) -> str:

@@ -33,6 +33,7 @@ from ._checks import (
     _check_parts,
     _check_scheduler,
     _check_settings,
+    _check_step_signatures,
     _check_work_dir,
     _on_device,
 )
@@ -120,6 +121,7 @@ class Runner:
         loaders = {"train_loader": train_loader, "val_loader": val_loader}
         steps = {"loss_fn": loss_fn, "train_step": train_step, "val_step": val_step}
         _check_parts(model, optimizer, {**loaders, "test_loader": test_loader}, steps)
+        _check_step_signatures(steps)
         _check_limits(max_epochs, max_iters)
         _check_settings(aspects, seed, default_aspects)
         _check_scheduler(scheduler, optimizer)

@@ -1349,3 +1349,75 @@ def test_a_part_of_the_wrong_kind_is_refused_when_the_runner_is_built(
     (parts if keyword in parts else kwargs)[keyword] = value
     with pytest.raises(RunnerError, match=message):
         Runner(parts["model"], parts["optimizer"], parts["train_loader"], **kwargs)
+
+
+class _OneInputLoss(torch.nn.Module):
+    def forward(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs.mean()
+
+
+def _one(batch: Any) -> Any:
+    return batch
+
+
+def _three(runner: Runner, batch: Any, scale: float) -> Any:
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "message"),
+    [
+        ("train_step", _one, r"train_step=_one\(batch: 'Any'\) -> 'Any' cannot be called as "),
+        ("train_step", _three, r"train_step\(runner, batch\) \(missing a required argument"),
+        ("val_step", _one, r"val_step=_one.* cannot be called as val_step\(runner, batch\)"),
+        ("loss_fn", _one, r"loss_fn=_one.* cannot be called as loss_fn\(outputs, targets\)"),
+        ("loss_fn", _OneInputLoss(), r"loss_fn=_OneInputLoss\(\).forward\(outputs: "),
+        ("loss_fn", torch.nn.CrossEntropyLoss, r"loss_fn=CrossEntropyLoss is the class, not an"),
+    ],
+)
+def test_a_step_that_cannot_take_its_arguments_is_refused_when_the_runner_is_built(
+    keyword: str, value: Any, message: str
+) -> None:
+    """train_step / val_step (runner, batch) and loss_fn (outputs, targets) whose signature
+    cannot take those two arguments are a RunnerError naming the call and giving an
+    example, before training, not a bare TypeError at the first iteration."""
+    model, opt, loader = _parts()
+    kwargs: dict[str, Any] = {"loss_fn": CE, "max_epochs": 1, keyword: value}
+    with pytest.raises(RunnerError, match=message) as caught:
+        Runner(model, opt, loader, **kwargs)
+    said = str(caught.value)
+    assert "e.g. " in said or "give loss_fn=CrossEntropyLoss(...)" in said
+
+
+def _step(runner: Runner, batch: Any, scale: float = 1.0, *rest: Any, **options: Any) -> Any:
+    x, y = batch
+    return CE(runner.model(x), y) * scale
+
+
+class _Steps:
+    def train(self, runner: Runner, batch: Any) -> Any:
+        return _step(runner, batch)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        {"train_step": _step, "val_step": _step},
+        {"train_step": lambda *args: _step(*args)},
+        {"train_step": _Steps().train},
+        {"loss_fn": torch.nn.CrossEntropyLoss()},
+        {"loss_fn": max, "train_step": _step},  # no signature to read: not checked
+        {"loss_fn": torch.nn.functional.cross_entropy},
+    ],
+    ids=["defaults-and-varargs", "star-args", "bound-method", "loss-module", "builtin", "func"],
+)
+def test_steps_that_can_take_their_arguments_are_accepted(steps: dict[str, Any]) -> None:
+    """Optional, *args and **kwargs parameters, bound methods, loss modules and callables
+    without a readable signature (a builtin) pass the check, and the run trains."""
+    model, opt, loader = _parts()
+    kwargs: dict[str, Any] = {"loss_fn": CE, "max_iters": 2, **steps}
+    if "val_step" in steps:
+        kwargs["val_loader"] = loader
+    runner = Runner(model, opt, loader, **kwargs)
+    runner.run()
+    assert runner.iter == 2
