@@ -255,6 +255,18 @@ def _refuse(owner: object, name: str, method: Callable[..., Any], expected: str)
     )
 
 
+def _spanned_epochs(runner: Any) -> Any:
+    """The run's ``max_epochs``; for a run by ``max_iters`` alone, the passes over the
+    training loader it spans (``ceil(max_iters / len(loader))``), or 1 when the loader has
+    no length: the whole run as one epoch, as OpenMMLab's iteration loop counts it."""
+    epochs = getattr(runner, "max_epochs", None)
+    limit = getattr(runner, "max_iters", None)
+    if epochs is not None or not isinstance(limit, int):
+        return epochs
+    steps = _loader_length(getattr(runner, "train_loader", None))
+    return -(-limit // steps) if steps else 1
+
+
 def _loader_length(loader: Any) -> int | None:
     """``len(loader)`` in batches, or None when it has none: no ``__len__``, or one that
     raises (a ``DataLoader`` over an ``IterableDataset`` without a length: ``TypeError``;

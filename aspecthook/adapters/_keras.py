@@ -28,6 +28,7 @@ from ._base import (
     _NamedAdapterOptions,
     _nothing_to_call,
     _refuse,
+    _spanned_epochs,
 )
 from ._methods import KERAS_METHODS
 
@@ -367,10 +368,7 @@ def _params(runner: Any) -> dict[str, Any]:
     """The run's params, as Keras's ``fit`` gives them; a run by ``max_iters`` has the
     epochs it spans (Keras's ``epochs`` is an int), when the loader has a length."""
     steps = _loader_length(getattr(runner, "train_loader", None))
-    epochs = getattr(runner, "max_epochs", None)
-    limit = getattr(runner, "max_iters", None)
-    if epochs is None and isinstance(limit, int) and steps:
-        epochs = -(-limit // steps)
+    epochs = _spanned_epochs(runner) if steps else getattr(runner, "max_epochs", None)
     return {"epochs": epochs, "steps": steps, "verbose": 0}
 
 

@@ -33,6 +33,7 @@ from ._base import (
     _NamedAdapterOptions,
     _nothing_to_call,
     _refuse,
+    _spanned_epochs,
 )
 from ._methods import _MM, MM_METHODS
 
@@ -80,7 +81,9 @@ class MMHook(_HookAdapter):
     ``every_n_epochs``, ``is_last_train_iter`` and ``is_last_train_epoch`` hold where they
     would there; ``max_iters`` of a run by epochs is ``max_epochs`` times the training
     loader's length, as OpenMMLab's epoch loop gives it, and ``max_epochs`` of a run by
-    ``max_iters`` alone is 1, as its iteration loop gives it. Validation runs inside
+    ``max_iters`` alone the passes over the loader it spans (1 when it fits in one, as
+    OpenMMLab's iteration loop gives it; 1 for a loader without a length), so
+    ``is_last_train_epoch`` holds at the pass that ends the run. Validation runs inside
     ``after_train_epoch`` (the ``Evaluate`` aspect, ahead of NORMAL priority) rather than
     after it. The checkpoint hooks (``before_save_checkpoint``, ``after_load_checkpoint``)
     have no join point here: a hook that defines them is warned about when adapted.
@@ -165,8 +168,9 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
     iteration / epoch whose ``after_*`` hooks run, which OpenMMLab counts only after them
     (aspecthook's loop has counted it already). ``max_iters`` of a run by epochs is
     ``max_epochs`` x the training loader's length, as OpenMMLab's epoch loop sets it;
-    ``max_epochs`` of a run by ``max_iters`` alone is 1, as its ``IterBasedTrainLoop`` sets
-    it (the runner's own stays None). Read-only, as OpenMMLab's runner has them.
+    ``max_epochs`` of a run by ``max_iters`` alone is the passes over the loader it spans
+    (1 when it fits in one, as its ``IterBasedTrainLoop`` sets it; the runner's own stays
+    None). Read-only, as OpenMMLab's runner has them.
     """
 
     def __init__(self, runner: Any, at_iter: int | None = None, at_epoch: int | None = None):
@@ -196,11 +200,10 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
 
     @property
     def max_epochs(self) -> Any:
-        runner = self.__wrapped__
-        epochs = getattr(runner, "max_epochs", None)
-        if epochs is None and isinstance(getattr(runner, "max_iters", None), int):
-            return 1  # OpenMMLab's IterBasedTrainLoop: the run is one big epoch
-        return epochs
+        # A run by max_iters: the loader's passes it spans (1 when it fits in one, as
+        # OpenMMLab's IterBasedTrainLoop has it), so that is_last_train_epoch holds at
+        # the pass that ends the run, where this runner calls after_train_epoch last.
+        return _spanned_epochs(self.__wrapped__)
 
     @property
     def train_loop(self) -> Any:

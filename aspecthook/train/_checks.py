@@ -12,15 +12,12 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import RunnerError
 from .aspects._options import is_integer
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "_check_can_run",

@@ -1206,13 +1206,28 @@ def test_a_run_by_iterations_has_one_epoch_as_openmmlabs_iteration_loop(where: s
         def before_run(self, runner: Any) -> None:
             seen.append((runner if where == "runner" else runner.train_loop).max_epochs)
 
-    runner = _runner([Probe()], max_iters=4)
+    runner = _runner([Probe()], max_iters=N // BATCH)  # one pass over the loader
     runner.run()
     assert seen == [1]
     assert runner.max_epochs is None
     by_epochs = _runner([Probe()], max_epochs=2)  # a run by epochs keeps its own
     by_epochs.run()
     assert seen == [1, 2]
+
+
+def test_a_run_by_iterations_over_several_passes_ends_its_last_epoch_where_it_ends() -> None:
+    """A run by max_iters that spans passes over the loader calls the epoch hooks at each;
+    max_epochs is the passes it spans, so is_last_train_epoch holds at the pass that ends
+    the run and at no other (with max_epochs 1 it held at the first pass only)."""
+    last: list[bool] = []
+
+    class Probe(Hook):
+        def after_train_epoch(self, runner: Any) -> None:
+            last.append(runner.epoch + 1 == runner.max_epochs)  # is_last_train_epoch
+
+    runner = _runner([Probe()], max_iters=3 * (N // BATCH))
+    runner.run()
+    assert last == [False, False, True]
 
 
 @pytest.mark.parametrize("declared", ["attribute", "enum"])
