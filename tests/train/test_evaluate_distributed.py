@@ -148,6 +148,20 @@ def test_shard_padding_of_an_unbatched_loader_is_its_last_step() -> None:
     assert shard_padding(loader) == (1, 4, 1)
 
 
+def _validating(loader: Any, step: Any, metrics: dict[str, Any]) -> Runner:
+    """A runner that validates ``loader`` with ``step`` and ``Evaluate(metrics=...)``."""
+    model = torch.nn.Linear(1, 1)
+    return Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        val_loader=loader,
+        val_step=step,
+        max_epochs=1,
+        aspects=[Evaluate(metrics=metrics)],
+    )
+
+
 def test_a_batch_that_cannot_be_cut_is_counted_whole_and_warned_about(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -157,20 +171,11 @@ def test_a_batch_that_cannot_be_cut_is_counted_whole_and_warned_about(
     monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
     data = TensorDataset(torch.arange(7.0), torch.arange(7.0))
     loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, 2, 1, shuffle=False))
-    model = torch.nn.Linear(1, 1)
 
     def step(runner: Runner, batch: Any) -> dict[str, Any]:
         return {"outputs": batch[0].tolist(), "targets": batch[1]}
 
-    runner = Runner(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        loader,
-        val_loader=loader,
-        val_step=step,
-        max_epochs=1,
-        aspects=[Evaluate(metrics={"first": lambda outputs, targets: outputs[0]})],
-    )
+    runner = _validating(loader, step, {"first": lambda outputs, targets: outputs[0]})
     with pytest.warns(RuntimeWarning, match=r"val/first counts 1 sample twice.*could not be cut"):
         runner.val_epoch()
     assert runner.metrics["val/first"] == (1 * 2 + 5 * 2) / 4  # batches [1, 3] and [5, 0]
@@ -189,7 +194,6 @@ def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
     # rank 1 of 2 over 7 samples: indices [1, 3, 5] and the repeat 0, one batch of 4
     data = TensorDataset(torch.arange(7.0), torch.arange(7.0)[:, None].expand(7, 4))
     loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, 2, 1, shuffle=False))
-    model = torch.nn.Linear(1, 1)
 
     def step(runner: Runner, batch: Any) -> dict[str, Any]:
         return {"outputs": batch[0], "targets": list(batch[1])}  # 4 tensors of 4 values
@@ -197,15 +201,7 @@ def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
     def total(outputs: Any, targets: Any) -> float:
         return sum(float(t.sum()) for t in targets) / len(targets)
 
-    runner = Runner(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        loader,
-        val_loader=loader,
-        val_step=step,
-        max_epochs=1,
-        aspects=[Evaluate(metrics={"total": total})],
-    )
+    runner = _validating(loader, step, {"total": total})
     with pytest.warns(RuntimeWarning, match=r"val/total counts 1 sample twice.*could not be cut"):
         runner.val_epoch()
     assert runner.metrics["val/total"] == (4 + 12 + 20 + 0) / 4  # counted whole, not 27 / 4
