@@ -323,7 +323,9 @@ def _selects_glob(selected: Any, pattern: str) -> bool:
 
 def near_misses(weavers: list[Any], known: list[str]) -> list[tuple[Any, str, str]]:
     """``(advice, name, closest)`` for each advice registered on ``weavers`` for a literal
-    name no join point has, when that name is close to one of ``known`` (a typo)."""
+    name no join point has, when that name is close to one of ``known`` (a typo); and for
+    a glob that matches none of ``known`` when a name of ``known`` is close to its text
+    (``'trian_*'``: ``name`` is the glob, ``closest`` a name it was likely meant to match)."""
     misses = []
     for w in weavers:
         for advice in w.registered:
@@ -335,6 +337,12 @@ def near_misses(weavers: list[Any], known: list[str]) -> list[tuple[Any, str, st
                 hints = _close(name, known)
                 if hints:
                     misses.append((advice, name, hints[0]))
+            for pattern in advice.pointcut._globs():
+                if pattern.startswith("@") or any(fnmatchcase(n, pattern) for n in known):
+                    continue
+                hints = _close_to_glob(pattern, known)
+                if hints:
+                    misses.append((advice, pattern, hints[0]))
     return misses
 
 

@@ -66,9 +66,13 @@ def report_near_misses(runner: Runner, joinpoints: Iterable[str]) -> None:
     own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
     known = sorted({*joinpoints, *(n for n in own if not n.startswith("@"))})
     for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
+        if any(c in name for c in "*?["):  # a glob
+            miss, meant = f"no join point name matches {name!r}", f"a pattern that matches {hint!r}"
+        else:
+            miss, meant = f"no join point is named {name!r}", repr(hint)
         warnings.warn(
-            f"{advice.name}: no join point is named {name!r}, so this {advice.kind} advice "
-            f"is never called; did you mean {hint!r}?",
+            f"{advice.name}: {miss}, so this {advice.kind} advice is never called; "
+            f"did you mean {meant}?",
             UserWarning,
             stacklevel=3,
         )

@@ -1005,6 +1005,21 @@ def test_advice_for_a_misspelt_join_point_is_reported_when_the_run_starts() -> N
     assert any("'trian_iter'" in m and "did you mean 'train_iter'?" in m for m in messages)
 
 
+def test_advice_for_a_misspelt_glob_is_reported_when_the_run_starts() -> None:
+    """Advice for a glob that matches no join point of the run but is one typo away from
+    one (``'trian_*'``) is never called either: run() says so, as for a literal name; a
+    glob that matches a join point of the run, or none close to it, is not reported."""
+    runner = _runner(max_epochs=1)
+    runner.weaver.before("trian_*")(lambda ctx: None)
+    runner.weaver.after("val_*")(lambda ctx: None)  # matches val_epoch / val_iter
+    runner.weaver.after("database.*")(lambda ctx: None)  # nothing of the run's
+    with pytest.warns(UserWarning, match="did you mean") as caught:
+        runner.run()
+    [message] = [str(w.message) for w in caught]
+    assert "no join point name matches 'trian_*'" in message
+    assert "did you mean a pattern that matches 'train_" in message
+
+
 def test_an_epoch_whose_iterations_advice_skipped_is_not_an_empty_loader() -> None:
     """Before advice may skip every train_iter of an epoch: the loader did give batches."""
     runner = _runner(max_epochs=2)
