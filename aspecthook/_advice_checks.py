@@ -190,11 +190,22 @@ def check_signature(fn: Callable[..., Any], kind: AdviceKind, target: str) -> No
         expected = _EXPECTED[kind]
         raise AdviceSignatureError(
             f"{kind} advice {name}{signature} for {target} cannot be called as "
-            f"{name}{expected}: define it as def {getattr(fn, '__name__', 'fn')}{expected}",
+            f"{name}{expected}: define it as {_definition(fn, expected)}",
             advice=name,
             signature=str(signature),
             expected=expected,
         ) from None
+
+
+def _definition(fn: Any, expected: str) -> str:
+    """The ``def`` line to write for ``fn``: ``def name(ctx)``, or ``def name(self, ctx)``
+    for a method bound to an instance (an aspect's) and ``def name(cls, ctx)`` for a
+    classmethod, whose signature as checked leaves that first parameter out."""
+    name = getattr(fn, "__name__", "fn")
+    if not inspect.ismethod(fn):
+        return f"def {name}{expected}"
+    first = "cls" if isinstance(fn.__self__, type) else "self"
+    return f"def {name}({first}, {expected[1:]}"
 
 
 def _takes_positional(fn: Any, arity: int) -> bool:

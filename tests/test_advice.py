@@ -1039,6 +1039,30 @@ def test_bad_signature_is_refused_before_any_call(weaver: ah.Weaver, point: str)
         weaver.after(f"{point}.never_declared")(_no_args)
 
 
+def test_bad_method_signature_suggests_a_def_with_self_or_cls(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """An aspect's method that cannot take ctx is told to take (self, ctx), or (cls, ctx)
+    for a classmethod: the signature checked is the bound one, without self or cls."""
+    before, around = f"before_{point.replace('.', '_')}", f"around_{point.replace('.', '_')}"
+
+    def no_ctx(self: Any) -> None: ...
+
+    def no_proceed(self: Any, ctx: ah.CallContext) -> None: ...
+
+    def by_class(cls: type) -> None: ...
+
+    for attrs, fix in [
+        ({before: no_ctx}, "def no_ctx(self, ctx)"),
+        ({around: no_proceed}, "def no_proceed(self, ctx, proceed)"),
+        ({before: classmethod(by_class)}, "def by_class(cls, ctx)"),
+    ]:
+        aspect = type("Probe", (ah.Aspect,), attrs)()
+        with pytest.raises(AdviceSignatureError, match=re.escape(f"define it as {fix}")):
+            weaver.register(aspect)
+    assert weaver.registered == []
+
+
 def test_non_callable_advice_is_refused(weaver: ah.Weaver, point: str) -> None:
     """Something that is not callable cannot be advice."""
     with pytest.raises(AdviceSignatureError, match="must be callable"):
