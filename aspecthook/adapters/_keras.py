@@ -57,8 +57,9 @@ class KerasCallback(_HookAdapter):
     running mean of each scalar the steps returned since the epoch began, this batch
     included (``{'loss': 0.31}``; since the pass began for ``on_test_batch_end``; not the
     evaluation step's ``outputs`` / ``targets``, which are the batch's data), as Keras's
-    metrics aggregate; at epoch end the same means over the whole epoch (``loss`` ...;
-    after a mid-epoch resume, over the batches since it), after the epoch's validation
+    metrics aggregate; at epoch end the same means over the whole epoch (``loss`` ...; a
+    checkpoint taken inside an epoch holds its means so far, so a run resumed there logs
+    what the uninterrupted run logs), after the epoch's validation
     whatever the callback's priority, plus, when the epoch validated, that validation's
     metrics named as Keras's ``fit`` names them
     (``'val/loss'`` -> ``'val_loss'``, whatever prefix the runner's ``Evaluate`` uses, so a
@@ -96,6 +97,15 @@ class KerasCallback(_HookAdapter):
         self._epoch_logs: dict[str, float] = {}
         self._val_this_epoch = False
         self._in_run = False  # between the run's start and its end (see _start_alone)
+        # The callback's own state_dict / load_state_dict (the base class made them this
+        # adapter's): kept inside this adapter's state, beside the epoch's running means.
+        save, load = (
+            self.__dict__.pop("state_dict", None),
+            self.__dict__.pop("load_state_dict", None),
+        )
+        self._own_state = (save, load) if save is not None and load is not None else None
+        self._runner: Any = None  # the run's runner (before each epoch): where it stands
+        self._resumed_in_epoch = False  # means loaded from a checkpoint taken in an epoch
         self._calls = self._bind_methods()
         if not self._calls:
             raise _nothing_to_call(self, KERAS_METHODS)
@@ -272,8 +282,12 @@ class KerasCallback(_HookAdapter):
 
     def _begin_epoch(self, ctx: CallContext) -> None:
         ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
-        self._means["train"].reset()
-        self._val_this_epoch = False
+        self._runner = ctx.runner
+        if self._resumed_in_epoch:  # the epoch goes on from a checkpoint: so do its means
+            self._resumed_in_epoch = False
+        else:
+            self._means["train"].reset()
+            self._val_this_epoch = False
         method = self._calls.get("on_epoch_begin")
         if method is not None:
             method(ctx.data[_EPOCH], {})
@@ -311,6 +325,38 @@ class KerasCallback(_HookAdapter):
 
     def _train_end(self, ctx: CallContext) -> None:
         self._calls["on_train_end"](dict(self._epoch_logs))
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The callback's own state (``'callback'``, when it has a ``state_dict()``) and,
+        saved inside an epoch, that epoch's running means so far (``'epoch'``): a run
+        resumed there gives the batch and epoch logs the uninterrupted run gives."""
+        state: dict[str, Any] = {"epoch": None}
+        runner = self._runner
+        if runner is not None and getattr(runner, "inner_iter", 0) > 0:
+            state["epoch"] = {
+                "means": self._means["train"].state_dict(),
+                "validated": self._val_this_epoch,
+            }
+        if self._own_state is not None:
+            state["callback"] = self._own_state[0]()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Put back what :meth:`state_dict` gave; a checkpoint that holds the callback's
+        own state as it is (from before the adapter kept the means) restores that."""
+        if "epoch" not in state:
+            if self._own_state is not None:
+                self._own_state[1](state)
+            return
+        if self._own_state is not None and "callback" in state:
+            self._own_state[1](state["callback"])
+        epoch = state["epoch"]
+        if epoch is not None:
+            self._means["train"].load_state_dict(epoch["means"])
+            self._val_this_epoch = bool(epoch["validated"])
+            self._resumed_in_epoch = True
 
     def _check_stop(self, runner: Any) -> None:
         # Only a run has training to stop: as Keras's evaluate(), a test pass by itself
@@ -362,6 +408,19 @@ class _RunningMeans:
     def means(self) -> dict[str, float]:
         """Each output's mean so far, as a float (a fresh dict)."""
         return {name: _float(total) / self._counts[name] for name, total in self._sums.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sums as floats (exactly the float32 or float64 sums) and the counts."""
+        return {
+            "sums": {name: _float(total) for name, total in self._sums.items()},
+            "counts": dict(self._counts),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        # A float sum goes on as a tensor sum: tensor + float keeps the tensor's dtype,
+        # and the float is exactly a value of it, so the sums are those of the run saved.
+        self._sums = {str(name): float(total) for name, total in state["sums"].items()}
+        self._counts = {str(name): int(n) for name, n in state["counts"].items()}
 
 
 def _params(runner: Any) -> dict[str, Any]:
