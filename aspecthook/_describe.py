@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatchcase
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ._chain import STAGES
-from ._pointcut import PointcutLike, as_pointcut
+from ._chain import STAGES, order_stage
+from ._context import Event
+from ._pointcut import Glob, Name, NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._registry import LOCK, REGISTRY
 from ._rich import import_rich
 from ._units import format_seconds
-from .errors import InvalidOptionError
+from .errors import InvalidOptionError, OrderingCycleError
 
 if TYPE_CHECKING:
     from ._weaver import Weaver
 
-__all__ = ["Description", "Row", "describe"]
+__all__ = ["EVENTS", "Description", "Row", "describe"]
+
+#: The stage of event subscribers' rows: their advice kind (``@on``, ``Weaver.on``).
+EVENTS = "on"
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,10 @@ class Row:
     ``time_s`` are the advice's calls at this join point and the time they took, once
     ``track_calls()`` has counted them (None before); around advice's time leaves out the
     time inside ``proceed``. ``aliases`` are the join point's other names (``name=``).
+
+    An event subscription has one row with ``stage`` ``'on'`` and ``joinpoint`` the
+    pattern it subscribes to (``'checkpoint.*'``); ``order`` is its place in the run order
+    of every subscription listed, so an event runs those it reaches in ascending ``order``.
     """
 
     joinpoint: str
@@ -59,6 +69,9 @@ _SHOWN = 12
 
 class Description(list[Row]):
     """The rows of ``describe()``; printing renders a table (with rich when installed)."""
+
+    #: Each event row's pointcut, for ``advice_names(event, 'on')``; set by ``describe()``.
+    _subscriptions: Mapping[Row, Pointcut] = MappingProxyType({})
 
     def __str__(self) -> str:
         import_rich()  # first, so that importing it leaves ``random`` as it was
@@ -140,24 +153,42 @@ class Description(list[Row]):
 
         A join point with no advice there gives ``[]``; a name no row of this description
         has raises ``InvalidOptionError``, so a misspelt name is not read as "no advice".
+        With stage ``'on'``, ``joinpoint`` is an event name (or a subscription's pattern):
+        the subscribers that event runs, in order; ``[]`` when none, as any name may be
+        emitted.
         """
-        if stage not in STAGES:
+        if stage not in (*STAGES, EVENTS):
+            stages = ", ".join(map(repr, (*STAGES, EVENTS)))
             raise InvalidOptionError(
-                f"stage {stage!r} is not a stage: use one of {', '.join(map(repr, STAGES))}",
+                f"stage {stage!r} is not a stage: use one of {stages}",
                 option="stage",
                 value=stage,
             )
-        rows = self.for_joinpoint(joinpoint)
+        if stage == EVENTS:
+            return [r.advice for r in self if r.stage == EVENTS and self._runs(r, joinpoint)]
+        rows = [r for r in self.for_joinpoint(joinpoint) if r.stage != EVENTS]
         if not rows:
             raise InvalidOptionError(
                 self._unknown_joinpoint(joinpoint), option="joinpoint", value=joinpoint
             )
         return [r.advice for r in rows if r.stage == stage]
 
+    def _runs(self, row: Row, event: str) -> bool:
+        """Whether the subscription in ``row`` runs when ``event`` is emitted."""
+        pointcut = self._subscriptions.get(row)
+        return row.joinpoint == event or (pointcut is not None and _reaches(pointcut, event))
+
     def _unknown_joinpoint(self, name: str) -> str:
         """Why ``name`` has no rows here: the closest name and the known ones (the first
         few of a long description)."""
-        known = sorted({n for r in self if r.joinpoint for n in (r.joinpoint, *r.aliases)})
+        known = sorted(
+            {
+                n
+                for r in self
+                if r.joinpoint and r.stage != EVENTS
+                for n in (r.joinpoint, *r.aliases)
+            }
+        )
         message = f"join point {name!r} is not in this description"
         if not known:
             return (
@@ -203,9 +234,82 @@ def describe(pointcut: PointcutLike | None = None, *, weaver: Weaver | None = No
             if selected is not None and not selected.matches(jp):
                 continue
             rows.extend(_joinpoint_rows(jp))
+        events = _event_rows(_emitters(weaver), selected)
+        rows.extend(events)
         rows.extend(_weave_rows(WEAVES, weaver, selected))
         rows.extend(_unmatched_rows(weavers, all_points, selected))
+    rows._subscriptions = MappingProxyType(events)
     return rows
+
+
+def _emitters(weaver: Weaver | None) -> list[Any]:
+    """The weavers whose subscriptions an event sent through ``weaver`` runs (the global
+    ones, and a local weaver's own), as ``Weaver.emit`` finds them; all global ones when
+    ``weaver`` is None (``aspecthook.emit``)."""
+    found = list(REGISTRY.weavers)
+    if weaver is not None and weaver not in found:
+        found.append(weaver)
+    return found
+
+
+def _event_rows(weavers: list[Any], selected: Any) -> dict[Row, Pointcut]:
+    """A row per event subscription of ``weavers`` (those ``selected`` picks), in the
+    order ``emit`` runs them, each with its pointcut. Built here, not read from ``emit``'s
+    cache, which holds only names already sent: describing costs ``emit`` nothing."""
+    subscriptions = [a for w in weavers for a in w.registered if a.kind == EVENTS]
+    try:
+        ordered = order_stage(subscriptions)
+    except OrderingCycleError:  # emit() orders each event's own: this cycle may span events
+        ordered = sorted(subscriptions, key=lambda a: (a.priority, a.seq))
+    rows: dict[Row, Pointcut] = {}
+    for i, advice in enumerate(ordered, 1):
+        pointcut = advice.pointcut
+        if pointcut is None:  # an on() advice always has one; this keeps the type narrow
+            continue
+        pattern = _pattern(pointcut)
+        if selected is not None and not _selects_event(selected, pattern, pointcut):
+            continue
+        row = Row(
+            joinpoint=pattern,
+            stage=EVENTS,
+            order=i,
+            advice=advice.name,
+            priority=advice.priority,
+            aspect=advice.aspect_name or "",
+            filters=advice.filters,
+            location=advice.location,
+            status="active",
+            failures=advice.failures,
+        )
+        rows[row] = pointcut
+    return rows
+
+
+def _pattern(pointcut: Pointcut) -> str:
+    """What a subscription names: ``'checkpoint.*'``, or a composite pointcut's repr."""
+    if isinstance(pointcut, Name | NormalizedName):
+        return pointcut.name
+    if isinstance(pointcut, Glob):
+        return pointcut.pattern
+    return repr(pointcut)
+
+
+def _reaches(pointcut: Pointcut, event: str) -> bool:
+    """Whether an event named ``event`` runs a subscription with ``pointcut`` (matched
+    without payload, as ``emit`` matches it)."""
+    try:
+        return bool(pointcut.matches(Event(event, {})))
+    except Exception:  # a user's predicate may raise anything: emit() skips it too
+        return False
+
+
+def _selects_event(selected: Any, pattern: str, pointcut: Pointcut) -> bool:
+    """Whether ``selected`` picks a subscription: by its pattern as a name (a glob or the
+    pattern itself), or by naming an event that it reaches (``describe('checkpoint.saved')``
+    lists ``'checkpoint.*'`` subscribers)."""
+    return _selects(selected, pattern) or any(
+        _reaches(pointcut, n) for n in selected.literal_names()
+    )
 
 
 def _joinpoint_rows(jp: Any) -> list[Row]:

@@ -457,3 +457,118 @@ def test_a_weaver_that_is_not_a_weaver_is_refused() -> None:
     """describe(weaver=5) names the option (it was an AttributeError from the registry)."""
     with pytest.raises(InvalidOptionError, match=r"weaver=5 is not a Weaver"):
         ah.describe(weaver=5)  # type: ignore[arg-type]
+
+
+def _on_rows(rows: list[ah.Row]) -> list[tuple[str, int, str, int | None]]:
+    return [(r.joinpoint, r.order, r.advice, r.priority) for r in rows if r.stage == "on"]
+
+
+def test_event_subscribers_are_listed_in_the_order_they_run(weaver: ah.Weaver, point: str) -> None:
+    """One row per subscription, stage 'on', under the pattern it subscribes to, in the
+    order emit() runs them: ascending priority, ties by registration, across patterns."""
+    weaver.on(f"{point}.saved", name="late", priority="low")(lambda e: None)
+    weaver.on(f"{point}.*", name="first", priority="highest")(lambda e: None)
+    weaver.on(f"{point}.saved", name="middle-1")(lambda e: None)
+    weaver.on(f"{point}.*", name="middle-2")(lambda e: None)
+    weaver.on(f"{point}.loaded", name="other")(lambda e: None)
+    rows = weaver.describe()
+    assert _on_rows(rows) == [
+        (f"{point}.*", 1, "first", 0),
+        (f"{point}.saved", 2, "middle-1", 50),
+        (f"{point}.*", 3, "middle-2", 50),
+        (f"{point}.loaded", 4, "other", 50),
+        (f"{point}.saved", 5, "late", 70),
+    ]
+    assert rows.advice_names(f"{point}.saved", "on") == ["first", "middle-1", "middle-2", "late"]
+    assert rows.advice_names(f"{point}.*", "on") == ["first", "middle-2"]
+
+
+def test_advice_names_of_an_event_is_what_emit_runs(weaver: ah.Weaver, point: str) -> None:
+    """advice_names(event, 'on') names the subscribers emit(event) calls, in that order."""
+    ran: list[str] = []
+    weaver.on(f"{point}.*", name="glob", priority="low")(lambda e: ran.append("glob"))
+    weaver.on(f"{point}.saved", name="exact")(lambda e: ran.append("exact"))
+    weaver.on(f"{point}.sav?d", name="early", priority="high")(lambda e: ran.append("early"))
+    weaver.emit(f"{point}.saved")
+    assert weaver.describe().advice_names(f"{point}.saved", "on") == ran
+    assert ran == ["early", "exact", "glob"]
+    assert weaver.describe().advice_names(f"{point}.unheard", "on") == ["glob"]
+    assert weaver.describe().advice_names("no.subscriber", "on") == []  # any name may be sent
+
+
+def test_a_removed_subscribers_row_is_gone(weaver: ah.Weaver, point: str) -> None:
+    """Removing a subscription takes its row away; the others are renumbered."""
+    first = weaver.on(point, name="first")(lambda e: None)
+    weaver.on(point, name="second")(lambda e: None)
+    assert [r.advice for r in weaver.describe(point) if r.stage == "on"] == ["first", "second"]
+    first.remove()
+    assert _on_rows(weaver.describe(point)) == [(point, 1, "second", 50)]
+
+
+def test_an_aspects_event_method_is_listed_with_its_aspect(weaver: ah.Weaver, point: str) -> None:
+    """An Aspect's @on method has a row with the aspect's name, its filters and file:line."""
+
+    class Saver(Aspect):
+        @ah.on(f"{point}.saved", every=2)
+        def remember(self, event: Any) -> None:
+            pass
+
+    handle = weaver.register(Saver())
+    (row,) = [r for r in weaver.describe() if r.stage == "on"]
+    assert (row.joinpoint, row.advice, row.aspect, row.filters) == (
+        f"{point}.saved",
+        "saver.remember",
+        "saver",
+        "every=2",
+    )
+    assert row.status == "active"
+    assert row.location == _where(Saver.remember)
+    handle.remove()
+    assert not [r for r in weaver.describe() if r.stage == "on"]
+
+
+def test_describe_selects_subscriptions_by_pattern_or_event_name(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """describe(event) lists the subscriptions that event reaches, describe(glob) those
+    whose pattern it matches; their order stays their place among all subscriptions."""
+    step = _declare(weaver, f"{point}.step")
+    weaver.on(f"{point}.ckpt.*", name="any")(lambda e: None)
+    weaver.on(f"{point}.ckpt.saved", name="saved")(lambda e: None)
+    weaver.on(f"{point}.other", name="other")(lambda e: None)
+    assert _on_rows(weaver.describe(f"{point}.ckpt.saved")) == [
+        (f"{point}.ckpt.*", 1, "any", 50),
+        (f"{point}.ckpt.saved", 2, "saved", 50),
+    ]
+    assert [r.advice for r in weaver.describe(f"{point}.ckpt.*") if r.stage] == ["any", "saved"]
+    assert [r.advice for r in weaver.describe(f"{point}.step")] == [""]  # the join point only
+    assert step() == 1
+
+
+def test_event_rows_keep_the_tables_columns(
+    weaver: ah.Weaver, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription's row fills the same columns as advice at a join point, in the rich
+    table and in the plain one."""
+    weaver.on(f"{point}.*", name="notify", priority="high", rank=0)(lambda e: None)
+    lines = [line for line in str(weaver.describe(f"{point}.*")).splitlines() if "notify" in line]
+    assert len(lines) == 1
+    assert re.search(rf"{re.escape(point)}\.\*\s*│\s*on\s*│\s*1\s*│\s*notify\s*│\s*30", lines[0])
+    monkeypatch.setitem(sys.modules, "rich.console", None)  # import rich.console fails
+    plain = str(weaver.describe(f"{point}.*")).splitlines()
+    header = plain[1]
+    (row,) = [line for line in plain if "notify" in line]
+    assert row.index("notify") == header.index("advice")
+    assert row.index("rank=0") == header.index("filters")
+    assert row.index("active") == header.index("status")
+
+
+def test_advice_names_takes_the_event_stage(weaver: ah.Weaver, point: str) -> None:
+    """'on' is a stage for advice_names(); a misspelt stage's error names it too, and a
+    pattern is not a join point for the other stages."""
+    weaver.on(f"{point}.*")(lambda e: None)
+    rows = weaver.describe()
+    with pytest.raises(InvalidOptionError, match=r"'bfore'.*'on_error', 'on'"):
+        rows.advice_names(point, "bfore")
+    with pytest.raises(InvalidOptionError, match=r"is not in this description"):
+        rows.advice_names(f"{point}.*", "before")

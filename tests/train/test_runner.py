@@ -647,6 +647,26 @@ def test_a_closed_runner_refuses_to_run_or_test() -> None:
     assert runner.iter == 2
 
 
+def test_describe_lists_the_subscribers_the_runners_events_run() -> None:
+    """runner.describe() lists its aspects' event subscribers (on its local weaver) and
+    the global ones its events reach too, in the order they run; describe() of the
+    process leaves out the runner's own, which the process's events do not reach."""
+
+    class Upload(ah.Aspect):
+        @ah.on("checkpoint.saved", priority="high")
+        def push(self, event: Any) -> None:
+            pass
+
+    runner = _runner(aspects=[Upload()], default_aspects=False)
+    handle = ah.on("checkpoint.*", name="audit")(lambda e: None)
+    names = runner.describe().advice_names("checkpoint.saved", "on")
+    assert names == ["upload.push", "audit"]
+    assert [r.advice for r in ah.describe() if r.stage == "on"] == ["audit"]
+    handle.remove()
+    runner.close()
+    assert runner.describe().advice_names("checkpoint.saved", "on") == []
+
+
 def test_a_closed_runner_takes_no_more_aspects_but_still_describes_and_emits() -> None:
     """After close() add_aspect() and joinpoint() raise RunnerError, and its weaver refuses
     registrations (WeaverClosedError); describe() and the weaver's events still work."""
