@@ -44,6 +44,10 @@ _UNSUPPORTED = (
 #: What the evaluation step returns beside its loss (``Runner.compute_eval_step``): the
 #: batch's predictions and targets, data rather than metrics, so never in ``logs``.
 _BATCH_DATA = ("outputs", "targets")
+#: The key that marks the adapter's own checkpoint state (the epoch's means, the callback's
+#: state under ``'callback'``): a checkpoint without it holds the callback's state as it
+#: is, whatever its keys (``{'epoch': 3}`` of a callback that tracks its best epoch).
+_STATE_MARK = "keras_adapter"
 
 
 class KerasCallback(_HookAdapter):
@@ -281,11 +285,13 @@ class KerasCallback(_HookAdapter):
         return lambda ctx: means.add(ctx.result)
 
     def _begin_epoch(self, ctx: CallContext) -> None:
-        ctx.data[_EPOCH] = getattr(ctx.runner, "epoch", 0)
-        self._runner = ctx.runner
-        if self._resumed_in_epoch:  # the epoch goes on from a checkpoint: so do its means
-            self._resumed_in_epoch = False
-        else:
+        runner = ctx.runner
+        ctx.data[_EPOCH] = getattr(runner, "epoch", 0)
+        # The epoch goes on (a checkpoint taken inside it, or run() again on a runner whose
+        # last run ended inside it): so do its means. Otherwise it starts: so do they.
+        goes_on = self._resumed_in_epoch or runner is self._runner
+        self._runner, self._resumed_in_epoch = runner, False
+        if not (goes_on and getattr(runner, "inner_iter", 0) > 0):
             self._means["train"].reset()
             self._val_this_epoch = False
         method = self._calls.get("on_epoch_begin")
@@ -332,7 +338,7 @@ class KerasCallback(_HookAdapter):
         """The callback's own state (``'callback'``, when it has a ``state_dict()``) and,
         saved inside an epoch, that epoch's running means so far (``'epoch'``): a run
         resumed there gives the batch and epoch logs the uninterrupted run gives."""
-        state: dict[str, Any] = {"epoch": None}
+        state: dict[str, Any] = {_STATE_MARK: 1, "epoch": None}
         runner = self._runner
         if runner is not None and getattr(runner, "inner_iter", 0) > 0:
             state["epoch"] = {
@@ -346,13 +352,17 @@ class KerasCallback(_HookAdapter):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Put back what :meth:`state_dict` gave; a checkpoint that holds the callback's
         own state as it is (from before the adapter kept the means) restores that."""
-        if "epoch" not in state:
+        ours = isinstance(state, Mapping) and _STATE_MARK in state
+        if not ours:
             if self._own_state is not None:
                 self._own_state[1](state)
-            return
-        if self._own_state is not None and "callback" in state:
+        elif self._own_state is not None and "callback" in state:
             self._own_state[1](state["callback"])
-        epoch = state["epoch"]
+        epoch = state["epoch"] if ours else None
+        # A checkpoint without means (taken at an epoch's start, or by the previous format)
+        # leaves none of an earlier run's or load's behind.
+        self._means["train"].reset()
+        self._val_this_epoch = self._resumed_in_epoch = False
         if epoch is not None:
             self._means["train"].load_state_dict(epoch["means"])
             self._val_this_epoch = bool(epoch["validated"])

@@ -155,10 +155,12 @@ class _PartBuilder:
             if name not in valid:
                 close = difflib.get_close_matches(str(name), valid, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                if not key and name in _OPENMMLAB_KEYS:  # not the look-alike: train_cfg
+                openmmlab = not key and name in _OPENMMLAB_KEYS
+                if openmmlab:  # not the look-alike: train_cfg
                     hint = f" ({_OPENMMLAB_KEYS[name]})"
                 where = f"{key}.{name}" if key else str(name)
-                more = "" if key or close else _EXTENSION_HINT  # not a typo: a block?
+                # Not a typo nor OpenMMLab's (its hint says where it goes): a block?
+                more = "" if key or close or openmmlab else _EXTENSION_HINT
                 raise self.error(
                     where, f"is not a known key{hint}; valid keys: {', '.join(valid)}{more}"
                 )

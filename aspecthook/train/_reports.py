@@ -66,7 +66,7 @@ def report_near_misses(runner: Runner, joinpoints: Iterable[str]) -> None:
     own = {n for jp in REGISTRY.points_of(runner.weaver) for n in jp.names}
     known = sorted({*joinpoints, *(n for n in own if not n.startswith("@"))})
     for advice, name, hint in near_misses([runner.weaver, default_weaver], known):
-        if any(c in name for c in "*?["):  # a glob
+        if name in tuple(advice.pointcut._globs()):  # not a Name('eval[val]') with a bracket
             miss, meant = f"no join point name matches {name!r}", f"a pattern that matches {hint!r}"
         else:
             miss, meant = f"no join point is named {name!r}", repr(hint)

@@ -1300,6 +1300,76 @@ def test_keras_logs_after_a_mid_epoch_resume_are_the_uninterrupted_runs(
     assert second.seen == (6 if stateful else 2)
 
 
+class _EpochLogs(Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[tuple[int, float]] = []
+        self.epochs: list[tuple[int, float]] = []
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.batches.append((batch, logs["loss"]))
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.epochs.append((epoch, logs["loss"]))
+
+
+def test_keras_logs_of_a_run_continued_by_run_again_are_the_uninterrupted_runs() -> None:
+    """run() again on a runner whose last run ended inside an epoch goes on with that
+    epoch's running means: they started again, covering the batches since."""
+    whole = _EpochLogs()
+    _runner([whole], max_iters=6).run()  # epochs of 3 batches
+    parts = _EpochLogs()
+    runner = _runner([parts], max_iters=4)
+    runner.run()  # ends at batch 1 of epoch 1
+    runner.max_iters = 6
+    runner.run()
+    assert parts.batches == whole.batches
+    assert parts.epochs[2:] == whole.epochs[1:]  # (the first run ended inside epoch 1)
+
+
+def test_keras_a_checkpoint_at_an_epochs_start_drops_means_loaded_before() -> None:
+    """Loading a checkpoint taken at an epoch's start after one taken inside an epoch
+    leaves none of the latter's means: the epoch's logs are its own batches'."""
+    inside = _runner([_EpochLogs()], max_iters=4)
+    inside.run()  # ends at batch 1 of epoch 1
+    at_start = _runner([_EpochLogs()], max_iters=3)
+    at_start.run()  # ends with epoch 0
+    whole = _EpochLogs()
+    _runner([whole], max_iters=6).run()
+    logs = _EpochLogs()
+    runner = _runner([logs], max_iters=6)
+    runner.load_state_dict(inside.state_dict())
+    runner.load_state_dict(at_start.state_dict())
+    runner.run()
+    assert logs.epochs == whole.epochs[1:]
+
+
+@pytest.mark.parametrize(
+    "own", [{"epoch": 3, "best": 0.5}, 5], ids=["keys-of-the-adapter", "not-a-dict"]
+)
+def test_keras_a_checkpoint_of_the_previous_format_restores_the_callbacks_state(
+    own: Any,
+) -> None:
+    """A checkpoint written before the adapter kept the means holds the callback's own
+    state as it is, whatever its keys or type: it is restored, not read as the adapter's."""
+
+    class Stateful(_EpochLogs):
+        restored: Any = None
+
+        def state_dict(self) -> Any:
+            return own
+
+        def load_state_dict(self, state: Any) -> None:
+            self.restored = state
+
+    callback = Stateful()
+    adapter = KerasCallback(callback)
+    adapter.load_state_dict(own)
+    assert callback.restored == own
+    adapter.load_state_dict(adapter.state_dict())  # the adapter's own format round-trips
+    assert callback.restored == own
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_keras_running_means_of_a_half_precision_loss_are_summed_in_float32(
     dtype: torch.dtype,

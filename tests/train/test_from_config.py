@@ -385,14 +385,18 @@ def test_bad_values_name_their_key(changes: dict[str, Any], message: str) -> Non
         ("custom_hooks", r"list them under aspects: \[\.\.\.\]"),
         ("default_scope", r"no registry scopes here"),
         ("val_evaluator", r"the Evaluate aspect's"),
+        ("val_cfg", r"remove val_cfg"),
+        ("test_cfg", r"remove test_cfg"),
     ],
 )
 def test_an_openmmlab_top_level_key_says_where_its_settings_go(key: str, says: str) -> None:
     """OpenMMLab's train_cfg is not told 'did you mean train_step?' (nor default_hooks
-    'default_aspects'): the error says where its settings go here."""
+    'default_aspects'): the error says where its settings go here, and not to keep it
+    under an 'x-' key (val_cfg was told both to remove it and where to keep it)."""
     with pytest.raises(ConfigError, match=rf"^{key}: is not a known key \(.*{says}") as info:
         Runner.from_config(_config(**{key: {}}))
     assert "did you mean" not in str(info.value)
+    assert "'x-'" not in str(info.value)
 
 
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:

@@ -1040,6 +1040,18 @@ def test_advice_for_a_misspelt_glob_is_reported_when_the_run_starts() -> None:
     assert "did you mean a pattern that matches 'train_" in message
 
 
+def test_a_misspelt_name_with_glob_characters_is_reported_as_a_name() -> None:
+    """A literal name (``Name``) with a bracket in it is a name, not a glob: the warning
+    says no join point is named so, and suggests the name itself."""
+    runner = _runner(max_epochs=1)
+    runner.weaver.before(ah.Name("trian_iter[0]"))(lambda ctx: None)
+    with pytest.warns(UserWarning, match="did you mean") as caught:
+        runner.run()
+    [message] = [str(w.message) for w in caught]
+    assert "no join point is named 'trian_iter[0]'" in message
+    assert "did you mean 'train_iter'?" in message
+
+
 def test_an_epoch_whose_iterations_advice_skipped_is_not_an_empty_loader() -> None:
     """Before advice may skip every train_iter of an epoch: the loader did give batches."""
     runner = _runner(max_epochs=2)
