@@ -1291,6 +1291,22 @@ def test_a_validation_loader_with_no_batches_is_reported() -> None:
     assert len([w for w in caught if "gave no batches" in str(w.message)]) == 1  # once
 
 
+def test_a_validation_without_batches_is_reported_by_rank_0_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a distributed run the ranks add up their counts, so all would report an empty
+    validation alike: rank 0 says it, as it does the repeated-sample warning."""
+    import warnings
+
+    monkeypatch.setattr(Runner, "rank", property(lambda runner: 1))
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, val_loader=[], loss_fn=CE, max_epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner.run()
+    assert not [w for w in caught if "gave no batches" in str(w.message)]
+
+
 def test_a_run_resumed_from_its_last_iteration_does_not_validate_that_model_again(
     tmp_path: Path,
 ) -> None:

@@ -221,8 +221,9 @@ class Evaluate(Aspect):
         loader = "test_loader" if prefix == "test" else "val_loader"
         if not count:
             # The metrics of the last validation would be judged again (early stopping,
-            # the best checkpoint): say so, once per loader.
-            if loader not in self._warned:
+            # the best checkpoint): say so, once per loader, on rank 0 (the count is the
+            # ranks' total: every rank would say the same).
+            if loader not in self._warned and getattr(runner, "rank", 0) == 0:
                 self._warned.add(loader)
                 warnings.warn(
                     f"Evaluate: {loader} gave no batches, so the {prefix}/* metrics were not "
