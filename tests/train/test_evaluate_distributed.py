@@ -205,3 +205,34 @@ def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
     with pytest.warns(RuntimeWarning, match=r"val/total counts 1 sample twice.*could not be cut"):
         runner.val_epoch()
     assert runner.metrics["val/total"] == (4 + 12 + 20 + 0) / 4  # counted whole, not 27 / 4
+
+
+def test_the_loss_recomputed_without_the_repeat_is_computed_as_under_amp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under AMP the step's outputs are bfloat16 and autocast computes the loss in float32;
+    the loss Evaluate recomputes for the batch holding a repeated sample (after autocast
+    has ended) takes the outputs up to float32 too, so it is the loss of those samples as
+    the step would have computed it (in bfloat16 it was off by about 4e-3)."""
+    from aspecthook.train.aspects import AMP
+
+    monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
+    # rank 1 of 2 over 7 samples: indices [1, 3, 5] and the repeat 0, one batch of 4
+    data = TensorDataset(torch.randn(7, 3, generator=torch.Generator().manual_seed(0)),
+                         torch.tensor([0, 1, 2, 0, 1, 2, 0]))  # fmt: skip
+    loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, 2, 1, shuffle=False))
+    model = torch.nn.Linear(3, 3)
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        val_loader=loader,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[Evaluate(), AMP()],
+    )
+    runner.val_epoch()
+    x, y = data.tensors[0][[1, 3, 5]], data.tensors[1][[1, 3, 5]]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = torch.nn.functional.cross_entropy(model(x), y).item()
+    assert runner.metrics["val/loss"] == pytest.approx(expected, rel=1e-6)

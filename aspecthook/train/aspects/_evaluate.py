@@ -195,7 +195,10 @@ class Evaluate(Aspect):
                 and getattr(runner, "val_step", None) is None
                 and targets is not None
             ):
-                values["loss"] = loss_fn(outputs, targets)  # what compute_eval_step computes
+                # What compute_eval_step computes. Half-precision outputs (the step ran
+                # under AMP's autocast, which has ended) are taken up to float32, as
+                # autocast computes losses: in their own precision the loss is coarser.
+                values["loss"] = loss_fn(_at_least_float32(outputs), targets)
             else:  # a mean over the whole batch: the repeated samples stay in it
                 values["loss"], weights["loss"] = result["loss"], size
                 self._extra["loss"] = self._extra.get("loss", 0) + padding.repeated
@@ -308,6 +311,13 @@ def _over_ranks(
         for key, n in part_extra.items():
             repeated[key] = repeated.get(key, 0) + n
     return total, sum(part[1] for part in parts), repeated
+
+
+def _at_least_float32(value: Any) -> Any:
+    """A bfloat16 / float16 tensor as float32; anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.element_size() < 4:
+        return value.float()
+    return value
 
 
 def _loss_named_twice() -> RunnerError:
