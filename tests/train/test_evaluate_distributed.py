@@ -218,8 +218,8 @@ def test_the_loss_recomputed_without_the_repeat_is_computed_as_under_amp(
 
     monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
     # rank 1 of 2 over 7 samples: indices [1, 3, 5] and the repeat 0, one batch of 4
-    data = TensorDataset(torch.randn(7, 3, generator=torch.Generator().manual_seed(0)),
-                         torch.tensor([0, 1, 2, 0, 1, 2, 0]))  # fmt: skip
+    inputs = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
+    data = TensorDataset(inputs, torch.tensor([0, 1, 2, 0, 1, 2, 0]))
     loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, 2, 1, shuffle=False))
     model = torch.nn.Linear(3, 3)
     runner = Runner(
