@@ -89,10 +89,11 @@ class _HookAdapter(Aspect):
         self._counts: dict[str, int] = {}
         # A hook or callback with state of its own keeps it in checkpoints as an aspect
         # does: the runner saves and restores what its state_dict() / load_state_dict() do.
+        # An adapter class with a state_dict() of its own keeps the target's inside it.
         save, load = getattr(target, "state_dict", None), getattr(target, "load_state_dict", None)
-        if callable(save) and callable(load):
-            self.state_dict = save
-            self.load_state_dict = load
+        self._own_state = (save, load) if callable(save) and callable(load) else None
+        if self._own_state is not None and getattr(type(self), "state_dict", None) is None:
+            self.state_dict, self.load_state_dict = self._own_state
 
     def make_advice(self, target: Any = None) -> list[Advice]:
         """One ``Advice`` per planned call; their pointcuts are the runner join points."""

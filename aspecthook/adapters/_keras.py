@@ -101,13 +101,8 @@ class KerasCallback(_HookAdapter):
         self._epoch_logs: dict[str, float] = {}
         self._val_this_epoch = False
         self._in_run = False  # between the run's start and its end (see _start_alone)
-        # The callback's own state_dict / load_state_dict (the base class made them this
-        # adapter's): kept inside this adapter's state, beside the epoch's running means.
-        save, load = (
-            self.__dict__.pop("state_dict", None),
-            self.__dict__.pop("load_state_dict", None),
-        )
-        self._own_state = (save, load) if save is not None and load is not None else None
+        # The callback's own state (self._own_state, from the base class) is kept inside
+        # this adapter's (state_dict below), beside the epoch's running means.
         self._runner: Any = None  # the run's runner (before each epoch): where it stands
         self._resumed_in_epoch = False  # means loaded from a checkpoint taken in an epoch
         self._calls = self._bind_methods()
