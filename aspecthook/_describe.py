@@ -243,13 +243,10 @@ def describe(pointcut: PointcutLike | None = None, *, weaver: Weaver | None = No
 
 
 def _emitters(weaver: Weaver | None) -> list[Any]:
-    """The weavers whose subscriptions an event sent through ``weaver`` runs (the global
-    ones, and a local weaver's own), as ``Weaver.emit`` finds them; all global ones when
-    ``weaver`` is None (``aspecthook.emit``)."""
-    found = list(REGISTRY.weavers)
-    if weaver is not None and weaver not in found:
-        found.append(weaver)
-    return found
+    """The weavers whose subscriptions an event sent through ``weaver`` runs, as
+    ``Weaver.emit`` finds them; all global ones when ``weaver`` is None
+    (``aspecthook.emit``)."""
+    return list(REGISTRY.weavers) if weaver is None else weaver._emits_to()
 
 
 def _event_rows(weavers: list[Any], selected: Any) -> dict[Row, Pointcut]:

@@ -392,6 +392,14 @@ class Weaver:
             fn(evt)
         return evt
 
+    def _emits_to(self) -> list[Weaver]:
+        """The weavers whose subscriptions this one's ``emit`` runs: the global ones, and
+        this one's own (a runner's weaver is not global)."""
+        weavers = list(REGISTRY.weavers)
+        if self not in weavers:
+            weavers.append(self)
+        return weavers
+
     def _subscribers(self, event: str) -> tuple[Callable[..., Any], ...]:
         try:
             cached = self._events.get(event)
@@ -414,9 +422,7 @@ class Weaver:
                 # Subscriptions changed (every entry is stale) or names carry ids
                 # (``job.<id>.done``): start again rather than keep every name ever sent.
                 self._events.clear()
-            weavers = list(REGISTRY.weavers)
-            if self not in weavers:
-                weavers.append(self)
+            weavers = self._emits_to()
             point = Event(event, {})
             failed: list[tuple[Advice, Exception]] = []
             matched = [
