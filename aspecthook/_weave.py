@@ -436,7 +436,7 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
         if record.weaver is not None:
             record.weaver.forget(handle)
 
-    handle = Handle(undo, f"weave {record.target} (skipped)")
+    handle = Handle(undo, f"weave {record.target}, skipped: {reason}")
     return record.weaver.track(handle) if record.weaver is not None else handle
 
 

@@ -1492,6 +1492,8 @@ def test_missing_target_is_skipped(target: str, reason: str) -> None:
     assert [r.status for r in rows] == ["skipped"]
     assert reason in rows[0].note
     assert ah.default_weaver.registered == []
+    # The handle says what was skipped and why, its state once: "(active)".
+    assert repr(handle) == f"<Handle weave {target}, skipped: {rows[0].note} (active)>"
     handle.remove()
     assert statuses(target) == []
 
