@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ._context import Event
 from .errors import RunnerError
 
 if TYPE_CHECKING:
@@ -120,17 +121,25 @@ def _log_failure(advice: Advice, point: object) -> None:
     advice.failures += 1
     from ._log import log_safely
 
-    name = getattr(getattr(point, "joinpoint", point), "name", point)
     log_safely(
         "error",
         "advice.failed",
         advice=advice.name,
         aspect=advice.aspect_name,
         kind=advice.kind,
-        joinpoint=name,
+        joinpoint=_point_name(point),
         failures=advice.failures,
         exc_info=True,
     )
+
+
+def _point_name(point: object) -> object:
+    """The name of the join point or event where advice failed: ``point`` is a call's
+    context, a join point, or an ``Event``, whose name is read first (its payload also reads
+    as attributes, so an event sent with ``joinpoint=...`` must not be asked for one)."""
+    if isinstance(point, Event):
+        return point.name
+    return getattr(getattr(point, "joinpoint", point), "name", point)
 
 
 def log_own_failure(aspect: Any, point: Any) -> None:

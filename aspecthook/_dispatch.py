@@ -128,18 +128,26 @@ def new_context(
 def _handle_error(
     handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
 ) -> bool:
-    """Run error advice; True when one recovered. A raising handler replaces ``exc``."""
+    """Run error advice; True when one recovered. A raising handler replaces ``exc``
+    (chained to it, see ``_chain_to``)."""
     ctx.exception = exc
     for fn in handlers:
         try:
             fn(ctx)
         except Exception as new:
-            if new is not exc and new.__cause__ is None:
-                new.__cause__ = exc
+            _chain_to(new, exc)
             raise
         if ctx.recovered:
             return True
     return False
+
+
+def _chain_to(new: Exception, exc: Exception) -> None:
+    """Make ``exc`` the ``__cause__`` of ``new``, the exception error advice raised in its
+    place, unless ``new`` is ``exc`` or already says what caused it: a cause of its own,
+    or ``raise ... from None``, whose suppressed chain must stay hidden as in plain Python."""
+    if new is not exc and new.__cause__ is None and not new.__suppress_context__:
+        new.__cause__ = exc
 
 
 def _make_async_dispatch(jp: JoinPoint) -> Callable[..., Any]:
@@ -259,8 +267,7 @@ async def _handle_error_async(
         try:
             await _maybe_await(fn(ctx))
         except Exception as new:
-            if new is not exc and new.__cause__ is None:
-                new.__cause__ = exc
+            _chain_to(new, exc)
             raise
         if ctx.recovered:
             return True

@@ -253,6 +253,41 @@ def test_on_error_explicit_cause_is_kept(weaver: ah.Weaver, point: str) -> None:
     assert info.value.__cause__ is other
 
 
+@pytest.mark.parametrize("is_async", [False, True])
+def test_on_error_raise_from_none_is_kept(weaver: ah.Weaver, point: str, is_async: bool) -> None:
+    """A replacement raised ``from None`` keeps its chain suppressed, as in plain Python:
+    the advice said the original is an implementation detail, so the traceback must not
+    show it as the direct cause."""
+    original = KeyError("internal")
+
+    if is_async:
+
+        @weaver.joinpoint(point)
+        async def target() -> None:
+            raise original
+
+        def call() -> None:
+            asyncio.run(target())
+
+    else:
+
+        @weaver.joinpoint(point)
+        def target() -> None:
+            raise original
+
+        call = target
+
+    @weaver.on_error(point)
+    def hide(ctx: Any) -> None:
+        raise LookupError("public") from None
+
+    with pytest.raises(LookupError, match="public") as info:
+        call()
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__
+    assert "internal" not in "".join(traceback.format_exception(info.value))
+
+
 # -- around ------------------------------------------------------------------------------------
 
 

@@ -132,6 +132,28 @@ def test_errors_log_policy_logs_and_later_subscribers_still_run(
     assert logs[0]["joinpoint"] == event
 
 
+@pytest.mark.parametrize("key", ["joinpoint", "name"])
+def test_errors_log_names_the_event_whatever_its_payload(
+    weaver: ah.Weaver, event: str, key: str
+) -> None:
+    """A failure logged under errors='log' (the subscriber's or its when= predicate's) names
+    the event that was sent, also when the payload has a key such as 'joinpoint' that an
+    Event answers as an attribute: it was logged as the Event object."""
+
+    @weaver.on(event, errors="log")
+    def broken(evt: Any) -> None:
+        raise RuntimeError("subscriber failed")
+
+    @weaver.on(event, errors="log", when=lambda evt: evt.payload["missing"])
+    def never(evt: Any) -> None:
+        pass
+
+    with capture_logs() as logs:
+        weaver.emit(event, **{key: "train_iter"})
+    assert [entry["advice"] for entry in logs] == ["broken", "never"]
+    assert [entry["joinpoint"] for entry in logs] == [event, event]
+
+
 def test_predicate_that_cannot_judge_an_event_matches_nothing_and_is_logged_once(
     weaver: ah.Weaver, event: str
 ) -> None:
