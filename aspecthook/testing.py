@@ -20,7 +20,9 @@ is enough) provides fixtures that keep tests from leaking advice into each other
 ``isolate_default_weaver``
     Yields ``aspecthook.default_weaver`` and, after the test, removes every registration
     and weave the test made on it (``@on(...)``, ``register(...)``, ``weave(...)``),
-    leaving what was there before the test (advice registered at import) in place.
+    leaving what was there before the test (advice registered at import, or by fixtures
+    of a wider scope) in place. It is set up before the test's other function-scoped
+    fixtures, so what they register is the test's and is removed too.
 ``recorder``
     A fresh ``Recorder`` with no pointcut, to ``weave(target, recorder)``; isolated too.
 """
@@ -306,7 +308,38 @@ def _close(weaver: Weaver) -> None:
         WEAVES.remove(record)
 
 
+_ISOLATE = "isolate_default_weaver"
+
+
+def _isolate_first(item: Any) -> None:
+    """Set up ``isolate_default_weaver`` before the test's other function-scoped fixtures.
+
+    pytest sets up fixtures of one scope in the order the test names them (autouse ones
+    first), so ``def test(woven, weaver)`` would take its snapshot after ``woven``
+    registered, and leave that registration to the next tests. Fixtures of a wider scope
+    stay before it: what they register outlives the test on purpose.
+    """
+    names = getattr(item, "fixturenames", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if not isinstance(names, list) or _ISOLATE not in names or info is None:
+        return
+    defs = getattr(info, "name2fixturedefs", {})
+
+    def function_scoped(name: str) -> bool:
+        found = defs.get(name)
+        return not found or getattr(found[-1], "scope", "function") == "function"
+
+    names.remove(_ISOLATE)
+    first = next((i for i, name in enumerate(names) if function_scoped(name)), len(names))
+    names.insert(first, _ISOLATE)
+
+
 if _HAVE_PYTEST:
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item: pytest.Item) -> None:
+        """Before pytest sets up the test's fixtures: see ``_isolate_first``."""
+        _isolate_first(item)
 
     @pytest.fixture
     def isolate_default_weaver() -> Iterator[Weaver]:

@@ -385,6 +385,48 @@ def test_fixture_keeps_an_import_time_subscription_a_test_stacked_on(
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_fixture_removes_what_a_fixture_requested_before_it_registered(
+    pytester: pytest.Pytester,
+) -> None:
+    """A function-scoped fixture set up for the test registers as part of the test, even
+    when the test names it before ``weaver`` (or an autouse one does): that is removed too,
+    while what a module-scoped fixture registered stays for the module's other tests."""
+    pytester.makepyfile(
+        """
+        import json
+        import pytest
+        import aspecthook as ah
+
+        ORIGINAL_DUMPS = json.dumps
+
+        @pytest.fixture(scope="module")
+        def module_advice():
+            return ah.on("module.event")(lambda event: None)
+
+        @pytest.fixture(autouse=True)
+        def every_test():
+            ah.on("autouse.event")(lambda event: None)
+
+        @pytest.fixture
+        def dumps_woven():
+            return ah.weave("json.dumps", before=lambda ctx: None)
+
+        def test_named_before_the_fixture(module_advice, dumps_woven, weaver):
+            assert json.dumps is not ORIGINAL_DUMPS
+
+        def test_recorder_named_last(dumps_woven, recorder):
+            assert json.dumps is not ORIGINAL_DUMPS
+
+        def test_nothing_leaked(module_advice):
+            assert json.dumps is ORIGINAL_DUMPS
+            assert len(ah.default_weaver._subscribers("autouse.event")) == 1
+            assert module_advice.active
+            ah.default_weaver.clear()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+
 def test_recorder_fixture(pytester: pytest.Pytester) -> None:
     """The recorder fixture gives a fresh Recorder whose weaves are undone after the test."""
     pytester.makepyfile(
