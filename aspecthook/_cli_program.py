@@ -119,7 +119,9 @@ def _run_module(name: str, args: list[str]) -> None:
     """
     import runpy
 
-    sys.argv = [name, *args]  # runpy sets argv[0] to the module's file
+    # '-m' while the module is located (its package imported), as python has it; runpy
+    # then sets argv[0] to the module's file.
+    sys.argv = ["-m", *args]
     if not getattr(sys.flags, "safe_path", False):
         sys.path[0] = os.getcwd()
     fallback = functools.partial(runpy.run_module, name, run_name="__main__", alter_sys=True)

@@ -239,6 +239,17 @@ def test_run_module_with_args(program: Path) -> None:
     assert "json.loads" in done.stderr  # the summary covers the module's calls
 
 
+def test_argv0_is_dash_m_while_the_modules_package_is_imported(tmp_path: Path) -> None:
+    """As under ``python -m``, the package of the ``-m`` module sees ``sys.argv[0] ==
+    '-m'`` while it is imported (the module is still being located), not the name."""
+    write(tmp_path, "app/__init__.py", "import sys\nprint('package:', sys.argv)\n")
+    write(tmp_path, "app/cli.py", "import sys\nprint('module:', sys.argv[1:])\n")
+    ours = run(tmp_path, "-m", "app.cli", "x")
+    plain = python(tmp_path, "-m", "app.cli", "x")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout == "package: ['-m', 'x']\nmodule: ['x']\n"
+
+
 def test_run_missing_module(tmp_path: Path) -> None:
     """-m with a module that does not exist says so, exit code 1, as python -m does."""
     done = run(tmp_path, "-m", "no_such_module_xyz")
