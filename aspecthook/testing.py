@@ -82,6 +82,17 @@ class Call:
         return self.exception is None
 
 
+class _Bookkeeping(threading.local):
+    """Per thread: whether a ``Recorder`` is noting a call right now. What it calls for
+    that (``threading.current_thread``, builtins) may be woven with a Recorder too: such
+    calls run unrecorded, or recording one would record the next, without end."""
+
+    active = False
+
+
+_BOOKKEEPING = _Bookkeeping()
+
+
 class Recorder(Aspect):
     """Records every call at the join points it advises: name, arguments, outcome, order.
 
@@ -128,6 +139,8 @@ class Recorder(Aspect):
     @default_weaver.around()
     def record(self, ctx: CallContext, proceed: Callable[..., Any]) -> Any:
         """Note the call's arguments now and its result or exception when it completes."""
+        if _BOOKKEEPING.active:  # called by a Recorder's own bookkeeping
+            return proceed()
         start = self._start(ctx)
         if ctx.joinpoint.is_async:
             return self._record_async(start, proceed)
@@ -154,20 +167,28 @@ class Recorder(Aspect):
 
     def _start(self, ctx: CallContext) -> dict[str, Any]:
         jp = ctx.joinpoint
-        return {
-            "name": jp.name,
-            "names": frozenset(n for n in jp.names if not n.startswith("@")),
-            "args": tuple(ctx.args),
-            "kwargs": dict(ctx.kwargs),
-            "instance": ctx.instance,
-            "thread": threading.current_thread(),
-            "index": next(self._order),
-        }
+        _BOOKKEEPING.active = True
+        try:
+            return {
+                "name": jp.name,
+                "names": frozenset(n for n in jp.names if not n.startswith("@")),
+                "args": tuple(ctx.args),
+                "kwargs": dict(ctx.kwargs),
+                "instance": ctx.instance,
+                "thread": threading.current_thread(),
+                "index": next(self._order),
+            }
+        finally:
+            _BOOKKEEPING.active = False
 
     def _finish(self, start: dict[str, Any], result: Any, exc: BaseException | None) -> None:
-        call = Call(result=result, exception=exc, **start)
-        with self._lock:
-            self._calls.append(call)
+        _BOOKKEEPING.active = True
+        try:
+            call = Call(result=result, exception=exc, **start)
+            with self._lock:
+                self._calls.append(call)
+        finally:
+            _BOOKKEEPING.active = False
 
     # -- reading ----------------------------------------------------------------------------
 

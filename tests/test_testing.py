@@ -245,6 +245,20 @@ def test_records_calls_from_threads(weaver: ah.Weaver) -> None:
     assert rec.last().thread is thread
 
 
+def test_records_the_functions_its_own_bookkeeping_calls(weaver: ah.Weaver) -> None:
+    """A Recorder woven into what it calls itself to record (``threading.current_thread``)
+    records the program's calls, not its own, instead of recursing until RecursionError."""
+    rec = Recorder()
+    weaver.weave("threading.current_thread", rec)
+    assert threading.current_thread() is threading.main_thread()
+    [call] = rec.calls
+    assert (call.name, call.args, call.result) == (
+        "threading.current_thread",
+        (),
+        threading.main_thread(),
+    )
+
+
 # -- the pytest plugin --------------------------------------------------------------------
 
 
