@@ -46,9 +46,12 @@ def _run_program(options: RunOptions) -> tuple[int, bool]:
     except SystemExit as exc:
         return _exit_code(exc), False
     except BaseException as exc:
-        _report(exc)
-        return 1, isinstance(exc, KeyboardInterrupt)
-    return 0, False
+        uncaught = exc
+    else:
+        return 0, False
+    # Reported once the except clause is left: python calls the hook with no exception
+    # being handled (an exception the hook raises has no context, exc_info() is empty).
+    return _report(uncaught), isinstance(uncaught, KeyboardInterrupt)
 
 
 def _program_path(options: RunOptions) -> str:
@@ -155,21 +158,44 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _report(exc: BaseException) -> None:
-    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's.
+def _report(exc: BaseException) -> int:
+    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's;
+    the exit code (1, or the code of a ``SystemExit`` the hook raised).
 
     Like python, first store it as ``sys.last_exc`` (3.12+) and ``sys.last_type`` /
     ``last_value`` / ``last_traceback``, where debuggers look for it; ``process.exit``
-    gets it from the hook (aspecthook's, installed with its subscription).
+    gets it from the hook (aspecthook's, installed with its subscription). A hook that
+    raises, or is missing, is reported as python reports it, and the run goes on to its
+    exit report.
     """
+    exc = exc.with_traceback(_without_ours(exc.__traceback__))
     tb = exc.__traceback__
-    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    exc = exc.with_traceback(tb)
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     if sys.version_info >= (3, 12):
         sys.last_exc = exc
-    sys.excepthook(type(exc), exc, tb)
+    if not hasattr(sys, "excepthook"):
+        print("sys.excepthook is missing", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
+        return 1
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except SystemExit as stop:  # python exits with it
+        return _exit_code(stop)
+    except BaseException as failure:
+        failure = failure.with_traceback(_without_ours(failure.__traceback__))
+        sys.stdout.flush()
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(failure), failure, failure.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
+    return 1
+
+
+def _without_ours(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` from the first frame that is neither ours nor runpy's."""
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
 
 
 def _is_ours(filename: str) -> bool:

@@ -190,6 +190,30 @@ def test_uncaught_exception_uses_the_programs_excepthook(tmp_path: Path) -> None
     assert done.stdout == "hook: KeyError <module>\n"
 
 
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "def hook(*exc_info):\n    raise RuntimeError('the hook failed')\nsys.excepthook = hook",
+        "sys.excepthook = None",
+        "del sys.excepthook",
+        "def hook(*exc_info):\n    sys.exit(5)\nsys.excepthook = hook",
+    ],
+    ids=["raises", "none", "missing", "exits"],
+)
+def test_an_excepthook_that_fails_is_reported_as_python_does(tmp_path: Path, hook: str) -> None:
+    """A program's excepthook that raises, is None or is gone: python's report of both
+    exceptions and its exit code (a SystemExit from the hook exits with its code), and
+    the summary still printed, not a traceback through aspecthook's own frames."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(tmp_path, "hooked.py", f"import json, sys\njson.dumps(1)\n{hook}\nraise KeyError('k')\n")
+    ours = run(tmp_path, "--aspects", "aspects.yaml", "hooked.py")
+    plain = python(tmp_path, "hooked.py")
+    assert ours.returncode == plain.returncode, ours.stderr
+    report, _, summary = ours.stderr.partition("aspecthook: timings")
+    assert report.rstrip() == plain.stderr.rstrip()
+    assert "json.dumps" in summary
+
+
 def test_syntax_error_is_reported_as_python_does(tmp_path: Path) -> None:
     """A program that does not compile prints python's SyntaxError report and exits 1."""
     write(tmp_path, "broken.py", "def (:\n")
