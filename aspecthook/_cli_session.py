@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
-from ._cli_report import PROG, _is_timer, _print_summary, _trace_problem, _warn, _write_trace
+from ._cli_report import (
+    PROG,
+    _flush_stdout,
+    _is_timer,
+    _print_summary,
+    _say,
+    _trace_problem,
+    _warn,
+    _write_trace,
+)
 from ._config import RunConfig, WeaveSpec, load_config
 from ._describe import describe
 from ._install import ENDING
@@ -159,12 +168,12 @@ class Session:
         for key, problem in problems:
             where = f"{self.config.file}: {key}: {problem}"
             if self.strict:
-                print(f"{PROG}: error: {where} (strict mode)", file=sys.stderr)
+                _say(f"{PROG}: error: {where} (strict mode)")
             else:
                 _warn(where)
         if rows is not None:
-            sys.stdout.flush()
-            print(rows, file=sys.stderr)
+            _flush_stdout()
+            _say(rows)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
             _print_summary(timers)

@@ -755,6 +755,28 @@ def test_trace_from_config_file_after_exception(program: Path) -> None:
     assert any(e["name"] == "json.dumps" for e in events)
 
 
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_program_that_closes_its_output_still_gets_its_exit_report(
+    tmp_path: Path, stream: str
+) -> None:
+    """A program that closes its stdout (to see a write error at the end) or its stderr
+    exits as under python; the summary still goes to stderr where it is open, and the
+    trace is written. Flushing or printing to the closed stream raised from our exit
+    report instead."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(tmp_path, "closes.py", f"import json, sys\njson.dumps(1)\nsys.{stream}.close()\n")
+    args = ("--describe", "--trace", "trace.json", "closes.py")
+    ours = run(tmp_path, "--aspects", "aspects.yaml", *args)
+    plain = python(tmp_path, "closes.py")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert "Traceback" not in ours.stderr
+    if stream == "stdout":
+        assert "aspecthook: timings" in ours.stderr
+        assert "json.dumps" in ours.stderr
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(e["name"] == "json.dumps" for e in events)
+
+
 def test_threads_are_joined_before_the_summary(tmp_path: Path) -> None:
     """Calls made by non-daemon threads still running at the end are in the summary."""
     write(tmp_path, "aspects.yaml", CONFIG)
