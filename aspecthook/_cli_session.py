@@ -75,6 +75,7 @@ class Session:
         from .registry import ASPECTS
 
         built = config.build_aspects(ASPECTS, trace=session.trace is not None)
+        _check_weavable(config, built)
         for aspect in (a for aspects in built for a in aspects):
             if all(aspect is not seen for seen in session.aspects):
                 session.aspects.append(aspect)
@@ -197,6 +198,27 @@ class Session:
                 "module the program imports and weave it there"
             )
         return f"{record.target} was never woven: the program never imported {module}"
+
+
+def _check_weavable(config: RunConfig, built: list[list[Any]]) -> None:
+    """``ConfigError`` at the ``type`` of an aspect that ``weave`` cannot apply: the
+    registry also takes hook and callback classes, which run on a training runner."""
+    from ._advice import Advice
+    from ._aspect import Aspect
+
+    for weave_spec, aspects in zip(config.weaves, built, strict=True):
+        for spec, aspect in zip(weave_spec.aspects, aspects, strict=True):
+            if isinstance(aspect, (Aspect, Advice)):
+                continue
+            kind = type(aspect)
+            raise config.error(
+                f"{spec.key}.type",
+                f"{spec.type!r} builds a {kind.__module__}.{kind.__qualname__}, which is not "
+                "an Aspect: a hook or callback object runs at a training runner's join points "
+                "(give it to Runner.from_config or a runner's aspects=); here name an Aspect "
+                "to weave into the target (Timed, Logged, Counted, Retry, Recorder, or a "
+                "'package.module:Name' of an Aspect subclass of your own)",
+            )
 
 
 def _program_modules(options: RunOptions) -> tuple[str, ...]:

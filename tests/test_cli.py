@@ -585,6 +585,39 @@ def test_wrong_aspect_parameter_exits_2(program: Path) -> None:
     assert "did you mean 'max_events'?" in done.stderr
 
 
+def test_a_hook_class_is_refused_as_an_aspect_to_weave(program: Path) -> None:
+    """An OpenMMLab-style hook class (which the registry accepts, for a training runner)
+    cannot be woven into a target: the error points at its ``type`` key and says what to
+    give instead, before the program runs; exit 2."""
+    write(
+        program,
+        "hooks.py",
+        """\
+        class PrintIter:
+            def before_train_iter(self, runner):
+                print(runner.iter)
+        """,
+    )
+    write(
+        program,
+        "hook.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            aspects: [Timed, "hooks:PrintIter"]
+        """,
+    )
+    done = run(program, "--aspects", "hook.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(
+        "aspecthook: error: hook.yaml: weave[0].aspects[1].type: 'hooks:PrintIter' builds "
+        "a hooks.PrintIter, which is not an Aspect"
+    )
+    assert "Runner.from_config" in done.stderr
+    assert "weave(" not in done.stderr  # the Python call's wording, not the config's
+
+
 def test_malformed_yaml_exits_2(program: Path) -> None:
     """A file that is not YAML is reported with its name and line; exit 2."""
     write(program, "bad.yaml", "weave: [\n")
