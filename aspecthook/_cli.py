@@ -155,6 +155,7 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
     may have options named like ours).
     """
     ours: list[str] = []
+    values: dict[str, list[str]] = {}  # what each option with a value was given
     i, dashdash = 0, False
     while i < len(args):
         arg = args[i]
@@ -163,12 +164,17 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
             break
         if not arg.startswith("-") or arg == "-" or arg.startswith("-m"):
             break
-        _check_option(arg.split("=", 1)[0])
+        name, inline, value = arg.partition("=")
+        _check_option(name)
         ours.append(arg)
         if arg in _VALUED and i + 1 < len(args):
-            ours.append(args[i + 1])
+            value = args[i + 1]
+            ours.append(value)
             i += 1
+        if name in _VALUED and (inline or arg in _VALUED):
+            values.setdefault(name, []).append(value)
         i += 1
+    _check_given_once(values)
     parsed = _run_parser().parse_args(ours)
     options = RunOptions(
         parsed.aspects, parsed.strict, parsed.trace, parsed.summary is None, parsed.describe
@@ -187,6 +193,18 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
     else:
         options.script, options.args = program[0], program[1:]
     return options
+
+
+def _check_given_once(values: dict[str, list[str]]) -> None:
+    """Refuse an option with a value given more than once: argparse keeps the last, so
+    ``--aspects a.yaml --aspects b.yaml`` would silently run without a.yaml's weaves."""
+    for name, given in values.items():
+        if len(given) > 1:
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            fix = "; put every weave in one file" if name == "--aspects" else ""
+            raise _UsageError(
+                f"{name} is given {times} ({', '.join(map(repr, given))}): give it once{fix}"
+            )
 
 
 def _check_option(name: str) -> None:

@@ -659,6 +659,20 @@ def test_an_unknown_command_suggests_the_run_command_meant(
     assert f"unknown command {argv[0]!r}; did you mean '{meant}'?" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--aspects", "--trace"])
+def test_an_option_with_a_value_given_twice_is_refused(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--aspects a.yaml --aspects b.yaml`` would run with b.yaml's weaves only (the last
+    one wins): a usage error naming both values, exit 2, instead of a silent drop."""
+    from aspecthook._cli import main
+
+    assert main(["run", option, "a.yaml", f"{option}=b.yaml", "app.py"]) == 2
+    assert f"{option} is given twice ('a.yaml', 'b.yaml'): give it once" in (
+        capsys.readouterr().err
+    )
+
+
 # -- at exit: summary and trace -----------------------------------------------------------------
 
 
