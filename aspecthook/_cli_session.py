@@ -210,15 +210,35 @@ def _check_weavable(config: RunConfig, built: list[list[Any]]) -> None:
         for spec, aspect in zip(weave_spec.aspects, aspects, strict=True):
             if isinstance(aspect, (Aspect, Advice)):
                 continue
-            kind = type(aspect)
             raise config.error(
                 f"{spec.key}.type",
-                f"{spec.type!r} builds a {kind.__module__}.{kind.__qualname__}, which is not "
-                "an Aspect: a hook or callback object runs at a training runner's join points "
-                "(give it to Runner.from_config or a runner's aspects=); here name an Aspect "
-                "to weave into the target (Timed, Logged, Counted, Retry, Recorder, or a "
+                f"{spec.type!r} builds {_what(aspect)}, which is not an Aspect"
+                f"{_RUNNER_HINT if _is_hook(aspect) else ''}; here name an Aspect to weave "
+                "into the target (Timed, Logged, Counted, Retry, Recorder, or a "
                 "'package.module:Name' of an Aspect subclass of your own)",
             )
+
+
+#: Why a hook or callback object cannot be woven, and where it goes instead.
+_RUNNER_HINT = (
+    ": a hook or callback object runs at a training runner's join points (give it to "
+    "Runner.from_config or a runner's aspects=)"
+)
+
+
+def _is_hook(value: Any) -> bool:
+    """An OpenMMLab-style hook or a Keras-style callback (what the adapters take)."""
+    from .adapters import KERAS_METHODS, MM_METHODS
+
+    return any(callable(getattr(value, m, None)) for m in (*MM_METHODS, *KERAS_METHODS))
+
+
+def _what(value: Any) -> str:
+    """``a pkg.mod.Class`` for an object, its repr for None and the like."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    kind = type(value)
+    return f"a {kind.__module__}.{kind.__qualname__}"
 
 
 def _program_modules(options: RunOptions) -> tuple[str, ...]:
