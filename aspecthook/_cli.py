@@ -23,11 +23,12 @@ running of the program as python would (``_cli_program``), the lines printed on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from . import __version__
@@ -223,6 +224,41 @@ def _check_option(name: str) -> None:
 # -- running ------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _program_folder_last(
+    folder: str | None,
+) -> Iterator[Callable[[], contextlib.AbstractContextManager[None]]]:
+    """While aspecthook imports what it needs itself (the YAML parser, structlog, rich):
+    ``folder``, the program's first place on sys.path, is the last, and ``sys.path`` is
+    put back after. A module of the program named like a package of ours (``yaml.py``
+    beside the script) then does not stand in for that package, while a target's module
+    beside the script is still found.
+
+    Yields ``as_program()``, a context in which sys.path is the program's again: the
+    modules the config names (``type: 'slow:Slow'``) are imported there, as the program
+    would import them.
+    """
+    saved = list(sys.path)
+
+    @contextlib.contextmanager
+    def as_program() -> Iterator[None]:
+        ours = list(sys.path)
+        sys.path[:] = saved
+        try:
+            yield
+        finally:
+            sys.path[:] = ours
+
+    if folder is None:
+        yield as_program
+        return
+    sys.path[:] = [entry for entry in saved if entry != folder] + [folder]
+    try:
+        yield as_program
+    finally:
+        sys.path[:] = saved
+
+
 def run(options: RunOptions) -> int:
     """Weave what ``options.aspects`` names, run the program, report; the exit code."""
     if options.script is not None and not os.path.exists(options.script):
@@ -236,12 +272,14 @@ def run(options: RunOptions) -> int:
     if problem is not None:
         print(f"{PROG}: error: --trace {options.trace}: {problem}", file=sys.stderr)
         return 2
+    folder = None
     if not getattr(sys.flags, "safe_path", False):
         # Where the program's own imports will look first, before weaving: a target in a
         # module beside the script (or in the working directory, for -m) is then found.
-        sys.path[0] = _program_path(options)
+        folder = sys.path[0] = _program_path(options)
     try:
-        session = Session.start(options)
+        with _program_folder_last(folder) as as_program:
+            session = Session.start(options, as_program=as_program)
     except (ConfigError, WeaveTargetError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -249,7 +287,9 @@ def run(options: RunOptions) -> int:
         code, interrupted = _run_program(options)
     finally:
         abandoned = _join_threads()
-    if session.finish() and not interrupted:
+    with _program_folder_last(folder):
+        failed = session.finish()
+    if failed and not interrupted:
         code = 2  # a weave that --strict asked for never took effect
     # atexit cannot see the status: process.exit subscribers get it from here (130, the
     # shell's status for a death by SIGINT, after Ctrl-C).

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +59,17 @@ class Session:
     tracking: track_calls | None = None  # the switch turned on for describe, put back at exit
 
     @classmethod
-    def start(cls, options: RunOptions) -> Session:
-        """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not."""
+    def start(
+        cls,
+        options: RunOptions,
+        *,
+        as_program: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> Session:
+        """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not.
+
+        ``as_program()``: the context in which ``sys.path`` is the program's, where the
+        modules of the config's ``'package.module:Name'`` types are imported.
+        """
         config = load_config(options.aspects) if options.aspects else RunConfig(file="")
         trace = options.trace or config.trace
         problem = _trace_problem(trace) if trace and not options.trace else None
@@ -74,6 +85,8 @@ class Session:
         )
         from .registry import ASPECTS
 
+        with as_program():
+            _import_type_modules(config)
         built = config.build_aspects(ASPECTS, trace=session.trace is not None)
         _check_weavable(config, built)
         for aspect in (a for aspects in built for a in aspects):
@@ -198,6 +211,23 @@ class Session:
                 "module the program imports and weave it there"
             )
         return f"{record.target} was never woven: the program never imported {module}"
+
+
+def _import_type_modules(config: RunConfig) -> None:
+    """Import the modules of the config's ``'package.module:Name'`` types, as the program
+    would import them. A module that fails is left to the build, which reports it at its
+    key."""
+    import importlib
+
+    for weave_spec in config.weaves:
+        for spec in weave_spec.aspects:
+            module, colon, _ = spec.type.partition(":")
+            if not colon:
+                continue
+            try:
+                importlib.import_module(module.strip())
+            except Exception:
+                continue
 
 
 def _check_weavable(config: RunConfig, built: list[list[Any]]) -> None:

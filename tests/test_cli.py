@@ -1084,6 +1084,37 @@ def test_modules_beside_the_program_are_woven_from_another_directory(
     assert "helper imported before the program: False" in done.stdout
 
 
+def test_modules_of_the_program_named_like_ours_do_not_stand_in_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program whose folder holds a ``yaml.py``, ``structlog.py`` or ``rich.py`` of its
+    own: aspecthook reads the config, builds ``Logged`` and prints the summary with the
+    installed packages (the program's folder came first on sys.path while it imported
+    them). A module of the program that the config names is the program's, also where an
+    installed module has its name."""
+    app = tmp_path / "app"
+    write(app, "prog.py", "import helper, slow\nprint(helper.work('{\"i\": 3}'), slow.WHOSE)\n")
+    write(app, "helper.py", HELPER)
+    write(app, "slow.py", "from aspecthook.aspects import Counted as Slow\nWHOSE = 'app'\n")
+    write(tmp_path / "site", "slow.py", "raise ImportError('the installed slow.py')\n")
+    paths = [os.environ.get("PYTHONPATH", ""), str(tmp_path / "site")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    for name in ("yaml", "structlog", "rich"):
+        write(app, f"{name}.py", f"raise ImportError('the program's own {name}.py')\n")
+    write(
+        tmp_path,
+        "aspects.yaml",
+        'weave:\n  - target: "helper.work"\n    aspects: [Timed, Logged, "slow:Slow"]\n',
+    )
+    done = run(tmp_path, "--describe", "--aspects", "aspects.yaml", "app/prog.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "3 app\n"
+    assert "program's own" not in done.stderr
+    assert "installed slow.py" not in done.stderr
+    assert "aspecthook: timings" in done.stderr
+    assert "helper.work" in done.stderr
+
+
 # -- the end of the program, as python ends it --------------------------------------------------
 
 
