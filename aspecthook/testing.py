@@ -63,7 +63,8 @@ class Call:
     ``index`` is the order in which calls *started* (0, 1, ...), so nested calls read
     outer first; ``exception`` is what the call raised (``result`` is then ``None``).
     ``names`` holds every name the join point answers to (aliases given with
-    ``weave(..., name=)`` included), so pointcuts can select calls.
+    ``weave(..., name=)`` included), so pointcuts can select calls; ``joinpoint`` is the
+    join point itself, which a predicate pointcut is given.
     """
 
     name: str
@@ -75,6 +76,7 @@ class Call:
     thread: threading.Thread = field(repr=False)
     instance: Any = field(default=None, repr=False)
     names: frozenset[str] = field(default=frozenset(), repr=False)
+    joinpoint: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -175,6 +177,7 @@ class Recorder(Aspect):
                 "args": tuple(ctx.args),
                 "kwargs": dict(ctx.kwargs),
                 "instance": ctx.instance,
+                "joinpoint": jp,
                 "thread": threading.current_thread(),
                 "index": next(self._order),
             }
@@ -205,7 +208,7 @@ class Recorder(Aspect):
     def calls_to(self, pointcut: PointcutLike) -> list[Call]:
         """The calls whose join point ``pointcut`` selects: a name, a glob or a Pointcut."""
         selector = as_pointcut(pointcut)
-        return [c for c in self.calls if selector.matches(c)]
+        return [c for c in self.calls if selector.matches(_CallPoint(c))]
 
     def last(self, pointcut: PointcutLike | None = None) -> Call:
         """The call that started last (of those ``pointcut`` selects); AssertionError if none."""
@@ -263,6 +266,30 @@ class Recorder(Aspect):
 
     def __repr__(self) -> str:
         return f"<Recorder {self.name!r}, {len(self)} call(s)>"
+
+
+class _CallPoint:
+    """A recorded call as a pointcut sees it: the names the call had, and its join point's
+    other attributes (``is_async``, ``target``) for a predicate, as advice gets them."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._call.names
+
+    @property
+    def name(self) -> str:
+        return self._call.name
+
+    def __getattr__(self, attr: str) -> Any:
+        joinpoint = self._call.joinpoint
+        if joinpoint is None:  # a Call made by hand
+            raise AttributeError(f"the call {self._call.name!r} has no join point: {attr!r}")
+        return getattr(joinpoint, attr)
 
 
 def _label(pointcut: PointcutLike | None) -> str:

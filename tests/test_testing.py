@@ -181,6 +181,20 @@ def test_aliases_select_calls(weaver: ah.Weaver) -> None:
     rec.assert_called("*.add")
 
 
+def test_calls_to_takes_a_predicate_over_the_join_point(weaver: ah.Weaver) -> None:
+    """A predicate pointcut takes the join point, as in advice: ``calls_to`` gives it the
+    call's join point (its ``is_async``, ``target``), with the names the call had."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(slow_echo, rec)
+    add(1)
+    asyncio.run(slow_echo("x", 0))
+    [call] = rec.calls_to(ah.Predicate(lambda jp: jp.is_async))
+    assert call.name == f"{__name__}.slow_echo"
+    assert rec.calls_to(lambda jp: not jp.is_async and "add" in jp.name) == rec.calls[:1]
+    assert rec.calls_to(ah.Glob("*.add") & ah.Predicate(lambda jp: jp.is_async)) == []
+
+
 def test_assert_called_counts_and_explains(weaver: ah.Weaver) -> None:
     """assert_called checks the count; a failure says what was recorded."""
     rec = Recorder()
