@@ -169,6 +169,7 @@ class Recorder(Aspect):
 
     def _start(self, ctx: CallContext) -> dict[str, Any]:
         jp = ctx.joinpoint
+        order = self._order  # read once: clear() may replace it meanwhile
         _BOOKKEEPING.active = True
         try:
             return {
@@ -179,7 +180,8 @@ class Recorder(Aspect):
                 "instance": ctx.instance,
                 "joinpoint": jp,
                 "thread": threading.current_thread(),
-                "index": next(self._order),
+                "index": next(order),
+                "numbering": order,  # which clear() the call started after
             }
         finally:
             _BOOKKEEPING.active = False
@@ -187,9 +189,11 @@ class Recorder(Aspect):
     def _finish(self, start: dict[str, Any], result: Any, exc: BaseException | None) -> None:
         _BOOKKEEPING.active = True
         try:
+            numbering = start.pop("numbering")
             call = Call(result=result, exception=exc, **start)
             with self._lock:
-                self._calls.append(call)
+                if numbering is self._order:  # else clear() came after it started
+                    self._calls.append(call)
         finally:
             _BOOKKEEPING.active = False
 
@@ -218,7 +222,8 @@ class Recorder(Aspect):
         return found[-1]
 
     def clear(self) -> None:
-        """Forget every recorded call; indexes start again at 0."""
+        """Forget every recorded call, and the calls in progress; indexes start again
+        at 0."""
         with self._lock:
             self._calls.clear()
             self._order = itertools.count()

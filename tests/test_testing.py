@@ -235,6 +235,29 @@ def test_clear_forgets_calls(weaver: ah.Weaver) -> None:
     assert [c.index for c in rec] == [0]
 
 
+def wait_for(started: threading.Event, release: threading.Event) -> str:
+    started.set()
+    release.wait(10)
+    return "late"
+
+
+def test_clear_forgets_a_call_in_progress(weaver: ah.Weaver) -> None:
+    """A call that started before clear() and ends after it is not recorded: it would
+    come back with an index of the old numbering (two calls with index 0)."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(wait_for, rec)
+    started, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=wait_for, args=(started, release))
+    thread.start()
+    assert started.wait(10)
+    rec.clear()
+    add(1)
+    release.set()
+    thread.join()
+    assert [(c.name, c.index) for c in rec] == [(f"{__name__}.add", 0)]
+
+
 def test_innermost_by_default_sees_what_reaches_the_target(weaver: ah.Weaver) -> None:
     """By default the Recorder is innermost: rewritten arguments and every retry attempt."""
     inner, outer = Recorder(), Recorder(priority=ah.Priority.HIGHEST)
