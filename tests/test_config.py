@@ -262,6 +262,35 @@ def test_target_must_be_a_path_or_list_of_paths() -> None:
     assert "must be a dotted path such as 'json.*'" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("target", "key", "says"),
+    [
+        ("json.dumps, json.loads", "weave[0].target", "a list: target: [json.dumps, json.loads]"),
+        ("json/dumps", "weave[0].target", "'json/dumps' is not a dotted path"),
+        ("json..dumps", "weave[0].target", "an empty part"),
+        (".json.dumps", "weave[0].target", "an empty part"),
+        ("json.dumps()", "weave[0].target", "'json.dumps()' is not a dotted path"),
+        ("json::dumps", "weave[0].target", "one ':'"),
+        (":dumps", "weave[0].target", "an empty part"),
+        (["json.*", "json dumps"], "weave[0].target[1]", "'json dumps' is not a dotted path"),
+    ],
+)
+def test_a_target_that_is_no_dotted_path_is_refused(target: Any, key: str, says: str) -> None:
+    """A target no module path can be (a comma-separated string, a slash, an empty part,
+    call parentheses) is refused at its key, before anything runs; it was woven, failed
+    when the program imported the module, and was reported as a warning at exit."""
+    error = config_error({"weave": [{"target": target, "aspects": ["Timed"]}]})
+    assert error.key == key
+    assert says in str(error)
+
+
+def test_targets_with_globs_colons_and_subclass_marks_are_accepted() -> None:
+    """Globs, a ':' where the module ends and a '+' for subclasses are dotted paths."""
+    targets = ["json.*", "pkg.models.*.forward", "pkg.mod:Class.method", "a.[!_]?b", "t.Base+.step"]
+    config = parse_config({"weave": [{"target": targets, "aspects": ["Timed"]}]})
+    assert config.weaves[0].targets == tuple(targets)
+
+
 def test_target_list_and_single_aspect_forms() -> None:
     """target: may be a list, and aspects: a single name or mapping."""
     config = parse_config(
