@@ -57,6 +57,7 @@ class Session:
     records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
     handles: list[Any] = field(default_factory=list)
     tracking: track_calls | None = None  # the switch turned on for describe, put back at exit
+    pid: int = field(default_factory=os.getpid)  # the process that reports at exit
 
     @classmethod
     def start(
@@ -165,8 +166,12 @@ class Session:
         trace. Returns whether the run must exit 2: a weave failed under ``strict``.
 
         Unweaving first keeps our own exit work (the trace is written with ``json``) out
-        of the timings and logs of a config that instruments ``json.*``.
+        of the timings and logs of a config that instruments ``json.*``. A child that the
+        program forked (``os.fork()``) and that ran on to the program's end reports
+        nothing: its counts are not the run's, and its trace would replace the run's.
         """
+        if os.getpid() != self.pid:
+            return False
         # Read while the weaves are in place (they leave describe() with their handles);
         # printed after unweaving, so rendering it runs no advice of the config.
         rows = describe() if self.describe else None

@@ -824,6 +824,38 @@ def test_a_program_that_closes_its_output_still_gets_its_exit_report(
     assert any(e["name"] == "json.dumps" for e in events)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_that_ends_normally_reports_nothing(tmp_path: Path) -> None:
+    """A child made by os.fork() that runs to the end of the program prints no summary
+    and writes no trace: only the process that started the run reports, with its own
+    calls (the child's counts stay in the child, as the docs say)."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(
+        tmp_path,
+        "forks.py",
+        """\
+        import json, os
+        json.dumps(0)
+        pid = os.fork()
+        if pid == 0:
+            for i in range(5):
+                json.dumps(i)
+        else:
+            os.waitpid(pid, 0)
+            print("parent", os.getpid())
+        """,
+    )
+    done = run(tmp_path, "--aspects", "aspects.yaml", "--trace", "t.json", "forks.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("aspecthook: timings") == 1
+    assert done.stderr.count("trace written") == 1
+    parent = int(done.stdout.split()[-1])
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    dumps = [e for e in events if e["name"] == "json.dumps"]
+    assert len(dumps) == 1
+    assert {e["pid"] for e in events} == {parent}
+
+
 def test_threads_are_joined_before_the_summary(tmp_path: Path) -> None:
     """Calls made by non-daemon threads still running at the end are in the summary."""
     write(tmp_path, "aspects.yaml", CONFIG)
