@@ -274,6 +274,24 @@ def test_argv0_is_dash_m_while_the_modules_package_is_imported(tmp_path: Path) -
     assert ours.stdout == plain.stdout == "package: ['-m', 'x']\nmodule: ['x']\n"
 
 
+def test_run_pytest_as_the_program(tmp_path: Path) -> None:
+    """``aspecthook run -m pytest``: pytest, which marks its plugins' packages for
+    assertion rewriting, does not warn that aspecthook (its pytest plugin's package) was
+    imported before it started, which a suite whose warnings are errors cannot run with."""
+    write(tmp_path, "calc.py", "def double(x):\n    return 2 * x\n")
+    write(
+        tmp_path,
+        "test_calc.py",
+        "import calc\n\ndef test_double():\n    assert calc.double(2) == 4\n",
+    )
+    write(tmp_path, "aspects.yaml", 'weave:\n  - target: "calc.*"\n    aspects: [Timed]\n')
+    pytest_args = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_calc.py")
+    done = run(tmp_path, "--aspects", "aspects.yaml", *pytest_args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "calc.double" in done.stderr
+
+
 def test_run_missing_module(tmp_path: Path) -> None:
     """-m with a module that does not exist says so, exit code 1, as python -m does."""
     done = run(tmp_path, "-m", "no_such_module_xyz")
