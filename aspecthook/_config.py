@@ -411,6 +411,8 @@ def _bool(file: str, key: str, value: Any) -> bool:
 
 
 def _optional_str(file: str, key: str, value: Any) -> str | None:
+    if isinstance(value, str) and not value.strip():
+        raise _error(file, key, "is empty: give a value, or remove the key")
     if value is not None and not _is_text(value):
         raise _error(file, key, f"must be a string, not {_kind(value)}")
     return None if value is None else str(value).strip()

@@ -325,6 +325,26 @@ def test_scalar_options_are_type_checked() -> None:
     assert config_error({"trace": 5}).key == "trace"
 
 
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"trace": " "}, "trace"),
+        ({"logging": {"file": ""}}, "logging.file"),
+        (
+            {"weave": [{"target": "json.*", "aspects": ["Timed"], "requires": ""}]},
+            "weave[0].requires",
+        ),
+        ({"weave": [{"target": "json.*", "aspects": ["Timed"], "name": ""}]}, "weave[0].name"),
+    ],
+)
+def test_an_empty_string_option_says_it_is_empty(data: dict[str, Any], key: str) -> None:
+    """An option given as an empty string is refused as empty (remove it or fill it in),
+    not as "must be a string, not str ''", which reads as a contradiction."""
+    error = config_error(data)
+    assert error.key == key
+    assert str(error).endswith(f"{key}: is empty: give a value, or remove the key")
+
+
 def test_logging_section_is_checked() -> None:
     """logging: accepts format console/json, level and file, nothing else."""
     assert parse_config({"logging": {"format": "json", "level": "debug"}}).logging == {
