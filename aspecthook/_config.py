@@ -126,6 +126,10 @@ class RunConfig:
             raise self.error(key, f"{spec.type} {str(exc).partition(' ')[2]}") from None
         except (AspectHookError, TypeError, ValueError) as exc:
             raise self.error(spec.key, f"{spec.type}({_kwargs(params)}) failed: {exc}") from None
+        except Exception as exc:  # a file it cannot open, a service it cannot reach
+            raise self.error(
+                spec.key, f"{spec.type}({_kwargs(params)}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -419,6 +419,31 @@ def test_constructor_error_names_the_aspect_key(registry: Registry) -> None:
         config.build_aspects(registry)
 
 
+class Reader:
+    """An aspect type whose constructor opens the file it is given."""
+
+    def __init__(self, *, path: str = "rules.txt") -> None:
+        with open(path, encoding="utf-8") as f:
+            self.rules = f.read()
+
+
+def test_any_constructor_error_is_a_config_error_at_the_aspect(tmp_path: Path) -> None:
+    """A constructor that fails with another exception than TypeError / ValueError (a
+    file it cannot open) is a ConfigError at the aspect's key naming the exception, so
+    that ``aspecthook run`` says which entry of the file is wrong and exits 2, rather
+    than ending with a traceback."""
+    registry = Registry("aspect")
+    registry.register(Reader)
+    missing = str(tmp_path / "nope.txt")
+    config = parse_config(
+        {"weave": [{"target": "a", "aspects": [{"type": "Reader", "path": missing}]}]}, "r.yaml"
+    )
+    with pytest.raises(ConfigError) as info:
+        config.build_aspects(registry)
+    assert info.value.key == "weave[0].aspects[0]"
+    assert f"Reader(path={missing!r}) failed: FileNotFoundError: [Errno 2]" in str(info.value)
+
+
 def test_build_with_the_shipped_registry(tmp_path: Path) -> None:
     """The documented example builds real Timed and Logged aspects, one Timed shared."""
     from aspecthook.aspects import Logged, Timed
