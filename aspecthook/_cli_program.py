@@ -62,8 +62,6 @@ def _program_path(options: RunOptions) -> str:
         return os.getcwd()
     if _is_main_container(path):
         return os.path.abspath(path)
-    if path.endswith(".pyc"):
-        return path
     return os.path.dirname(os.path.realpath(path))
 
 
@@ -86,32 +84,46 @@ def _run_script(path: str, args: list[str]) -> None:
         fallback = functools.partial(runpy.run_path, path, run_name="__main__")
         _run_as_main("__main__", alter_argv=False, fallback=fallback)
         return
-    if path.endswith(".pyc"):  # compiled code: runpy's job
-        if not safe_path:
-            del sys.path[0]
-        runpy.run_path(path, run_name="__main__")
-        return
     if not safe_path:
         sys.path[0] = os.path.dirname(os.path.realpath(path))
-    # Not runpy.run_path for a plain file: it gives __file__ and code objects the path as
-    # typed and sets argv[0] to what it runs, while python 3.9+ makes __file__ absolute and
-    # leaves argv[0] as typed. This is python's own pymain_run_file, in Python.
-    filename = os.path.abspath(path)
-    with io.open_code(filename) as f:
-        source = f.read()
-    from importlib.machinery import SourceFileLoader
+    # Not runpy.run_path for a file: it gives __file__ and code objects the path as typed,
+    # sets argv[0] to what it runs and puts the previous __main__ back at the end, while
+    # python 3.9+ makes __file__ absolute, leaves argv[0] as typed and keeps the program's
+    # __main__. This is python's own pymain_run_file, in Python; a .pyc file (compiled
+    # code) as its run_pyc_file.
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
 
+    filename = os.path.abspath(path)
+    compiled = path.endswith(".pyc")
+    loader = SourcelessFileLoader if compiled else SourceFileLoader
     module = types.ModuleType("__main__")
     module.__dict__.update(
         __file__=filename,
         __cached__=None,
         __builtins__=builtins,
-        __loader__=SourceFileLoader("__main__", filename),
+        __loader__=loader("__main__", filename),
     )
+    with io.open_code(filename) as f:
+        data = f.read()
+    code = _compiled_code(data) if compiled else compile(data, filename, "exec", dont_inherit=True)
     # The program's __main__ stays until the process ends, as under python: its threads
     # and atexit handlers still find its classes there (pickle looks them up by name).
     sys.modules["__main__"] = module
-    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
+    exec(code, module.__dict__)
+
+
+def _compiled_code(data: bytes) -> types.CodeType:
+    """The code of a ``.pyc`` file's bytes, as python reads it to run one (its header
+    is 16 bytes: the magic number, flags, and the source's time and size or hash)."""
+    import importlib.util
+    import marshal
+
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        raise RuntimeError("Bad magic number in .pyc file")
+    code = marshal.loads(data[16:])
+    if not isinstance(code, types.CodeType):
+        raise RuntimeError("Bad code object in .pyc file")
+    return code
 
 
 def _run_module(name: str, args: list[str]) -> None:

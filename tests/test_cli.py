@@ -214,6 +214,43 @@ def test_an_excepthook_that_fails_is_reported_as_python_does(tmp_path: Path, hoo
     assert "json.dumps" in summary
 
 
+def test_a_compiled_program_runs_as_python_runs_it(tmp_path: Path) -> None:
+    """A ``.pyc`` program, started from another folder: its folder first on sys.path (so
+    a module beside it is imported, and woven), an absolute ``__file__``, python's
+    ``__loader__`` and ``__package__``, and its ``__main__`` kept for its exit handlers."""
+    import py_compile
+
+    app = tmp_path / "app"
+    source = write(
+        app,
+        "prog.py",
+        """\
+        import atexit, json, pickle, sys
+        import helper
+
+        class Point:
+            pass
+
+        atexit.register(lambda: print("pickled at exit:", len(pickle.dumps(Point())) > 0))
+        print(sys.argv, sys.path[0], __file__, type(__loader__).__name__, __package__)
+        print(helper.work(json.dumps({"i": 7})))
+        """,
+    )
+    write(app, "helper.py", HELPER)
+    py_compile.compile(str(source), cfile=str(app / "prog.pyc"), doraise=True)
+    source.unlink()
+    write(tmp_path, "aspects.yaml", 'weave:\n  - target: "helper.work"\n    aspects: [Timed]\n')
+    ours = run(tmp_path, "--aspects", "aspects.yaml", "app/prog.pyc", "x")
+    plain = python(tmp_path, "app/prog.pyc", "x")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout
+    assert f"['app/prog.pyc', 'x'] {app} {app / 'prog.pyc'} SourcelessFileLoader None" in (
+        ours.stdout
+    )
+    assert "pickled at exit: True" in ours.stdout
+    assert "helper.work" in ours.stderr
+
+
 def test_syntax_error_is_reported_as_python_does(tmp_path: Path) -> None:
     """A program that does not compile prints python's SyntaxError report and exits 1."""
     write(tmp_path, "broken.py", "def (:\n")
