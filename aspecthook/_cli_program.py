@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from ._cli_report import _flush_stdout
+
 if TYPE_CHECKING:
     from ._cli import RunOptions
 
@@ -195,7 +197,7 @@ def _report(exc: BaseException) -> int:
         return _exit_code(stop)
     except BaseException as failure:
         failure = failure.with_traceback(_without_ours(failure.__traceback__))
-        sys.stdout.flush()
+        _flush_stdout()
         print("Error in sys.excepthook:", file=sys.stderr)
         traceback.print_exception(type(failure), failure, failure.__traceback__)
         print("\nOriginal exception was:", file=sys.stderr)
