@@ -8,6 +8,10 @@ where.
 
 ``import aspecthook`` imports wrapt and the standard library only: structlog, rich and
 PyYAML load on first use, and torch only through ``aspecthook.train``.
+
+PYTEST_DONT_REWRITE: pytest, which rewrites the asserts of its plugins' packages (this one
+has none), would otherwise warn under ``aspecthook run -m pytest`` that the package was
+imported before pytest started.
 """
 
 from __future__ import annotations

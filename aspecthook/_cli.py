@@ -23,11 +23,12 @@ running of the program as python would (``_cli_program``), the lines printed on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from . import __version__
@@ -155,6 +156,7 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
     may have options named like ours).
     """
     ours: list[str] = []
+    values: dict[str, list[str]] = {}  # what each option with a value was given
     i, dashdash = 0, False
     while i < len(args):
         arg = args[i]
@@ -163,12 +165,17 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
             break
         if not arg.startswith("-") or arg == "-" or arg.startswith("-m"):
             break
-        _check_option(arg.split("=", 1)[0])
+        name, inline, value = arg.partition("=")
+        _check_option(name)
         ours.append(arg)
         if arg in _VALUED and i + 1 < len(args):
-            ours.append(args[i + 1])
+            value = args[i + 1]
+            ours.append(value)
             i += 1
+        if name in _VALUED and (inline or arg in _VALUED):
+            values.setdefault(name, []).append(value)
         i += 1
+    _check_given_once(values)
     parsed = _run_parser().parse_args(ours)
     options = RunOptions(
         parsed.aspects, parsed.strict, parsed.trace, parsed.summary is None, parsed.describe
@@ -189,6 +196,18 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
     return options
 
 
+def _check_given_once(values: dict[str, list[str]]) -> None:
+    """Refuse an option with a value given more than once: argparse keeps the last, so
+    ``--aspects a.yaml --aspects b.yaml`` would silently run without a.yaml's weaves."""
+    for name, given in values.items():
+        if len(given) > 1:
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            fix = "; put every weave in one file" if name == "--aspects" else ""
+            raise _UsageError(
+                f"{name} is given {times} ({', '.join(map(repr, given))}): give it once{fix}"
+            )
+
+
 def _check_option(name: str) -> None:
     """Refuse an option that is not ours, before argparse reads a prefix of one as that
     option (``--aspect FILE`` would be ``--aspects`` missing its value)."""
@@ -205,6 +224,41 @@ def _check_option(name: str) -> None:
 # -- running ------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _program_folder_last(
+    folder: str | None,
+) -> Iterator[Callable[[], contextlib.AbstractContextManager[None]]]:
+    """While aspecthook imports what it needs itself (the YAML parser, structlog, rich):
+    ``folder``, the program's first place on sys.path, is the last, and ``sys.path`` is
+    put back after. A module of the program named like a package of ours (``yaml.py``
+    beside the script) then does not stand in for that package, while a target's module
+    beside the script is still found.
+
+    Yields ``as_program()``, a context in which sys.path is the program's again: the
+    modules the config names (``type: 'slow:Slow'``) are imported there, as the program
+    would import them.
+    """
+    saved = list(sys.path)
+
+    @contextlib.contextmanager
+    def as_program() -> Iterator[None]:
+        ours = list(sys.path)
+        sys.path[:] = saved
+        try:
+            yield
+        finally:
+            sys.path[:] = ours
+
+    if folder is None:
+        yield as_program
+        return
+    sys.path[:] = [entry for entry in saved if entry != folder] + [folder]
+    try:
+        yield as_program
+    finally:
+        sys.path[:] = saved
+
+
 def run(options: RunOptions) -> int:
     """Weave what ``options.aspects`` names, run the program, report; the exit code."""
     if options.script is not None and not os.path.exists(options.script):
@@ -218,12 +272,14 @@ def run(options: RunOptions) -> int:
     if problem is not None:
         print(f"{PROG}: error: --trace {options.trace}: {problem}", file=sys.stderr)
         return 2
+    folder = None
     if not getattr(sys.flags, "safe_path", False):
         # Where the program's own imports will look first, before weaving: a target in a
         # module beside the script (or in the working directory, for -m) is then found.
-        sys.path[0] = _program_path(options)
+        folder = sys.path[0] = _program_path(options)
     try:
-        session = Session.start(options)
+        with _program_folder_last(folder) as as_program:
+            session = Session.start(options, as_program=as_program)
     except (ConfigError, WeaveTargetError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -231,7 +287,9 @@ def run(options: RunOptions) -> int:
         code, interrupted = _run_program(options)
     finally:
         abandoned = _join_threads()
-    if session.finish() and not interrupted:
+    with _program_folder_last(folder):
+        failed = session.finish()
+    if failed and not interrupted:
         code = 2  # a weave that --strict asked for never took effect
     # atexit cannot see the status: process.exit subscribers get it from here (130, the
     # shell's status for a death by SIGINT, after Ctrl-C).

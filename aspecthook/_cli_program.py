@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from ._cli_report import _flush_stdout
+
 if TYPE_CHECKING:
     from ._cli import RunOptions
 
@@ -46,9 +48,12 @@ def _run_program(options: RunOptions) -> tuple[int, bool]:
     except SystemExit as exc:
         return _exit_code(exc), False
     except BaseException as exc:
-        _report(exc)
-        return 1, isinstance(exc, KeyboardInterrupt)
-    return 0, False
+        uncaught = exc
+    else:
+        return 0, False
+    # Reported once the except clause is left: python calls the hook with no exception
+    # being handled (an exception the hook raises has no context, exc_info() is empty).
+    return _report(uncaught), isinstance(uncaught, KeyboardInterrupt)
 
 
 def _program_path(options: RunOptions) -> str:
@@ -59,8 +64,6 @@ def _program_path(options: RunOptions) -> str:
         return os.getcwd()
     if _is_main_container(path):
         return os.path.abspath(path)
-    if path.endswith(".pyc"):
-        return path
     return os.path.dirname(os.path.realpath(path))
 
 
@@ -83,32 +86,46 @@ def _run_script(path: str, args: list[str]) -> None:
         fallback = functools.partial(runpy.run_path, path, run_name="__main__")
         _run_as_main("__main__", alter_argv=False, fallback=fallback)
         return
-    if path.endswith(".pyc"):  # compiled code: runpy's job
-        if not safe_path:
-            del sys.path[0]
-        runpy.run_path(path, run_name="__main__")
-        return
     if not safe_path:
         sys.path[0] = os.path.dirname(os.path.realpath(path))
-    # Not runpy.run_path for a plain file: it gives __file__ and code objects the path as
-    # typed and sets argv[0] to what it runs, while python 3.9+ makes __file__ absolute and
-    # leaves argv[0] as typed. This is python's own pymain_run_file, in Python.
-    filename = os.path.abspath(path)
-    with io.open_code(filename) as f:
-        source = f.read()
-    from importlib.machinery import SourceFileLoader
+    # Not runpy.run_path for a file: it gives __file__ and code objects the path as typed,
+    # sets argv[0] to what it runs and puts the previous __main__ back at the end, while
+    # python 3.9+ makes __file__ absolute, leaves argv[0] as typed and keeps the program's
+    # __main__. This is python's own pymain_run_file, in Python; a .pyc file (compiled
+    # code) as its run_pyc_file.
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
 
+    filename = os.path.abspath(path)
+    compiled = path.endswith(".pyc")
+    loader = SourcelessFileLoader if compiled else SourceFileLoader
     module = types.ModuleType("__main__")
     module.__dict__.update(
         __file__=filename,
         __cached__=None,
         __builtins__=builtins,
-        __loader__=SourceFileLoader("__main__", filename),
+        __loader__=loader("__main__", filename),
     )
+    with io.open_code(filename) as f:
+        data = f.read()
+    code = _compiled_code(data) if compiled else compile(data, filename, "exec", dont_inherit=True)
     # The program's __main__ stays until the process ends, as under python: its threads
     # and atexit handlers still find its classes there (pickle looks them up by name).
     sys.modules["__main__"] = module
-    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
+    exec(code, module.__dict__)
+
+
+def _compiled_code(data: bytes) -> types.CodeType:
+    """The code of a ``.pyc`` file's bytes, as python reads it to run one (its header
+    is 16 bytes: the magic number, flags, and the source's time and size or hash)."""
+    import importlib.util
+    import marshal
+
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        raise RuntimeError("Bad magic number in .pyc file")
+    code = marshal.loads(data[16:])
+    if not isinstance(code, types.CodeType):
+        raise RuntimeError("Bad code object in .pyc file")
+    return code
 
 
 def _run_module(name: str, args: list[str]) -> None:
@@ -119,7 +136,9 @@ def _run_module(name: str, args: list[str]) -> None:
     """
     import runpy
 
-    sys.argv = [name, *args]  # runpy sets argv[0] to the module's file
+    # '-m' while the module is located (its package imported), as python has it; runpy
+    # then sets argv[0] to the module's file.
+    sys.argv = ["-m", *args]
     if not getattr(sys.flags, "safe_path", False):
         sys.path[0] = os.getcwd()
     fallback = functools.partial(runpy.run_module, name, run_name="__main__", alter_sys=True)
@@ -153,21 +172,44 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _report(exc: BaseException) -> None:
-    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's.
+def _report(exc: BaseException) -> int:
+    """Hand an uncaught exception to ``sys.excepthook``, minus our frames and runpy's;
+    the exit code (1, or the code of a ``SystemExit`` the hook raised).
 
     Like python, first store it as ``sys.last_exc`` (3.12+) and ``sys.last_type`` /
     ``last_value`` / ``last_traceback``, where debuggers look for it; ``process.exit``
-    gets it from the hook (aspecthook's, installed with its subscription).
+    gets it from the hook (aspecthook's, installed with its subscription). A hook that
+    raises, or is missing, is reported as python reports it, and the run goes on to its
+    exit report.
     """
+    exc = exc.with_traceback(_without_ours(exc.__traceback__))
     tb = exc.__traceback__
-    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    exc = exc.with_traceback(tb)
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     if sys.version_info >= (3, 12):
         sys.last_exc = exc
-    sys.excepthook(type(exc), exc, tb)
+    if not hasattr(sys, "excepthook"):
+        print("sys.excepthook is missing", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
+        return 1
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except SystemExit as stop:  # python exits with it
+        return _exit_code(stop)
+    except BaseException as failure:
+        failure = failure.with_traceback(_without_ours(failure.__traceback__))
+        _flush_stdout()
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(failure), failure, failure.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
+    return 1
+
+
+def _without_ours(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` from the first frame that is neither ours nor runpy's."""
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
 
 
 def _is_ours(filename: str) -> bool:

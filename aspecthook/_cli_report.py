@@ -11,13 +11,44 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["PROG", "_is_timer", "_print_summary", "_trace_problem", "_warn", "_write_trace"]
+__all__ = [
+    "PROG",
+    "_flush_stdout",
+    "_is_timer",
+    "_print_summary",
+    "_say",
+    "_trace_problem",
+    "_warn",
+    "_write_trace",
+]
 
 PROG = "aspecthook"
 
 
+def _say(text: object) -> None:
+    """Print ``text`` on stderr, unless the program closed or removed its stderr: python
+    drops its own messages then, and the exit report goes on (to write the trace)."""
+    stream = sys.stderr
+    if stream is None:  # print(file=None) would write to stdout
+        return
+    try:
+        print(text, file=stream)
+    except (OSError, ValueError):  # closed, or its pipe gone
+        pass
+
+
+def _flush_stdout() -> None:
+    """Flush the program's stdout, so that our stderr lines come after its output; one it
+    closed or removed is left alone (python's own exit reports a failing flush)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+    _say(f"{PROG}: warning: {message}")
 
 
 def _is_timer(aspect: Any) -> bool:
@@ -29,15 +60,15 @@ def _is_timer(aspect: Any) -> bool:
 def _print_summary(timers: list[Any]) -> None:
     """One table over every Timed instance (rows of all, slowest total first)."""
     summaries = [t.summary() for t in timers]
-    sys.stdout.flush()
+    _flush_stdout()
     if not any(len(summary) for summary in summaries):  # no woven call ran: no empty table
-        print(f"{PROG}: Timed recorded no calls", file=sys.stderr)
+        _say(f"{PROG}: Timed recorded no calls")
         return
     table = summaries[0]
     if len(summaries) > 1:
         rows = sorted(_labelled(timers, summaries), key=lambda r: -r.total_s)
         table = type(summaries[0])(rows)
-    print(table, file=sys.stderr)
+    _say(table)
 
 
 def _labelled(timers: list[Any], summaries: list[Any]) -> list[Any]:
@@ -88,7 +119,7 @@ def _write_trace(timers: list[Any], path: str) -> None:
     except OSError as exc:
         _warn(f"cannot write the trace to {path}: {exc}")
         return
-    print(f"{PROG}: trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    _say(f"{PROG}: trace written to {path} (open it in https://ui.perfetto.dev)")
 
 
 def _meta_key(event: dict[str, Any]) -> tuple[Any, ...]:

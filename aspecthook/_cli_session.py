@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._cli_logging import _configure_logging, _core_logs_to_stderr, _quiet_core_logs
-from ._cli_report import PROG, _is_timer, _print_summary, _trace_problem, _warn, _write_trace
+from ._cli_report import (
+    PROG,
+    _flush_stdout,
+    _is_timer,
+    _print_summary,
+    _say,
+    _trace_problem,
+    _warn,
+    _write_trace,
+)
 from ._config import RunConfig, WeaveSpec, load_config
 from ._describe import describe
 from ._install import ENDING
@@ -46,10 +57,20 @@ class Session:
     records: list[tuple[str, Any]] = field(default_factory=list)  # (key, WeaveRecord)
     handles: list[Any] = field(default_factory=list)
     tracking: track_calls | None = None  # the switch turned on for describe, put back at exit
+    pid: int = field(default_factory=os.getpid)  # the process that reports at exit
 
     @classmethod
-    def start(cls, options: RunOptions) -> Session:
-        """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not."""
+    def start(
+        cls,
+        options: RunOptions,
+        *,
+        as_program: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> Session:
+        """Read the config and weave it; ``ConfigError`` / ``WeaveTargetError`` if not.
+
+        ``as_program()``: the context in which ``sys.path`` is the program's, where the
+        modules of the config's ``'package.module:Name'`` types are imported.
+        """
         config = load_config(options.aspects) if options.aspects else RunConfig(file="")
         trace = options.trace or config.trace
         problem = _trace_problem(trace) if trace and not options.trace else None
@@ -65,7 +86,10 @@ class Session:
         )
         from .registry import ASPECTS
 
+        with as_program():
+            _import_type_modules(config)
         built = config.build_aspects(ASPECTS, trace=session.trace is not None)
+        _check_weavable(config, built)
         for aspect in (a for aspects in built for a in aspects):
             if all(aspect is not seen for seen in session.aspects):
                 session.aspects.append(aspect)
@@ -142,8 +166,12 @@ class Session:
         trace. Returns whether the run must exit 2: a weave failed under ``strict``.
 
         Unweaving first keeps our own exit work (the trace is written with ``json``) out
-        of the timings and logs of a config that instruments ``json.*``.
+        of the timings and logs of a config that instruments ``json.*``. A child that the
+        program forked (``os.fork()``) and that ran on to the program's end reports
+        nothing: its counts are not the run's, and its trace would replace the run's.
         """
+        if os.getpid() != self.pid:
+            return False
         # Read while the weaves are in place (they leave describe() with their handles);
         # printed after unweaving, so rendering it runs no advice of the config.
         rows = describe() if self.describe else None
@@ -159,12 +187,12 @@ class Session:
         for key, problem in problems:
             where = f"{self.config.file}: {key}: {problem}"
             if self.strict:
-                print(f"{PROG}: error: {where} (strict mode)", file=sys.stderr)
+                _say(f"{PROG}: error: {where} (strict mode)")
             else:
                 _warn(where)
         if rows is not None:
-            sys.stdout.flush()
-            print(rows, file=sys.stderr)
+            _flush_stdout()
+            _say(rows)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
             _print_summary(timers)
@@ -188,6 +216,64 @@ class Session:
                 "module the program imports and weave it there"
             )
         return f"{record.target} was never woven: the program never imported {module}"
+
+
+def _import_type_modules(config: RunConfig) -> None:
+    """Import the modules of the config's ``'package.module:Name'`` types, as the program
+    would import them. A module that fails is left to the build, which reports it at its
+    key."""
+    import importlib
+
+    for weave_spec in config.weaves:
+        for spec in weave_spec.aspects:
+            module, colon, _ = spec.type.partition(":")
+            if not colon:
+                continue
+            try:
+                importlib.import_module(module.strip())
+            except Exception:
+                continue
+
+
+def _check_weavable(config: RunConfig, built: list[list[Any]]) -> None:
+    """``ConfigError`` at the ``type`` of an aspect that ``weave`` cannot apply: the
+    registry also takes hook and callback classes, which run on a training runner."""
+    from ._advice import Advice
+    from ._aspect import Aspect
+
+    for weave_spec, aspects in zip(config.weaves, built, strict=True):
+        for spec, aspect in zip(weave_spec.aspects, aspects, strict=True):
+            if isinstance(aspect, (Aspect, Advice)):
+                continue
+            raise config.error(
+                f"{spec.key}.type",
+                f"{spec.type!r} builds {_what(aspect)}, which is not an Aspect"
+                f"{_RUNNER_HINT if _is_hook(aspect) else ''}; here name an Aspect to weave "
+                "into the target (Timed, Logged, Counted, Retry, Recorder, or a "
+                "'package.module:Name' of an Aspect subclass of your own)",
+            )
+
+
+#: Why a hook or callback object cannot be woven, and where it goes instead.
+_RUNNER_HINT = (
+    ": a hook or callback object runs at a training runner's join points (give it to "
+    "Runner.from_config or a runner's aspects=)"
+)
+
+
+def _is_hook(value: Any) -> bool:
+    """An OpenMMLab-style hook or a Keras-style callback (what the adapters take)."""
+    from .adapters import KERAS_METHODS, MM_METHODS
+
+    return any(callable(getattr(value, m, None)) for m in (*MM_METHODS, *KERAS_METHODS))
+
+
+def _what(value: Any) -> str:
+    """``a pkg.mod.Class`` for an object, its repr for None and the like."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    kind = type(value)
+    return f"a {kind.__module__}.{kind.__qualname__}"
 
 
 def _program_modules(options: RunOptions) -> tuple[str, ...]:

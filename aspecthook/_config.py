@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -125,6 +126,10 @@ class RunConfig:
             raise self.error(key, f"{spec.type} {str(exc).partition(' ')[2]}") from None
         except (AspectHookError, TypeError, ValueError) as exc:
             raise self.error(spec.key, f"{spec.type}({_kwargs(params)}) failed: {exc}") from None
+        except Exception as exc:  # a file it cannot open, a service it cannot reach
+            raise self.error(
+                spec.key, f"{spec.type}({_kwargs(params)}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -259,6 +264,11 @@ def _weave(file: str, key: str, entry: Any) -> WeaveSpec:
             "must be a dotted path such as 'json.*' or "
             f"'pkg.mod.Class.method', or a list of them, not {_kind(entry['target'])}",
         )
+    for i, target in enumerate(targets):
+        problem = _target_problem(target.strip())
+        if problem is not None:
+            where = f"{key}.target" if isinstance(entry["target"], str) else f"{key}.target[{i}]"
+            raise _error(file, where, problem)
     aspects = entry["aspects"]
     if isinstance(aspects, (str, Mapping)):
         aspects = [aspects]
@@ -340,6 +350,37 @@ def _logging(file: str, value: Any) -> Mapping[str, Any] | None:
 # -- small checks ---------------------------------------------------------------------------
 
 
+#: One part of a target's dotted path: a name or a glob ('*', '?', '[!_]'), and a '+'
+#: at its end for a class and its subclasses ('torch.optim.Optimizer+.step').
+_PATH_PART = re.compile(r"[\w*?\[\]!-]+\+?")
+_PATH_EXAMPLES = "write it like 'pkg.mod.Class.method', 'pkg.mod:Class.method' or 'json.*'"
+
+
+def _target_problem(target: str) -> str | None:
+    """Why ``target`` cannot be a dotted path to weave, or None. Caught here, it is an
+    error at its key; woven, it would only fail when the program imports its module."""
+    nopath = f"{target!r} is not a dotted path"
+    if "," in target:
+        listed = ", ".join(t.strip() for t in target.split(",") if t.strip())
+        return f"{nopath}: several targets go in a list: target: [{listed}]"
+    module, _, attrs = target.partition(":")
+    if ":" in attrs:
+        return (
+            f"{nopath}: it has more than one ':' (one ':' says where the module ends: "
+            "'pkg.mod:Class.method')"
+        )
+    parts = module.split(".") + (attrs.split(".") if attrs else [])
+    if not all(parts):
+        return (
+            f"{nopath}: it has an empty part (two dots in a row, or a '.' or ':' at an "
+            f"end); {_PATH_EXAMPLES}"
+        )
+    bad = next((part for part in parts if not _PATH_PART.fullmatch(part)), None)
+    if bad is not None:
+        return f"{nopath}: {bad!r} is neither a name nor a glob; {_PATH_EXAMPLES}"
+    return None
+
+
 #: Top-level keys that start with this are left for the file's own use (YAML anchors to
 #: merge from, notes), as compose files treat their extension fields.
 _EXTENSION_PREFIX = "x-"
@@ -374,6 +415,8 @@ def _bool(file: str, key: str, value: Any) -> bool:
 
 
 def _optional_str(file: str, key: str, value: Any) -> str | None:
+    if isinstance(value, str) and not value.strip():
+        raise _error(file, key, "is empty: give a value, or remove the key")
     if value is not None and not _is_text(value):
         raise _error(file, key, f"must be a string, not {_kind(value)}")
     return None if value is None else str(value).strip()

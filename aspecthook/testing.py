@@ -20,7 +20,9 @@ is enough) provides fixtures that keep tests from leaking advice into each other
 ``isolate_default_weaver``
     Yields ``aspecthook.default_weaver`` and, after the test, removes every registration
     and weave the test made on it (``@on(...)``, ``register(...)``, ``weave(...)``),
-    leaving what was there before the test (advice registered at import) in place.
+    leaving what was there before the test (advice registered at import, or by fixtures
+    of a wider scope) in place. It is set up before the test's other function-scoped
+    fixtures, so what they register is the test's and is removed too.
 ``recorder``
     A fresh ``Recorder`` with no pointcut, to ``weave(target, recorder)``; isolated too.
 """
@@ -61,7 +63,8 @@ class Call:
     ``index`` is the order in which calls *started* (0, 1, ...), so nested calls read
     outer first; ``exception`` is what the call raised (``result`` is then ``None``).
     ``names`` holds every name the join point answers to (aliases given with
-    ``weave(..., name=)`` included), so pointcuts can select calls.
+    ``weave(..., name=)`` included), so pointcuts can select calls; ``joinpoint`` is the
+    join point itself, which a predicate pointcut is given.
     """
 
     name: str
@@ -73,11 +76,23 @@ class Call:
     thread: threading.Thread = field(repr=False)
     instance: Any = field(default=None, repr=False)
     names: frozenset[str] = field(default=frozenset(), repr=False)
+    joinpoint: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         """Whether the call returned instead of raising."""
         return self.exception is None
+
+
+class _Bookkeeping(threading.local):
+    """Per thread: whether a ``Recorder`` is noting a call right now. What it calls for
+    that (``threading.current_thread``, builtins) may be woven with a Recorder too: such
+    calls run unrecorded, or recording one would record the next, without end."""
+
+    active = False
+
+
+_BOOKKEEPING = _Bookkeeping()
 
 
 class Recorder(Aspect):
@@ -126,6 +141,8 @@ class Recorder(Aspect):
     @default_weaver.around()
     def record(self, ctx: CallContext, proceed: Callable[..., Any]) -> Any:
         """Note the call's arguments now and its result or exception when it completes."""
+        if _BOOKKEEPING.active:  # called by a Recorder's own bookkeeping
+            return proceed()
         start = self._start(ctx)
         if ctx.joinpoint.is_async:
             return self._record_async(start, proceed)
@@ -152,20 +169,33 @@ class Recorder(Aspect):
 
     def _start(self, ctx: CallContext) -> dict[str, Any]:
         jp = ctx.joinpoint
-        return {
-            "name": jp.name,
-            "names": frozenset(n for n in jp.names if not n.startswith("@")),
-            "args": tuple(ctx.args),
-            "kwargs": dict(ctx.kwargs),
-            "instance": ctx.instance,
-            "thread": threading.current_thread(),
-            "index": next(self._order),
-        }
+        order = self._order  # read once: clear() may replace it meanwhile
+        _BOOKKEEPING.active = True
+        try:
+            return {
+                "name": jp.name,
+                "names": frozenset(n for n in jp.names if not n.startswith("@")),
+                "args": tuple(ctx.args),
+                "kwargs": dict(ctx.kwargs),
+                "instance": ctx.instance,
+                "joinpoint": jp,
+                "thread": threading.current_thread(),
+                "index": next(order),
+                "numbering": order,  # which clear() the call started after
+            }
+        finally:
+            _BOOKKEEPING.active = False
 
     def _finish(self, start: dict[str, Any], result: Any, exc: BaseException | None) -> None:
-        call = Call(result=result, exception=exc, **start)
-        with self._lock:
-            self._calls.append(call)
+        _BOOKKEEPING.active = True
+        try:
+            numbering = start.pop("numbering")
+            call = Call(result=result, exception=exc, **start)
+            with self._lock:
+                if numbering is self._order:  # else clear() came after it started
+                    self._calls.append(call)
+        finally:
+            _BOOKKEEPING.active = False
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -182,7 +212,7 @@ class Recorder(Aspect):
     def calls_to(self, pointcut: PointcutLike) -> list[Call]:
         """The calls whose join point ``pointcut`` selects: a name, a glob or a Pointcut."""
         selector = as_pointcut(pointcut)
-        return [c for c in self.calls if selector.matches(c)]
+        return [c for c in self.calls if selector.matches(_CallPoint(c))]
 
     def last(self, pointcut: PointcutLike | None = None) -> Call:
         """The call that started last (of those ``pointcut`` selects); AssertionError if none."""
@@ -192,7 +222,8 @@ class Recorder(Aspect):
         return found[-1]
 
     def clear(self) -> None:
-        """Forget every recorded call; indexes start again at 0."""
+        """Forget every recorded call, and the calls in progress; indexes start again
+        at 0."""
         with self._lock:
             self._calls.clear()
             self._order = itertools.count()
@@ -240,6 +271,30 @@ class Recorder(Aspect):
 
     def __repr__(self) -> str:
         return f"<Recorder {self.name!r}, {len(self)} call(s)>"
+
+
+class _CallPoint:
+    """A recorded call as a pointcut sees it: the names the call had, and its join point's
+    other attributes (``is_async``, ``target``) for a predicate, as advice gets them."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._call.names
+
+    @property
+    def name(self) -> str:
+        return self._call.name
+
+    def __getattr__(self, attr: str) -> Any:
+        joinpoint = self._call.joinpoint
+        if joinpoint is None:  # a Call made by hand
+            raise AttributeError(f"the call {self._call.name!r} has no join point: {attr!r}")
+        return getattr(joinpoint, attr)
 
 
 def _label(pointcut: PointcutLike | None) -> str:
@@ -306,7 +361,38 @@ def _close(weaver: Weaver) -> None:
         WEAVES.remove(record)
 
 
+_ISOLATE = "isolate_default_weaver"
+
+
+def _isolate_first(item: Any) -> None:
+    """Set up ``isolate_default_weaver`` before the test's other function-scoped fixtures.
+
+    pytest sets up fixtures of one scope in the order the test names them (autouse ones
+    first), so ``def test(woven, weaver)`` would take its snapshot after ``woven``
+    registered, and leave that registration to the next tests. Fixtures of a wider scope
+    stay before it: what they register outlives the test on purpose.
+    """
+    names = getattr(item, "fixturenames", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if not isinstance(names, list) or _ISOLATE not in names or info is None:
+        return
+    defs = getattr(info, "name2fixturedefs", {})
+
+    def function_scoped(name: str) -> bool:
+        found = defs.get(name)
+        return not found or getattr(found[-1], "scope", "function") == "function"
+
+    names.remove(_ISOLATE)
+    first = next((i for i, name in enumerate(names) if function_scoped(name)), len(names))
+    names.insert(first, _ISOLATE)
+
+
 if _HAVE_PYTEST:
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item: pytest.Item) -> None:
+        """Before pytest sets up the test's fixtures: see ``_isolate_first``."""
+        _isolate_first(item)
 
     @pytest.fixture
     def isolate_default_weaver() -> Iterator[Weaver]:

@@ -190,6 +190,67 @@ def test_uncaught_exception_uses_the_programs_excepthook(tmp_path: Path) -> None
     assert done.stdout == "hook: KeyError <module>\n"
 
 
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "def hook(*exc_info):\n    raise RuntimeError('the hook failed')\nsys.excepthook = hook",
+        "sys.excepthook = None",
+        "del sys.excepthook",
+        "def hook(*exc_info):\n    sys.exit(5)\nsys.excepthook = hook",
+    ],
+    ids=["raises", "none", "missing", "exits"],
+)
+def test_an_excepthook_that_fails_is_reported_as_python_does(tmp_path: Path, hook: str) -> None:
+    """A program's excepthook that raises, is None or is gone: python's report of both
+    exceptions and its exit code (a SystemExit from the hook exits with its code), and
+    the summary still printed, not a traceback through aspecthook's own frames."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(tmp_path, "hooked.py", f"import json, sys\njson.dumps(1)\n{hook}\nraise KeyError('k')\n")
+    ours = run(tmp_path, "--aspects", "aspects.yaml", "hooked.py")
+    plain = python(tmp_path, "hooked.py")
+    assert ours.returncode == plain.returncode, ours.stderr
+    report, _, summary = ours.stderr.partition("aspecthook: timings")
+    assert report.rstrip() == plain.stderr.rstrip()
+    assert "json.dumps" in summary
+
+
+def test_a_compiled_program_runs_as_python_runs_it(tmp_path: Path) -> None:
+    """A ``.pyc`` program, started from another folder: its folder first on sys.path (so
+    a module beside it is imported, and woven), an absolute ``__file__``, python's
+    ``__loader__`` and ``__package__``, and its ``__main__`` kept for its exit handlers."""
+    import py_compile
+
+    app = tmp_path / "app"
+    source = write(
+        app,
+        "prog.py",
+        """\
+        import atexit, json, pickle, sys
+        import helper
+
+        class Point:
+            pass
+
+        atexit.register(lambda: print("pickled at exit:", len(pickle.dumps(Point())) > 0))
+        print(sys.argv, sys.path[0], __file__, type(__loader__).__name__, __package__)
+        print(helper.work(json.dumps({"i": 7})))
+        """,
+    )
+    write(app, "helper.py", HELPER)
+    py_compile.compile(str(source), cfile=str(app / "prog.pyc"), doraise=True)
+    source.unlink()
+    write(tmp_path, "aspects.yaml", 'weave:\n  - target: "helper.work"\n    aspects: [Timed]\n')
+    ours = run(tmp_path, "--aspects", "aspects.yaml", "app/prog.pyc", "x")
+    plain = python(tmp_path, "app/prog.pyc", "x")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout
+    assert f"['app/prog.pyc', 'x'] {app} {app / 'prog.pyc'} SourcelessFileLoader None" in (
+        ours.stdout
+    )
+    assert "pickled at exit: True" in ours.stdout
+    assert "helper.work" in ours.stderr
+
+
 def test_syntax_error_is_reported_as_python_does(tmp_path: Path) -> None:
     """A program that does not compile prints python's SyntaxError report and exits 1."""
     write(tmp_path, "broken.py", "def (:\n")
@@ -237,6 +298,35 @@ def test_run_module_with_args(program: Path) -> None:
     assert done.returncode == 4, done.stderr
     assert done.stdout == '__main__ ["a", "-b"] True\n'
     assert "json.loads" in done.stderr  # the summary covers the module's calls
+
+
+def test_argv0_is_dash_m_while_the_modules_package_is_imported(tmp_path: Path) -> None:
+    """As under ``python -m``, the package of the ``-m`` module sees ``sys.argv[0] ==
+    '-m'`` while it is imported (the module is still being located), not the name."""
+    write(tmp_path, "app/__init__.py", "import sys\nprint('package:', sys.argv)\n")
+    write(tmp_path, "app/cli.py", "import sys\nprint('module:', sys.argv[1:])\n")
+    ours = run(tmp_path, "-m", "app.cli", "x")
+    plain = python(tmp_path, "-m", "app.cli", "x")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout == "package: ['-m', 'x']\nmodule: ['x']\n"
+
+
+def test_run_pytest_as_the_program(tmp_path: Path) -> None:
+    """``aspecthook run -m pytest``: pytest, which marks its plugins' packages for
+    assertion rewriting, does not warn that aspecthook (its pytest plugin's package) was
+    imported before it started, which a suite whose warnings are errors cannot run with."""
+    write(tmp_path, "calc.py", "def double(x):\n    return 2 * x\n")
+    write(
+        tmp_path,
+        "test_calc.py",
+        "import calc\n\ndef test_double():\n    assert calc.double(2) == 4\n",
+    )
+    write(tmp_path, "aspects.yaml", 'weave:\n  - target: "calc.*"\n    aspects: [Timed]\n')
+    pytest_args = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_calc.py")
+    done = run(tmp_path, "--aspects", "aspects.yaml", *pytest_args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "calc.double" in done.stderr
 
 
 def test_run_missing_module(tmp_path: Path) -> None:
@@ -550,6 +640,39 @@ def test_wrong_aspect_parameter_exits_2(program: Path) -> None:
     assert "did you mean 'max_events'?" in done.stderr
 
 
+def test_a_hook_class_is_refused_as_an_aspect_to_weave(program: Path) -> None:
+    """An OpenMMLab-style hook class (which the registry accepts, for a training runner)
+    cannot be woven into a target: the error points at its ``type`` key and says what to
+    give instead, before the program runs; exit 2."""
+    write(
+        program,
+        "hooks.py",
+        """\
+        class PrintIter:
+            def before_train_iter(self, runner):
+                print(runner.iter)
+        """,
+    )
+    write(
+        program,
+        "hook.yaml",
+        """\
+        weave:
+          - target: "json.*"
+            aspects: [Timed, "hooks:PrintIter"]
+        """,
+    )
+    done = run(program, "--aspects", "hook.yaml", "prog.py")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(
+        "aspecthook: error: hook.yaml: weave[0].aspects[1].type: 'hooks:PrintIter' builds "
+        "a hooks.PrintIter, which is not an Aspect"
+    )
+    assert "Runner.from_config" in done.stderr
+    assert "weave(" not in done.stderr  # the Python call's wording, not the config's
+
+
 def test_malformed_yaml_exits_2(program: Path) -> None:
     """A file that is not YAML is reported with its name and line; exit 2."""
     write(program, "bad.yaml", "weave: [\n")
@@ -589,6 +712,20 @@ def test_an_unknown_command_suggests_the_run_command_meant(
 
     assert main(argv) == 2
     assert f"unknown command {argv[0]!r}; did you mean '{meant}'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--aspects", "--trace"])
+def test_an_option_with_a_value_given_twice_is_refused(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--aspects a.yaml --aspects b.yaml`` would run with b.yaml's weaves only (the last
+    one wins): a usage error naming both values, exit 2, instead of a silent drop."""
+    from aspecthook._cli import main
+
+    assert main(["run", option, "a.yaml", f"{option}=b.yaml", "app.py"]) == 2
+    assert f"{option} is given twice ('a.yaml', 'b.yaml'): give it once" in (
+        capsys.readouterr().err
+    )
 
 
 # -- at exit: summary and trace -----------------------------------------------------------------
@@ -718,6 +855,60 @@ def test_trace_from_config_file_after_exception(program: Path) -> None:
     assert done.returncode == 1
     events = json.loads((program / "out" / "t.json").read_text())["traceEvents"]
     assert any(e["name"] == "json.dumps" for e in events)
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_program_that_closes_its_output_still_gets_its_exit_report(
+    tmp_path: Path, stream: str
+) -> None:
+    """A program that closes its stdout (to see a write error at the end) or its stderr
+    exits as under python; the summary still goes to stderr where it is open, and the
+    trace is written. Flushing or printing to the closed stream raised from our exit
+    report instead."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(tmp_path, "closes.py", f"import json, sys\njson.dumps(1)\nsys.{stream}.close()\n")
+    args = ("--describe", "--trace", "trace.json", "closes.py")
+    ours = run(tmp_path, "--aspects", "aspects.yaml", *args)
+    plain = python(tmp_path, "closes.py")
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert "Traceback" not in ours.stderr
+    if stream == "stdout":
+        assert "aspecthook: timings" in ours.stderr
+        assert "json.dumps" in ours.stderr
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(e["name"] == "json.dumps" for e in events)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_that_ends_normally_reports_nothing(tmp_path: Path) -> None:
+    """A child made by os.fork() that runs to the end of the program prints no summary
+    and writes no trace: only the process that started the run reports, with its own
+    calls (the child's counts stay in the child, as the docs say)."""
+    write(tmp_path, "aspects.yaml", CONFIG)
+    write(
+        tmp_path,
+        "forks.py",
+        """\
+        import json, os
+        json.dumps(0)
+        pid = os.fork()
+        if pid == 0:
+            for i in range(5):
+                json.dumps(i)
+        else:
+            os.waitpid(pid, 0)
+            print("parent", os.getpid())
+        """,
+    )
+    done = run(tmp_path, "--aspects", "aspects.yaml", "--trace", "t.json", "forks.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("aspecthook: timings") == 1
+    assert done.stderr.count("trace written") == 1
+    parent = int(done.stdout.split()[-1])
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    dumps = [e for e in events if e["name"] == "json.dumps"]
+    assert len(dumps) == 1
+    assert {e["pid"] for e in events} == {parent}
 
 
 def test_threads_are_joined_before_the_summary(tmp_path: Path) -> None:
@@ -978,6 +1169,37 @@ def test_modules_beside_the_program_are_woven_from_another_directory(
     assert done.returncode == 0, done.stderr
     assert "skipped" not in done.stderr
     assert "helper imported before the program: False" in done.stdout
+
+
+def test_modules_of_the_program_named_like_ours_do_not_stand_in_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program whose folder holds a ``yaml.py``, ``structlog.py`` or ``rich.py`` of its
+    own: aspecthook reads the config, builds ``Logged`` and prints the summary with the
+    installed packages (the program's folder came first on sys.path while it imported
+    them). A module of the program that the config names is the program's, also where an
+    installed module has its name."""
+    app = tmp_path / "app"
+    write(app, "prog.py", "import helper, slow\nprint(helper.work('{\"i\": 3}'), slow.WHOSE)\n")
+    write(app, "helper.py", HELPER)
+    write(app, "slow.py", "from aspecthook.aspects import Counted as Slow\nWHOSE = 'app'\n")
+    write(tmp_path / "site", "slow.py", "raise ImportError('the installed slow.py')\n")
+    paths = [os.environ.get("PYTHONPATH", ""), str(tmp_path / "site")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    for name in ("yaml", "structlog", "rich"):
+        write(app, f"{name}.py", f"raise ImportError('the program's own {name}.py')\n")
+    write(
+        tmp_path,
+        "aspects.yaml",
+        'weave:\n  - target: "helper.work"\n    aspects: [Timed, Logged, "slow:Slow"]\n',
+    )
+    done = run(tmp_path, "--describe", "--aspects", "aspects.yaml", "app/prog.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "3 app\n"
+    assert "program's own" not in done.stderr
+    assert "installed slow.py" not in done.stderr
+    assert "aspecthook: timings" in done.stderr
+    assert "helper.work" in done.stderr
 
 
 # -- the end of the program, as python ends it --------------------------------------------------

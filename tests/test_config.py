@@ -262,6 +262,35 @@ def test_target_must_be_a_path_or_list_of_paths() -> None:
     assert "must be a dotted path such as 'json.*'" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("target", "key", "says"),
+    [
+        ("json.dumps, json.loads", "weave[0].target", "a list: target: [json.dumps, json.loads]"),
+        ("json/dumps", "weave[0].target", "'json/dumps' is not a dotted path"),
+        ("json..dumps", "weave[0].target", "an empty part"),
+        (".json.dumps", "weave[0].target", "an empty part"),
+        ("json.dumps()", "weave[0].target", "'json.dumps()' is not a dotted path"),
+        ("json::dumps", "weave[0].target", "one ':'"),
+        (":dumps", "weave[0].target", "an empty part"),
+        (["json.*", "json dumps"], "weave[0].target[1]", "'json dumps' is not a dotted path"),
+    ],
+)
+def test_a_target_that_is_no_dotted_path_is_refused(target: Any, key: str, says: str) -> None:
+    """A target no module path can be (a comma-separated string, a slash, an empty part,
+    call parentheses) is refused at its key, before anything runs; it was woven, failed
+    when the program imported the module, and was reported as a warning at exit."""
+    error = config_error({"weave": [{"target": target, "aspects": ["Timed"]}]})
+    assert error.key == key
+    assert says in str(error)
+
+
+def test_targets_with_globs_colons_and_subclass_marks_are_accepted() -> None:
+    """Globs, a ':' where the module ends and a '+' for subclasses are dotted paths."""
+    targets = ["json.*", "pkg.models.*.forward", "pkg.mod:Class.method", "a.[!_]?b", "t.Base+.step"]
+    config = parse_config({"weave": [{"target": targets, "aspects": ["Timed"]}]})
+    assert config.weaves[0].targets == tuple(targets)
+
+
 def test_target_list_and_single_aspect_forms() -> None:
     """target: may be a list, and aspects: a single name or mapping."""
     config = parse_config(
@@ -294,6 +323,26 @@ def test_scalar_options_are_type_checked() -> None:
     assert config_error({"strict": "yes"}).key == "strict"
     assert config_error({"summary": 1}).key == "summary"
     assert config_error({"trace": 5}).key == "trace"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"trace": " "}, "trace"),
+        ({"logging": {"file": ""}}, "logging.file"),
+        (
+            {"weave": [{"target": "json.*", "aspects": ["Timed"], "requires": ""}]},
+            "weave[0].requires",
+        ),
+        ({"weave": [{"target": "json.*", "aspects": ["Timed"], "name": ""}]}, "weave[0].name"),
+    ],
+)
+def test_an_empty_string_option_says_it_is_empty(data: dict[str, Any], key: str) -> None:
+    """An option given as an empty string is refused as empty (remove it or fill it in),
+    not as "must be a string, not str ''", which reads as a contradiction."""
+    error = config_error(data)
+    assert error.key == key
+    assert str(error).endswith(f"{key}: is empty: give a value, or remove the key")
 
 
 def test_logging_section_is_checked() -> None:
@@ -368,6 +417,31 @@ def test_constructor_error_names_the_aspect_key(registry: Registry) -> None:
     config = parse_config({"weave": [{"target": "a", "aspects": [{"type": "Clock", "unit": "h"}]}]})
     with pytest.raises(ConfigError, match=r"weave\[0\].aspects\[0\]: Clock\(unit='h'\) failed"):
         config.build_aspects(registry)
+
+
+class Reader:
+    """An aspect type whose constructor opens the file it is given."""
+
+    def __init__(self, *, path: str = "rules.txt") -> None:
+        with open(path, encoding="utf-8") as f:
+            self.rules = f.read()
+
+
+def test_any_constructor_error_is_a_config_error_at_the_aspect(tmp_path: Path) -> None:
+    """A constructor that fails with another exception than TypeError / ValueError (a
+    file it cannot open) is a ConfigError at the aspect's key naming the exception, so
+    that ``aspecthook run`` says which entry of the file is wrong and exits 2, rather
+    than ending with a traceback."""
+    registry = Registry("aspect")
+    registry.register(Reader)
+    missing = str(tmp_path / "nope.txt")
+    config = parse_config(
+        {"weave": [{"target": "a", "aspects": [{"type": "Reader", "path": missing}]}]}, "r.yaml"
+    )
+    with pytest.raises(ConfigError) as info:
+        config.build_aspects(registry)
+    assert info.value.key == "weave[0].aspects[0]"
+    assert f"Reader(path={missing!r}) failed: FileNotFoundError: [Errno 2]" in str(info.value)
 
 
 def test_build_with_the_shipped_registry(tmp_path: Path) -> None:

@@ -181,6 +181,20 @@ def test_aliases_select_calls(weaver: ah.Weaver) -> None:
     rec.assert_called("*.add")
 
 
+def test_calls_to_takes_a_predicate_over_the_join_point(weaver: ah.Weaver) -> None:
+    """A predicate pointcut takes the join point, as in advice: ``calls_to`` gives it the
+    call's join point (its ``is_async``, ``target``), with the names the call had."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(slow_echo, rec)
+    add(1)
+    asyncio.run(slow_echo("x", 0))
+    [call] = rec.calls_to(ah.Predicate(lambda jp: jp.is_async))
+    assert call.name == f"{__name__}.slow_echo"
+    assert rec.calls_to(lambda jp: not jp.is_async and "add" in jp.name) == rec.calls[:1]
+    assert rec.calls_to(ah.Glob("*.add") & ah.Predicate(lambda jp: jp.is_async)) == []
+
+
 def test_assert_called_counts_and_explains(weaver: ah.Weaver) -> None:
     """assert_called checks the count; a failure says what was recorded."""
     rec = Recorder()
@@ -221,6 +235,29 @@ def test_clear_forgets_calls(weaver: ah.Weaver) -> None:
     assert [c.index for c in rec] == [0]
 
 
+def wait_for(started: threading.Event, release: threading.Event) -> str:
+    started.set()
+    release.wait(10)
+    return "late"
+
+
+def test_clear_forgets_a_call_in_progress(weaver: ah.Weaver) -> None:
+    """A call that started before clear() and ends after it is not recorded: it would
+    come back with an index of the old numbering (two calls with index 0)."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(wait_for, rec)
+    started, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=wait_for, args=(started, release))
+    thread.start()
+    assert started.wait(10)
+    rec.clear()
+    add(1)
+    release.set()
+    thread.join()
+    assert [(c.name, c.index) for c in rec] == [(f"{__name__}.add", 0)]
+
+
 def test_innermost_by_default_sees_what_reaches_the_target(weaver: ah.Weaver) -> None:
     """By default the Recorder is innermost: rewritten arguments and every retry attempt."""
     inner, outer = Recorder(), Recorder(priority=ah.Priority.HIGHEST)
@@ -243,6 +280,20 @@ def test_records_calls_from_threads(weaver: ah.Weaver) -> None:
     thread.start()
     thread.join()
     assert rec.last().thread is thread
+
+
+def test_records_the_functions_its_own_bookkeeping_calls(weaver: ah.Weaver) -> None:
+    """A Recorder woven into what it calls itself to record (``threading.current_thread``)
+    records the program's calls, not its own, instead of recursing until RecursionError."""
+    rec = Recorder()
+    weaver.weave("threading.current_thread", rec)
+    assert threading.current_thread() is threading.main_thread()
+    [call] = rec.calls
+    assert (call.name, call.args, call.result) == (
+        "threading.current_thread",
+        (),
+        threading.main_thread(),
+    )
 
 
 # -- the pytest plugin --------------------------------------------------------------------
@@ -383,6 +434,48 @@ def test_fixture_keeps_an_import_time_subscription_a_test_stacked_on(
         """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_fixture_removes_what_a_fixture_requested_before_it_registered(
+    pytester: pytest.Pytester,
+) -> None:
+    """A function-scoped fixture set up for the test registers as part of the test, even
+    when the test names it before ``weaver`` (or an autouse one does): that is removed too,
+    while what a module-scoped fixture registered stays for the module's other tests."""
+    pytester.makepyfile(
+        """
+        import json
+        import pytest
+        import aspecthook as ah
+
+        ORIGINAL_DUMPS = json.dumps
+
+        @pytest.fixture(scope="module")
+        def module_advice():
+            return ah.on("module.event")(lambda event: None)
+
+        @pytest.fixture(autouse=True)
+        def every_test():
+            ah.on("autouse.event")(lambda event: None)
+
+        @pytest.fixture
+        def dumps_woven():
+            return ah.weave("json.dumps", before=lambda ctx: None)
+
+        def test_named_before_the_fixture(module_advice, dumps_woven, weaver):
+            assert json.dumps is not ORIGINAL_DUMPS
+
+        def test_recorder_named_last(dumps_woven, recorder):
+            assert json.dumps is not ORIGINAL_DUMPS
+
+        def test_nothing_leaked(module_advice):
+            assert json.dumps is ORIGINAL_DUMPS
+            assert len(ah.default_weaver._subscribers("autouse.event")) == 1
+            assert module_advice.active
+            ah.default_weaver.clear()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
 
 
 def test_recorder_fixture(pytester: pytest.Pytester) -> None:
