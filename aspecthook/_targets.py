@@ -47,6 +47,9 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
     if inspect.isclass(target):
         return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
     if inspect.ismethod(target):
+        held = _module_holding(target)
+        if held is not None:
+            return [held]
         owner, name = target.__self__, target.__func__.__name__
         _usable_site(owner, name)
         return [(owner, name)]
@@ -67,6 +70,21 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             target=repr(target),
         )
     return _other_object(target)
+
+
+def _module_holding(method: types.MethodType) -> tuple[types.ModuleType, str] | None:
+    """Where the module that defines ``method``'s function holds this very bound method,
+    or None. ``random.randint`` is ``random._inst.randint`` bound once at import: its
+    callers call the module attribute, which a proxy on the instance would not reach, so
+    it is woven there, as ``weave('random.randint')`` does. A bound method made by the
+    attribute access that gave it (``obj.method``, ``Cls.classmethod``) is held nowhere."""
+    module = sys.modules.get(getattr(method.__func__, "__module__", None) or "")
+    if module is None:
+        return None
+    name = method.__func__.__name__
+    if vars(module).get(name) is method:
+        return module, name
+    return next(((module, n) for n, v in vars(module).items() if v is method), None)
 
 
 def _other_object(target: Any) -> list[tuple[Any, str]]:

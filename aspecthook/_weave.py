@@ -14,6 +14,7 @@ this module runs a weave through those steps and keeps its ``WeaveRecord``.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import sys
 import types
@@ -36,6 +37,7 @@ from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
     _imported,
     _missing_module,
+    _module_holding,
     _module_of,
     _resolve_object,
     _resolve_path,
@@ -446,6 +448,9 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
 def _label(target: Any) -> str:
     if isinstance(target, types.ModuleType):
         return target.__name__
+    held = _module_holding(target) if inspect.ismethod(target) else None
+    if held is not None:  # random.randint, not random.Random.randint
+        return f"{held[0].__name__}.{held[1]}"
     qualname = getattr(target, "__qualname__", None)
     if qualname is not None:
         return f"{getattr(target, '__module__', '?')}.{qualname}"

@@ -1524,6 +1524,30 @@ def test_local_function_cannot_be_located() -> None:
     assert ah.default_weaver.registered == []
 
 
+class _Dice:
+    def roll(self, sides: int) -> int:
+        return sides
+
+
+#: A bound method held by a module attribute, as ``random.randint`` is ``random._inst``'s.
+roll = _Dice().roll
+
+
+def test_a_bound_method_a_module_holds_is_woven_where_it_is_held() -> None:
+    """``weave(random.randint)`` weaves the module attribute its callers call, as
+    ``weave('random.randint')`` does: weaving the hidden instance's ``randint`` reached no
+    call made through ``random.randint``. Removal puts the same bound method back."""
+    module = sys.modules[__name__]
+    original = module.roll
+    seen: list[Any] = []
+    with ah.weave(roll, before=lambda ctx: seen.append((ctx.joinpoint.name, ctx.args))) as h:
+        assert repr(h) == f"<Handle weave {__name__}.roll (active)>"
+        assert module.roll(6) == 6
+        assert "roll" not in vars(original.__self__)
+    assert seen == [(f"{__name__}.roll", [6])]
+    assert module.roll is original
+
+
 def test_function_removed_from_its_module_cannot_be_located() -> None:
     """A function no longer reachable where it was defined cannot be woven."""
     stray = types.FunctionType(targets.add_one.__code__, targets.__dict__, "stray")
