@@ -281,7 +281,10 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     module_parts, attrs = _split(path)
     module = sys.modules[".".join(module_parts)]
     if not attrs:
-        return _resolve_object(module)  # type: ignore[return-value]
+        found_sites: list[tuple[Any, str]] = _resolve_object(module)  # type: ignore[assignment]
+        if not found_sites:
+            raise WeaveTargetError(_holds_nothing(path, module), target=path)
+        return found_sites
     glob = bool(_GLOB.intersection(path))
     sites: list[tuple[Any, str]] = []
     for parent, attr in _expand(module, attrs):
@@ -301,9 +304,13 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     if not sites and not glob:
         found = _lookup(module, attrs)
         if found is not None:
+            if inspect.isclass(found) or isinstance(found, types.ModuleType):
+                raise WeaveTargetError(_holds_nothing(path, found), target=path)
+            kind = type(found).__name__
             raise WeaveTargetError(
-                f"{path} is a {type(found).__name__}, not a function or method: only "
-                "callables can be woven (for a property, weave the function its getter calls)",
+                f"{path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function or "
+                "method: only callables can be woven (for a property, weave the function its "
+                "getter calls)",
                 target=path,
             )
         raise WeaveTargetError(
@@ -312,6 +319,28 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             target=path,
         )
     return patchable
+
+
+def _holds_nothing(label: str, found: type | types.ModuleType) -> str:
+    """Why the class or module ``label`` names has no site to weave, saying what to weave
+    instead."""
+    if inspect.isclass(found) and _immutable(found):
+        return (
+            f"{label} is a built-in type, whose attributes cannot be replaced; weave the "
+            "Python code that calls it instead"
+        )
+    if inspect.isclass(found):
+        return (
+            f"{label} is a class with no methods of its own to weave (weaving a class weaves "
+            "the functions, classmethods and staticmethods in its __dict__, leaving out "
+            f"__dunder__ methods other than __call__): weave one by its path, e.g. "
+            f"'{label}.__init__', or '{label}.method' for a method it inherits"
+        )
+    return (
+        f"{label} is a module with no functions of its own to weave (weaving a module "
+        "weaves the public functions defined in it, not those it imports): weave a "
+        f"callable it holds by its path, '{label}.name'"
+    )
 
 
 def _immutable(parent: Any) -> bool:

@@ -35,6 +35,7 @@ from ._pointcut import Name
 from ._registry import LOCK
 from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
+    _holds_nothing,
     _imported,
     _missing_module,
     _module_holding,
@@ -231,6 +232,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
                 deferred = not sites and _submodule_pending(target)
     elif reason is None:
         sites = _resolve_object(target)
+        if not sites and (inspect.isclass(target) or isinstance(target, types.ModuleType)):
+            reason = _holds_nothing(_label(target), target)  # no method or function of its own
     return sites, deferred, reason
 
 

@@ -1789,6 +1789,45 @@ def test_a_path_to_a_property_says_it_is_not_callable() -> None:
         ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
 
 
+@dataclasses.dataclass
+class _Record:
+    """A class whose only methods are dunders (the dataclass's ``__init__``...)."""
+
+    value: int = 0
+
+
+@pytest.mark.parametrize("target", [f"{__name__}._Record", "json.JSONDecodeError", _Record])
+def test_a_class_with_no_methods_of_its_own_says_so(target: Any) -> None:
+    """A class whose methods are all dunders (a dataclass, an exception) has nothing a class
+    weave takes: the message says that and which path to weave, not that a class is 'a
+    type, not a function or method' (a class is callable), nor only 'matched nothing'."""
+    label = target if isinstance(target, str) else f"{__name__}._Record"
+    message = rf"{re.escape(label)} is a class with no methods of its own.*'{label}.__init__'"
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        handle = ah.weave(target, before=lambda ctx: None)
+    [entry] = [e for e in logs if e["event"] == "weave.skipped"]
+    assert re.search(message, entry["reason"])
+    handle.remove()
+
+
+def test_a_module_with_no_functions_of_its_own_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that holds no function defined in it: the message says so (it said the
+    module is 'a module, not a function or method')."""
+    package = types.ModuleType("_weave_empty_pkg")
+    package.__path__ = []
+    empty = types.ModuleType("_weave_empty_pkg.consts")
+    empty.LIMIT = 3  # type: ignore[attr-defined]
+    empty.dumps = json.dumps  # type: ignore[attr-defined]  # imported, not its own
+    package.consts = empty  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_weave_empty_pkg", package)
+    monkeypatch.setitem(sys.modules, "_weave_empty_pkg.consts", empty)
+    for target in ("_weave_empty_pkg:consts", "_weave_empty_pkg.consts", empty):
+        with pytest.raises(WeaveTargetError, match=r"is a module with no functions of its own"):
+            ah.weave(target, before=lambda ctx: None, strict=True)
+
+
 class _Meta(type):
     def who(cls) -> str:
         return cls.__name__
