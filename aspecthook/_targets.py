@@ -17,6 +17,7 @@ import itertools
 import pkgutil
 import sys
 import types
+import typing
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         ]
     if inspect.isclass(target):
         return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
+    if typing.get_origin(target) is not None:  # Box[int], list[int], int | None
+        raise _alias_error(target)
     if inspect.ismethod(target):
         held = _module_holding(target)
         if held is not None:
@@ -70,6 +73,27 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             target=repr(target),
         )
     return _other_object(target)
+
+
+def _alias_error(alias: Any) -> WeaveTargetError:
+    """Why a parameterised type (``Box[int]``) or an annotation (``int | None``) is not
+    woven, naming the class to weave instead: the alias object's own methods are typing's."""
+    origin = typing.get_origin(alias)
+    if not inspect.isclass(origin) or isinstance(alias, types.UnionType):
+        message = f"{alias!r} is a type annotation, not code: weave the functions or classes "
+        message += "it describes"
+    elif _immutable(origin):
+        message = (
+            f"{alias!r} is a parameterised alias of the built-in type {origin.__qualname__}, "
+            "whose methods cannot be replaced; weave the Python code that calls them instead"
+        )
+    else:
+        name = origin.__qualname__
+        message = (
+            f"{alias!r} is a parameterised alias of the class {name}: weave {name} itself, "
+            f"weave({name}) (every instance, whatever its type arguments)"
+        )
+    return WeaveTargetError(message, target=repr(alias))
 
 
 def _module_holding(method: types.MethodType) -> tuple[types.ModuleType, str] | None:

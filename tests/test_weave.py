@@ -16,9 +16,10 @@ import re
 import sys
 import textwrap
 import types
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from unittest import mock
 
 import _weave_targets as targets
@@ -38,6 +39,7 @@ from aspecthook.errors import (
 )
 
 MOD = "_weave_targets"
+_T = TypeVar("_T")
 
 
 @pytest.fixture(autouse=True)
@@ -1590,6 +1592,35 @@ def test_a_built_in_given_as_an_object_says_what_to_weave(target: Any, message: 
     with pytest.raises(WeaveTargetError, match=message):
         ah.weave(target, before=lambda ctx: None)
     assert ah.default_weaver.registered == []
+
+
+class _Box(Generic[_T]):
+    def get(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (_Box[int], r"_Box\[int\] is a parameterised alias of the class _Box: weave _Box"),
+        (list[int], r"list\[int\] is a parameterised alias of the built-in type list"),
+        (typing.Literal["a"], r"Literal\['a'\] is a type annotation, not code"),
+        (int | None, r"int \| None is a type annotation, not code"),
+    ],
+)
+def test_a_parameterised_type_alias_is_refused_saying_what_to_weave(
+    target: Any, message: str
+) -> None:
+    """``weave(Box[int])`` wove the methods of typing's alias object (or failed saying to
+    weave ``_GenericAlias``), and advised no call of ``Box``: an alias is refused, naming
+    the class to weave."""
+    before = dict(vars(target)) if hasattr(target, "__dict__") else None
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+    assert (dict(vars(target)) if before is not None else None) == before
+    assert "get" in vars(_Box)
+    assert not isinstance(vars(_Box)["get"], wrapt.ObjectProxy)
 
 
 @pytest.mark.parametrize("target", [42, None, 1.5])
