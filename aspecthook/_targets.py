@@ -576,8 +576,22 @@ def _own_sites(cls: type, pattern: str) -> list[tuple[Any, str]]:
     return [
         (cls, n)
         for n in names
-        if _is_callable(value := vars(cls)[n]) and not inspect.isclass(value)
+        if _is_callable(value := vars(cls)[n])
+        and not inspect.isclass(value)
+        and not _stands_in(value)
     ]
+
+
+def _stands_in(value: Any) -> bool:
+    """Whether ``value`` is the hook that a ``'pkg.Cls+...'`` weave put in ``Cls.__dict__``
+    in place of the ``__init_subclass__`` that ``Cls`` inherits: not a method of its own
+    (a proxy on it would outlive the hook's removal as an ``__init_subclass__`` of Cls),
+    also under the proxy a ``'pkg.Cls+.__init_subclass__'`` weave put on it."""
+    while type(value) is JoinPointProxy:
+        value = value.__wrapped__
+    if not isinstance(value, wrapt.FunctionWrapper):
+        return False
+    return getattr(value._self_wrapper, "stands_in", False) is True
 
 
 def _subclasses(base: type) -> list[type]:
