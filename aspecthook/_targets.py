@@ -345,6 +345,25 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     return patchable
 
 
+def _why_nothing(label: str, target: Any) -> str | None:
+    """Why the class, module or instance ``target`` (named ``label``) gave no site to
+    weave, saying what to weave instead; None for anything else."""
+    if inspect.isclass(target) or isinstance(target, types.ModuleType):
+        return _holds_nothing(label, target)
+    if not _is_instance(target):
+        return None
+    cls = type(target)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    message = f"this {name} instance has no public method to weave for it alone"
+    if not callable(target):
+        return f"{message}: weave the functions it calls, or its class's methods by path"
+    return (
+        f"{message}; calling it runs {name}.__call__, which Python looks up on its class, "
+        "not on the instance: weave it where it is held to advise the calls made through "
+        f"there (weave('pkg.mod.handler')), or '{name}.__call__' for every instance"
+    )
+
+
 def _holds_nothing(label: str, found: type | types.ModuleType) -> str:
     """Why the class or module ``label`` names has no site to weave, saying what to weave
     instead."""

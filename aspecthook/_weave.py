@@ -35,7 +35,6 @@ from ._pointcut import Name
 from ._registry import LOCK
 from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
-    _holds_nothing,
     _imported,
     _missing_module,
     _module_holding,
@@ -46,6 +45,7 @@ from ._targets import (
     _subtype_base,
     _subtype_parts,
     _unimported_matches,
+    _why_nothing,
 )
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
@@ -232,8 +232,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
                 deferred = not sites and _submodule_pending(target)
     elif reason is None:
         sites = _resolve_object(target)
-        if not sites and (inspect.isclass(target) or isinstance(target, types.ModuleType)):
-            reason = _holds_nothing(_label(target), target)  # no method or function of its own
+        if not sites:  # a class, module or instance with no method or function of its own
+            reason = _why_nothing(_label(target), target)
     return sites, deferred, reason
 
 

@@ -1623,6 +1623,30 @@ def test_a_parameterised_type_alias_is_refused_saying_what_to_weave(
     assert not isinstance(vars(_Box)["get"], wrapt.ObjectProxy)
 
 
+class _Handler:
+    def __call__(self, event: str) -> str:
+        return event
+
+
+def test_an_instance_with_only_call_says_where_to_weave_it() -> None:
+    """An instance's calls run its class's ``__call__`` (Python looks it up on the class),
+    so a weave of that one instance has nothing to take: the message says to weave it
+    where it is held or the class's ``__call__``; it said only 'matched nothing'."""
+    handler = _Handler()
+    message = (
+        rf"this {__name__}\._Handler instance has no public method.*calling it runs "
+        rf"{__name__}\._Handler\.__call__.*weave\('pkg\.mod\.handler'\).*"
+        rf"'{__name__}\._Handler\.__call__'"
+    )
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(handler, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        ah.weave(handler, before=lambda ctx: None).remove()
+    [entry] = [e for e in logs if e["event"] == "weave.skipped"]
+    assert re.search(message, entry["reason"])
+    assert vars(handler) == {}
+
+
 @pytest.mark.parametrize("target", [42, None, 1.5])
 def test_unweavable_object_is_refused(target: Any) -> None:
     """Something that is neither code, a holder of code nor a path is refused."""
