@@ -374,6 +374,11 @@ def _from_aspects(token: Name, aspects: tuple[Any, ...]) -> list[Advice]:
             advices.extend(item.make_advice(target=token))
         elif isinstance(item, Advice):
             advices.append(_rebind(item, token))
+        elif isinstance(item, type) and issubclass(item, Aspect):
+            raise AspectDefinitionError(
+                f"weave() got the class {item.__name__}, not an instance: pass "
+                f"{item.__name__}(), with its parameters if it takes any"
+            )
         else:
             raise AspectDefinitionError(
                 f"weave() got {item!r} as an aspect: pass Aspect instances or Advice "

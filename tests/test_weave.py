@@ -455,6 +455,17 @@ def test_keyword_advice_that_is_not_a_function_is_refused_naming_the_keyword(
     assert ah.default_weaver.registered == []
 
 
+def test_weave_of_an_aspect_class_says_to_pass_an_instance() -> None:
+    """``weave(f, Timed)`` names the class and the instance to pass, as ``register(Timed)``
+    does (it printed the class's repr and a general rule)."""
+    with pytest.raises(
+        AspectDefinitionError,
+        match=r"weave\(\) got the class Timed, not an instance: pass Timed\(\)",
+    ):
+        ah.weave(targets.add_one, Timed)
+    assert ah.default_weaver.registered == []
+
+
 def test_weave_aspect_instance() -> None:
     """An Aspect's pointcut-less advice applies to the weave target."""
     log: list[Any] = []
