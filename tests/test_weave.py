@@ -1956,6 +1956,16 @@ def test_an_instance_that_refuses_new_attributes_is_refused_with_the_class_to_we
     assert ah.describe(ah.Glob("*Frozen*")) == []
 
 
+def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
+    """'mod.Cls.prop.fget' reaches a property, which cannot take a proxy: the message says
+    to weave the function the getter calls; it said to weave the class ``property``."""
+    with pytest.raises(WeaveTargetError, match=r"property.*fget.*") as caught:
+        ah.weave("fractions.Fraction.numerator.fget", before=lambda ctx: None)
+    assert "weave the class property" not in str(caught.value)
+    assert "weave the function its getter calls" in str(caught.value)
+    assert ah.default_weaver.registered == []
+
+
 SINGLETON = Tally()
 bump = SINGLETON.inc  # a module-level alias of one instance's bound method
 
