@@ -312,6 +312,10 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     glob = bool(_GLOB.intersection(path))
     sites: list[tuple[Any, str]] = []
     for parent, attr in _expand(module, attrs):
+        if _looked_up_on_type(parent, attr):
+            if glob:
+                continue
+            raise _looked_up_on_type_error(path, parent, attr)
         value = _raw(parent, attr)
         if inspect.isclass(value) or isinstance(value, types.ModuleType):
             sites.extend(_resolve_object(value))  # type: ignore[arg-type]
@@ -361,6 +365,31 @@ def _why_nothing(label: str, target: Any) -> str | None:
         f"{message}; calling it runs {name}.__call__, which Python looks up on its class, "
         "not on the instance: weave it where it is held to advise the calls made through "
         f"there (weave('pkg.mod.handler')), or '{name}.__call__' for every instance"
+    )
+
+
+def _looked_up_on_type(parent: Any, attr: str) -> bool:
+    """Whether ``attr`` is a ``__dunder__`` method of an object that is not a class or a
+    module: Python looks those up on the object's type, so a proxy in the object's own
+    ``__dict__`` would never run when the object is called (``f.__call__``)."""
+    dunder = attr.startswith("__") and attr.endswith("__")
+    return dunder and not (inspect.isclass(parent) or isinstance(parent, types.ModuleType))
+
+
+def _looked_up_on_type_error(path: str, parent: Any, attr: str) -> WeaveTargetError:
+    holder = path.replace(":", ".").rpartition(".")[0]
+    cls = type(parent)
+    for_all = f"'{cls.__module__}.{cls.__qualname__}.{attr}'"
+    if inspect.isroutine(parent):
+        fix = f"weave '{holder}' itself"
+    elif attr == "__call__":
+        fix = f"weave '{holder}' itself (where it is held), or {for_all} for every instance"
+    else:
+        fix = f"weave {for_all} (every instance of {cls.__qualname__})"
+    return WeaveTargetError(
+        f"{path}: Python looks {attr} up on the type of {holder}, not on the object itself, "
+        f"so a proxy put there would never run: {fix}",
+        target=path,
     )
 
 

@@ -1966,6 +1966,29 @@ def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
     assert ah.default_weaver.registered == []
 
 
+@pytest.mark.parametrize(
+    ("path", "advice"),
+    [
+        (f"{MOD}.add_one.__call__", rf"weave '{MOD}\.add_one' itself"),
+        (f"{__name__}.SINGLETON.__init__", rf"weave '{__name__}\.Tally\.__init__'"),
+    ],
+)
+def test_a_dunder_method_of_an_object_is_refused_saying_what_to_weave(
+    path: str, advice: str
+) -> None:
+    """Python looks ``__call__`` (any ``__dunder__`` method) up on an object's type, so a
+    proxy put in one function's or instance's ``__dict__`` never ran: the weave is refused
+    (skipped unless strict) saying what to weave, and puts nothing there."""
+    holder = path.rpartition(".")[0].rpartition(".")[2]
+    with pytest.raises(WeaveTargetError, match=rf"looks .* up on the type.*{advice}"):
+        ah.weave(path, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        ah.weave(path, before=lambda ctx: None).remove()
+    assert [e["event"] for e in logs] == ["weave.skipped"]
+    obj = getattr(sys.modules[path.partition(".")[0]], holder)
+    assert path.rpartition(".")[2] not in vars(obj)
+
+
 SINGLETON = Tally()
 bump = SINGLETON.inc  # a module-level alias of one instance's bound method
 
