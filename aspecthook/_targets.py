@@ -108,7 +108,8 @@ def _module_holding(method: types.MethodType) -> tuple[types.ModuleType, str] | 
     name = method.__func__.__name__
     if vars(module).get(name) is method:
         return module, name
-    return next(((module, n) for n, v in vars(module).items() if v is method), None)
+    # A copy: another thread may be adding to the module (an import in progress).
+    return next(((module, n) for n, v in list(vars(module).items()) if v is method), None)
 
 
 def _other_object(target: Any) -> list[tuple[Any, str]]:
