@@ -38,11 +38,12 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
     if type(target) is JoinPointProxy:
         return [target._self_joinpoint]
     if isinstance(target, types.ModuleType):
+        # Its functions, and the bound methods it holds of its own code (random.randint).
         return [
             (target, n)
             for n, v in vars(target).items()
             if not n.startswith("_")
-            and (inspect.isfunction(v) or find_proxy(v) is not None)
+            and (inspect.isfunction(v) or inspect.ismethod(v) or find_proxy(v) is not None)
             and getattr(v, "__module__", None) == target.__name__
         ]
     if inspect.isclass(target):

@@ -103,9 +103,10 @@ def weave(
     """Weave aspects and advice into ``target`` and return a ``Handle`` that undoes it.
 
     ``target`` is a function, method, classmethod, staticmethod, class (its methods),
-    module (its functions), instance (its methods, for that instance only), a join point
-    proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
-    say where the module ends; globs allowed after the module), or
+    module (its functions, and bound methods of its own objects such as ``random.randint``),
+    instance (its methods, for that instance only), a join point proxy, or a dotted path
+    ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to say where the module ends;
+    globs allowed after the module), or
     ``'pkg.mod.Base+.method'``: ``Base.method`` and each subclass's own ``method``, those
     of subclasses created later included (a malformed ``+`` raises ``WeaveTargetError``).
     A path whose module is not imported yet is woven when it is imported; so is each

@@ -1066,6 +1066,37 @@ def _import(name: str) -> types.ModuleType:
     return sys.modules[name]
 
 
+def test_a_module_weave_takes_the_bound_methods_it_holds(
+    new_module: Callable[..., str],
+) -> None:
+    """``weave(random)``: a module whose functions are a hidden instance's bound methods
+    (``random.randint`` is ``random._inst.randint``) weaves those, as ``'random.*'`` and
+    ``weave(random.randint)`` do; it wove nothing. A bound method of another module's
+    object that it holds stays out, as an imported function does."""
+    mod = _import(
+        new_module(
+            """
+            import json
+
+            class Dice:
+                def roll(self, sides):
+                    return sides
+
+            _inst = Dice()
+            roll = _inst.roll
+            encode = json.JSONEncoder().encode
+            """
+        )
+    )
+    originals = dict(vars(mod))
+    seen: list[str] = []
+    with ah.weave(mod, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert mod.roll(6) == 6
+        assert mod.encode(1) == "1"
+    assert seen == [f"{mod.__name__}.roll"]
+    assert all(vars(mod)[name] is value for name, value in originals.items())
+
+
 def test_advice_by_the_path_woven_reaches_a_callable_named_elsewhere() -> None:
     """A join point is named where its callable lives ('json.encoder.JSONEncoder.encode',
     'posixpath.join'); the path the weave was given ('json.JSONEncoder.encode',
