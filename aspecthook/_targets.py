@@ -11,6 +11,7 @@ objects it looks at.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import itertools
@@ -344,8 +345,9 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
                 target=path,
             )
         raise WeaveTargetError(
-            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}; "
-            "check the spelling, or import the module that defines it first",
+            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}"
+            f"{_meant(module, module_parts, attrs)}; check the spelling, or import the module "
+            "that defines it first",
             target=path,
         )
     return patchable
@@ -415,6 +417,29 @@ def _holds_nothing(label: str, found: type | types.ModuleType) -> str:
         "weaves the public functions defined in it, not those it imports): weave a "
         f"callable it holds by its path, '{label}.name'"
     )
+
+
+def _meant(module: types.ModuleType, module_parts: list[str], attrs: list[str]) -> str:
+    """`` (did you mean 'pkg.mod.Cls.name'?)`` for the first of ``attrs`` that is missing:
+    its mangled name (``__open`` in class ``Vault`` is stored as ``_Vault__open``), or a
+    close spelling among its holder's attributes; ``""`` when there is none."""
+    holder: Any = module
+    for i, attr in enumerate(attrs):
+        if _has(holder, attr):
+            holder = _raw(holder, attr)
+            continue
+        names = (
+            _attribute_names(holder) if inspect.isclass(holder) or inspect.ismodule(holder) else []
+        )
+        mangled = f"_{getattr(holder, '__name__', '').lstrip('_')}{attr}"
+        if inspect.isclass(holder) and attr.startswith("__") and mangled in names:
+            close = [mangled]
+        else:
+            close = difflib.get_close_matches(attr, names, n=1)
+        if not close:
+            return ""
+        return f" (did you mean {'.'.join([*module_parts, *attrs[:i], close[0]])!r}?)"
+    return ""
 
 
 def _immutable(parent: Any) -> bool:

@@ -1880,6 +1880,30 @@ def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:
         ah.weave("datetime.datetime.now", before=lambda ctx: None, strict=True)
 
 
+class _Vault:
+    def __open(self) -> int:  # stored as _Vault__open
+        return 1
+
+    def close(self) -> int:
+        return self.__open()
+
+
+@pytest.mark.parametrize(
+    ("path", "suggestion"),
+    [
+        (f"{__name__}._Vault.__open", f"did you mean '{__name__}._Vault._Vault__open'"),
+        ("json.JSONDecoder.raw_decod", "did you mean 'json.JSONDecoder.raw_decode'"),
+        ("json.JSONEncoder.encdoe", "did you mean 'json.JSONEncoder.encode'"),
+    ],
+)
+def test_a_missing_attribute_suggests_the_name_meant(path: str, suggestion: str) -> None:
+    """A method named with two leading underscores is stored under its mangled name, and a
+    misspelt one is close to the real one: the error names the path to weave instead of
+    only 'check the spelling'."""
+    with pytest.raises(WeaveTargetError, match=re.escape(suggestion)):
+        ah.weave(path, before=lambda ctx: None, strict=True)
+
+
 def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
