@@ -373,9 +373,10 @@ def _why_nothing(label: str, target: Any) -> str | None:
 
 
 def _looked_up_on_type(parent: Any, attr: str) -> bool:
-    """Whether ``attr`` is a ``__dunder__`` method of an object that is not a class or a
-    module: Python looks those up on the object's type, so a proxy in the object's own
-    ``__dict__`` would never run when the object is called (``f.__call__``)."""
+    """Whether ``attr`` is a ``__dunder__`` attribute of an object that is not a class or
+    a module: Python looks special methods up on the object's type, and the others
+    (``__wrapped__``) are only read, so a proxy in the object's own ``__dict__`` would
+    never run when the object is called (``f.__call__``)."""
     dunder = attr.startswith("__") and attr.endswith("__")
     return dunder and not (inspect.isclass(parent) or isinstance(parent, types.ModuleType))
 
@@ -391,8 +392,9 @@ def _looked_up_on_type_error(path: str, parent: Any, attr: str) -> WeaveTargetEr
     else:
         fix = f"weave {for_all} (every instance of {cls.__qualname__})"
     return WeaveTargetError(
-        f"{path}: Python looks {attr} up on the type of {holder}, not on the object itself, "
-        f"so a proxy put there would never run: {fix}",
+        f"{path}: a proxy in {holder}'s own {attr} would never run (Python looks special "
+        "methods up on the type, not on the object, and a wrapper calls what it holds, not "
+        f"its __wrapped__): {fix}",
         target=path,
     )
 
