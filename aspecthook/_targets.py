@@ -208,6 +208,14 @@ def _locate(func: Any) -> tuple[Any, str]:
         except (AttributeError, wrapt.PathResolutionError):
             found = None
         original = wrapt.unwrapped(func)  # the function under functools.wraps or a proxy
+        if found is not None and _wraps(func, found):
+            raise WeaveTargetError(
+                f"this {type(func).__name__} of {module.__name__}.{qualname} is not "
+                f"{module.__name__}.{qualname} itself, which it calls directly, so a proxy "
+                "there would not see its calls: weave it where it is held, by its path "
+                "('pkg.mod.cached')",
+                target=qualname,
+            )
         if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is original:
             return parent, attr
         if found is not None and find_proxy(found) is not None:
@@ -217,6 +225,14 @@ def _locate(func: Any) -> tuple[Any, str]:
         "(a local function or one removed from its module): weave the object that holds it "
         "and its name, e.g. weave('pkg.module.function') or weave(holder_class)",
         target=qualname,
+    )
+
+
+def _wraps(func: Any, found: Any) -> bool:
+    """Whether ``func`` is a wrapper around ``found`` made somewhere else than where
+    ``found`` is held (``functools.lru_cache(mod.f)`` kept by another name)."""
+    return found is not func and any(
+        inner is found for inner in itertools.islice(wrapt.wrapper_chain(func), 1, None)
     )
 
 

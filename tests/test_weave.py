@@ -1619,6 +1619,16 @@ def test_an_lru_cache_function_is_woven_by_object_as_by_path() -> None:
     assert sys.modules[__name__]._cached is original
 
 
+def test_a_wrapper_made_elsewhere_of_a_module_function_is_refused() -> None:
+    """``weave(functools.lru_cache(mod.f))`` of a cache that ``mod`` does not hold: it wove
+    ``mod.f``, which the cache calls directly, so no call through the cache was advised
+    (and every other caller of ``mod.f`` was): refused, saying to weave it where it is held."""
+    cached = functools.lru_cache(targets.add_one)
+    with pytest.raises(WeaveTargetError, match=rf"not {MOD}\.add_one.*where it is held"):
+        ah.weave(cached, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [
