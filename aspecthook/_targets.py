@@ -230,10 +230,11 @@ def _locate(func: Any) -> tuple[Any, str]:
 
 def _wraps(func: Any, found: Any) -> bool:
     """Whether ``func`` is a wrapper around ``found`` made somewhere else than where
-    ``found`` is held (``functools.lru_cache(mod.f)`` kept by another name)."""
-    return found is not func and any(
-        inner is found for inner in itertools.islice(wrapt.wrapper_chain(func), 1, None)
-    )
+    ``found`` is held (``functools.lru_cache(mod.f)`` kept by another name); never one of
+    our proxies (a stale reference to a removed one is woven where it was)."""
+    if found is func or find_proxy(func) is not None:
+        return False
+    return any(inner is found for inner in itertools.islice(wrapt.wrapper_chain(func), 1, None))
 
 
 def _split(path: str) -> tuple[list[str], list[str]]:
