@@ -627,10 +627,13 @@ def _subtype_class(path: str) -> type:
     """The class before the ``+`` of ``path``, which must be there."""
     base = _subtype_base(path)
     if base is None:
-        base_path = path.partition("+")[0].replace(":", ".")
+        base_path = path.partition("+")[0]
+        module_parts, attrs = _split(base_path)
+        module = sys.modules.get(".".join(module_parts))
+        meant = _meant(module, module_parts, attrs) if module is not None else ""
         raise WeaveTargetError(
-            f"{path}: there is no {base_path}; check the spelling, or import the module "
-            "that defines it first",
+            f"{path}: there is no {base_path.replace(':', '.')}{meant}; check the spelling, "
+            "or import the module that defines it first",
             target=path,
         )
     return base

@@ -816,6 +816,12 @@ def test_missing_class_is_skipped_unless_strict(mod: types.ModuleType) -> None:
         ah.weave(target, before=lambda ctx: None, strict=True)
 
 
+def test_misspelt_class_suggests_the_one_meant(mod: types.ModuleType) -> None:
+    """A '+' path to a class that is not there names a close one, as a plain path does."""
+    with pytest.raises(WeaveTargetError, match=rf"did you mean '{mod.__name__}\.Base'\?"):
+        ah.weave(f"{mod.__name__}.Bsae+.m", before=lambda ctx: None, strict=True)
+
+
 # -- any sequence --------------------------------------------------------------------------
 
 _ops = st.lists(
