@@ -62,10 +62,13 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         return [_locate(getattr(target, "__func__", target))]
     if hasattr(target, "__dict__") and _is_instance(target):
         cls = type(target)
+        own = vars(target)
         return [
             (target, n)
             for n in dir(cls)
-            if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n))
+            if not n.startswith("_")
+            and inspect.isfunction(inspect.getattr_static(cls, n))
+            and (n not in own or callable(own[n]))  # data of its own shadows the method
         ]
     if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
         kind = type(target).__qualname__

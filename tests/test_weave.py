@@ -289,6 +289,16 @@ def test_weave_instance_affects_only_that_instance() -> None:
     assert log == [obj]
 
 
+def test_an_instance_weave_leaves_data_that_shadows_a_method_alone() -> None:
+    """An instance whose own attribute shadows a method with data (``obj.forward = 5``)
+    keeps that value as it is: the weave put a proxy around the ``5``."""
+    obj = Model()
+    obj.forward = 5  # type: ignore[method-assign,assignment]
+    with ah.weave(obj, before=lambda ctx: None):
+        assert type(vars(obj)["forward"]) is int
+    assert vars(obj) == {"forward": 5}
+
+
 def test_weave_two_instances_separately() -> None:
     """Each instance gets its own advice; removing one leaves the other woven."""
     a, b = Model(), Model()
