@@ -61,15 +61,7 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
     if hasattr(target, "__dict__") and _is_instance(target):
-        cls = type(target)
-        own = vars(target)
-        return [
-            (target, n)
-            for n in dir(cls)
-            if not n.startswith("_")
-            and inspect.isfunction(inspect.getattr_static(cls, n))
-            and (n not in own or callable(own[n]))  # data of its own shadows the method
-        ]
+        return _instance_sites(target)
     if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
         kind = type(target).__qualname__
         raise WeaveTargetError(
@@ -181,6 +173,20 @@ def _metaclass_method_error(owner: Any, name: str, meta: type) -> WeaveTargetErr
         f"(every class made by {meta.__qualname__})",
         target=f"{owner.__module__}.{owner.__qualname__}.{name}",
     )
+
+
+def _instance_sites(target: Any) -> list[tuple[Any, str]]:
+    """The methods of one instance (``weave(obj)``): its class's public functions, but for
+    data of the instance's own that shadows one."""
+    cls = type(target)
+    own = vars(target)
+    return [
+        (target, n)
+        for n in dir(cls)
+        if not n.startswith("_")
+        and inspect.isfunction(inspect.getattr_static(cls, n))
+        and (n not in own or callable(own[n]))
+    ]
 
 
 def _is_instance(target: Any) -> bool:
@@ -358,6 +364,15 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             if inspect.isclass(found) or isinstance(found, types.ModuleType):
                 raise WeaveTargetError(_holds_nothing(path, found), target=path)
             kind = type(found).__name__
+            instance = hasattr(found, "__dict__") and _is_instance(found)
+            methods = _instance_sites(found) if instance else []
+            if methods:
+                raise WeaveTargetError(
+                    f"{path} is a {type(found).__qualname__} instance, not a function or method: "
+                    "to weave its methods for it alone, weave the object itself "
+                    f"(weave(obj)), or one method by its path ('{path}.{methods[0][1]}')",
+                    target=path,
+                )
             raise WeaveTargetError(
                 f"{path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function or "
                 "method: only callables can be woven (for a property, weave the function its "

@@ -1924,6 +1924,17 @@ def test_a_missing_attribute_suggests_the_name_meant(path: str, suggestion: str)
         ah.weave(path, before=lambda ctx: None, strict=True)
 
 
+def test_a_path_to_an_instance_says_how_to_weave_its_methods() -> None:
+    """A path to an instance (not callable): the message says to weave the object itself or
+    a method by its path; it said only that a Tally is not a function or method."""
+    with pytest.raises(
+        WeaveTargetError,
+        match=rf"{__name__}\.SINGLETON is a Tally instance.*weave the object itself.*"
+        rf"'{__name__}\.SINGLETON\.inc'",
+    ):
+        ah.weave(f"{__name__}.SINGLETON", before=lambda ctx: None, strict=True)
+
+
 def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
