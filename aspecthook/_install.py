@@ -20,7 +20,7 @@ import wrapt
 from ._joinpoint import JoinPoint, find_proxy, make_proxy
 from ._log import get_logger
 from ._registry import LOCK, REGISTRY
-from ._targets import _GLOB
+from ._targets import _GLOB, _immutable
 from .errors import WeaveTargetError
 
 if TYPE_CHECKING:
@@ -219,6 +219,13 @@ def _unsettable(parent: Any, attr: str, exc: BaseException) -> WeaveTargetError:
     if inspect.isclass(parent) or inspect.ismodule(parent):
         where = f"{getattr(parent, '__qualname__', parent.__name__)}.{attr}"
         hint = "weave the callers' reference to it, or a subclass you own"
+    elif _immutable(type(parent)):  # a property's fget, a classmethod's __func__
+        where = f"this {type(parent).__qualname__}'s {attr}"
+        hint = f"a {type(parent).__qualname__} cannot hold one: " + (
+            "weave the function its getter calls"
+            if isinstance(parent, property)
+            else "weave the method that holds it by its path"
+        )
     else:
         where = f"this {type(parent).__qualname__} instance's {attr}"
         hint = f"weave the class {type(parent).__qualname__} instead (all its instances)"

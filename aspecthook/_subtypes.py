@@ -58,6 +58,12 @@ class _SubclassHook:
         self.followers: list[_Follower] = []
         self.own = _HOOK in vars(base)  # else the wrapper stands in for the inherited one
 
+    @property
+    def stands_in(self) -> bool:
+        """Whether the wrapper stands in for an inherited ``__init_subclass__`` (it is no
+        method of the class's own: ``_targets._stands_in``)."""
+        return not self.own
+
     def __call__(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         new = getattr(wrapped, "__self__", instance)  # the class being created
         base = self.base_ref()

@@ -11,12 +11,14 @@ objects it looks at.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import itertools
 import pkgutil
 import sys
 import types
+import typing
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
@@ -37,28 +39,29 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
     if type(target) is JoinPointProxy:
         return [target._self_joinpoint]
     if isinstance(target, types.ModuleType):
+        # Its functions, and the bound methods it holds of its own code (random.randint).
         return [
             (target, n)
             for n, v in vars(target).items()
             if not n.startswith("_")
-            and (inspect.isfunction(v) or find_proxy(v) is not None)
+            and (inspect.isfunction(v) or inspect.ismethod(v) or find_proxy(v) is not None)
             and getattr(v, "__module__", None) == target.__name__
         ]
     if inspect.isclass(target):
         return [(target, n) for n, v in vars(target).items() if _is_method(n, v)]
+    if typing.get_origin(target) is not None:  # Box[int], list[int], int | None
+        raise _alias_error(target)
     if inspect.ismethod(target):
+        held = _module_holding(target)
+        if held is not None:
+            return [held]
         owner, name = target.__self__, target.__func__.__name__
         _usable_site(owner, name)
         return [(owner, name)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
     if hasattr(target, "__dict__") and _is_instance(target):
-        cls = type(target)
-        return [
-            (target, n)
-            for n in dir(cls)
-            if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n))
-        ]
+        return _instance_sites(target)
     if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
         kind = type(target).__qualname__
         raise WeaveTargetError(
@@ -67,6 +70,43 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             target=repr(target),
         )
     return _other_object(target)
+
+
+def _alias_error(alias: Any) -> WeaveTargetError:
+    """Why a parameterised type (``Box[int]``) or an annotation (``int | None``) is not
+    woven, naming the class to weave instead: the alias object's own methods are typing's."""
+    origin = typing.get_origin(alias)
+    if not inspect.isclass(origin) or isinstance(alias, types.UnionType):
+        message = f"{alias!r} is a type annotation, not code: weave the functions or classes "
+        message += "it describes"
+    elif _immutable(origin):
+        message = (
+            f"{alias!r} is a parameterised alias of the built-in type {origin.__qualname__}, "
+            "whose methods cannot be replaced; weave the Python code that calls them instead"
+        )
+    else:
+        name = origin.__qualname__
+        message = (
+            f"{alias!r} is a parameterised alias of the class {name}: weave {name} itself, "
+            f"weave({name}) (every instance, whatever its type arguments)"
+        )
+    return WeaveTargetError(message, target=repr(alias))
+
+
+def _module_holding(method: types.MethodType) -> tuple[types.ModuleType, str] | None:
+    """Where the module that defines ``method``'s function holds this very bound method,
+    or None. ``random.randint`` is ``random._inst.randint`` bound once at import: its
+    callers call the module attribute, which a proxy on the instance would not reach, so
+    it is woven there, as ``weave('random.randint')`` does. A bound method made by the
+    attribute access that gave it (``obj.method``, ``Cls.classmethod``) is held nowhere."""
+    module = sys.modules.get(getattr(method.__func__, "__module__", None) or "")
+    if module is None:
+        return None
+    name = method.__func__.__name__
+    if vars(module).get(name) is method:
+        return module, name
+    # A copy: another thread may be adding to the module (an import in progress).
+    return next(((module, n) for n, v in list(vars(module).items()) if v is method), None)
 
 
 def _other_object(target: Any) -> list[tuple[Any, str]]:
@@ -135,6 +175,20 @@ def _metaclass_method_error(owner: Any, name: str, meta: type) -> WeaveTargetErr
     )
 
 
+def _instance_sites(target: Any) -> list[tuple[Any, str]]:
+    """The methods of one instance (``weave(obj)``): its class's public functions, but for
+    data of the instance's own that shadows one."""
+    cls = type(target)
+    own = vars(target)
+    return [
+        (target, n)
+        for n in dir(cls)
+        if not n.startswith("_")
+        and inspect.isfunction(inspect.getattr_static(cls, n))
+        and (n not in own or callable(own[n]))
+    ]
+
+
 def _is_instance(target: Any) -> bool:
     """An instance of a user's class, callable ones included (their class defines
     ``__call__`` in Python); other callables (partials, builtins) are not instances here."""
@@ -163,6 +217,14 @@ def _locate(func: Any) -> tuple[Any, str]:
         except (AttributeError, wrapt.PathResolutionError):
             found = None
         original = wrapt.unwrapped(func)  # the function under functools.wraps or a proxy
+        if found is not None and _wraps(func, found):
+            raise WeaveTargetError(
+                f"this {type(func).__name__} of {module.__name__}.{qualname} is not "
+                f"{module.__name__}.{qualname} itself, which it calls directly, so a proxy "
+                "there would not see its calls: weave it where it is held, by its path "
+                "('pkg.mod.cached')",
+                target=qualname,
+            )
         if found is not None and wrapt.unwrapped(getattr(found, "__func__", found)) is original:
             return parent, attr
         if found is not None and find_proxy(found) is not None:
@@ -173,6 +235,15 @@ def _locate(func: Any) -> tuple[Any, str]:
         "and its name, e.g. weave('pkg.module.function') or weave(holder_class)",
         target=qualname,
     )
+
+
+def _wraps(func: Any, found: Any) -> bool:
+    """Whether ``func`` is a wrapper around ``found`` made somewhere else than where
+    ``found`` is held (``functools.lru_cache(mod.f)`` kept by another name); never one of
+    our proxies (a stale reference to a removed one is woven where it was)."""
+    if found is func or find_proxy(func) is not None:
+        return False
+    return any(inner is found for inner in itertools.islice(wrapt.wrapper_chain(func), 1, None))
 
 
 def _split(path: str) -> tuple[list[str], list[str]]:
@@ -263,10 +334,17 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     module_parts, attrs = _split(path)
     module = sys.modules[".".join(module_parts)]
     if not attrs:
-        return _resolve_object(module)  # type: ignore[return-value]
+        found_sites: list[tuple[Any, str]] = _resolve_object(module)  # type: ignore[assignment]
+        if not found_sites:
+            raise WeaveTargetError(_holds_nothing(path, module), target=path)
+        return found_sites
     glob = bool(_GLOB.intersection(path))
     sites: list[tuple[Any, str]] = []
     for parent, attr in _expand(module, attrs):
+        if _looked_up_on_type(parent, attr):
+            if glob:
+                continue
+            raise _looked_up_on_type_error(path, parent, attr)
         value = _raw(parent, attr)
         if inspect.isclass(value) or isinstance(value, types.ModuleType):
             sites.extend(_resolve_object(value))  # type: ignore[arg-type]
@@ -283,17 +361,122 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
     if not sites and not glob:
         found = _lookup(module, attrs)
         if found is not None:
+            if inspect.isclass(found) or isinstance(found, types.ModuleType):
+                raise WeaveTargetError(_holds_nothing(path, found), target=path)
+            kind = type(found).__name__
+            instance = hasattr(found, "__dict__") and _is_instance(found)
+            methods = _instance_sites(found) if instance else []
+            if methods:
+                raise WeaveTargetError(
+                    f"{path} is a {type(found).__qualname__} instance, not a function or method: "
+                    "to weave its methods for it alone, weave the object itself "
+                    f"(weave(obj)), or one method by its path ('{path}.{methods[0][1]}')",
+                    target=path,
+                )
             raise WeaveTargetError(
-                f"{path} is a {type(found).__name__}, not a function or method: only "
-                "callables can be woven (for a property, weave the function its getter calls)",
+                f"{path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function or "
+                "method: only callables can be woven (for a property, weave the function its "
+                "getter calls)",
                 target=path,
             )
         raise WeaveTargetError(
-            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}; "
-            "check the spelling, or import the module that defines it first",
+            f"{path}: {'.'.join(module_parts)} has no attribute path {'.'.join(attrs)!r}"
+            f"{_meant(module, module_parts, attrs)}; check the spelling, or import the module "
+            "that defines it first",
             target=path,
         )
     return patchable
+
+
+def _why_nothing(label: str, target: Any) -> str | None:
+    """Why the class, module or instance ``target`` (named ``label``) gave no site to
+    weave, saying what to weave instead; None for anything else."""
+    if inspect.isclass(target) or isinstance(target, types.ModuleType):
+        return _holds_nothing(label, target)
+    if not _is_instance(target):
+        return None
+    cls = type(target)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    message = f"this {name} instance has no public method to weave for it alone"
+    if not callable(target):
+        return f"{message}: weave the functions it calls, or its class's methods by path"
+    return (
+        f"{message}; calling it runs {name}.__call__, which Python looks up on its class, "
+        "not on the instance: weave it where it is held to advise the calls made through "
+        f"there (weave('pkg.mod.handler')), or '{name}.__call__' for every instance"
+    )
+
+
+def _looked_up_on_type(parent: Any, attr: str) -> bool:
+    """Whether ``attr`` is a ``__dunder__`` attribute of an object that is not a class or
+    a module: Python looks special methods up on the object's type, and the others
+    (``__wrapped__``) are only read, so a proxy in the object's own ``__dict__`` would
+    never run when the object is called (``f.__call__``)."""
+    dunder = attr.startswith("__") and attr.endswith("__")
+    return dunder and not (inspect.isclass(parent) or isinstance(parent, types.ModuleType))
+
+
+def _looked_up_on_type_error(path: str, parent: Any, attr: str) -> WeaveTargetError:
+    holder = path.replace(":", ".").rpartition(".")[0]
+    cls = type(parent)
+    for_all = f"'{cls.__module__}.{cls.__qualname__}.{attr}'"
+    if inspect.isroutine(parent):
+        fix = f"weave '{holder}' itself"
+    elif attr == "__call__":
+        fix = f"weave '{holder}' itself (where it is held), or {for_all} for every instance"
+    else:
+        fix = f"weave {for_all} (every instance of {cls.__qualname__})"
+    return WeaveTargetError(
+        f"{path}: a proxy in {holder}'s own {attr} would never run (Python looks special "
+        "methods up on the type, not on the object, and a wrapper calls what it holds, not "
+        f"its __wrapped__): {fix}",
+        target=path,
+    )
+
+
+def _holds_nothing(label: str, found: type | types.ModuleType) -> str:
+    """Why the class or module ``label`` names has no site to weave, saying what to weave
+    instead."""
+    if inspect.isclass(found) and _immutable(found):
+        return (
+            f"{label} is a built-in type, whose attributes cannot be replaced; weave the "
+            "Python code that calls it instead"
+        )
+    if inspect.isclass(found):
+        return (
+            f"{label} is a class with no methods of its own to weave (weaving a class weaves "
+            "the functions, classmethods and staticmethods in its __dict__, leaving out "
+            f"__dunder__ methods other than __call__): weave one by its path, e.g. "
+            f"'{label}.__init__', or '{label}.method' for a method it inherits"
+        )
+    return (
+        f"{label} is a module with no functions of its own to weave (weaving a module "
+        "weaves the public functions defined in it, not those it imports): weave a "
+        f"callable it holds by its path, '{label}.name'"
+    )
+
+
+def _meant(module: types.ModuleType, module_parts: list[str], attrs: list[str]) -> str:
+    """`` (did you mean 'pkg.mod.Cls.name'?)`` for the first of ``attrs`` that is missing:
+    its mangled name (``__open`` in class ``Vault`` is stored as ``_Vault__open``), or a
+    close spelling among its holder's attributes; ``""`` when there is none."""
+    holder: Any = module
+    for i, attr in enumerate(attrs):
+        if _has(holder, attr):
+            holder = _raw(holder, attr)
+            continue
+        names = (
+            _attribute_names(holder) if inspect.isclass(holder) or inspect.ismodule(holder) else []
+        )
+        mangled = f"_{getattr(holder, '__name__', '').lstrip('_')}{attr}"
+        if inspect.isclass(holder) and attr.startswith("__") and mangled in names:
+            close = [mangled]
+        else:
+            close = difflib.get_close_matches(attr, names, n=1)
+        if not close:
+            return ""
+        return f" (did you mean {'.'.join([*module_parts, *attrs[:i], close[0]])!r}?)"
+    return ""
 
 
 def _immutable(parent: Any) -> bool:
@@ -462,10 +645,13 @@ def _subtype_class(path: str) -> type:
     """The class before the ``+`` of ``path``, which must be there."""
     base = _subtype_base(path)
     if base is None:
-        base_path = path.partition("+")[0].replace(":", ".")
+        base_path = path.partition("+")[0]
+        module_parts, attrs = _split(base_path)
+        module = sys.modules.get(".".join(module_parts))
+        meant = _meant(module, module_parts, attrs) if module is not None else ""
         raise WeaveTargetError(
-            f"{path}: there is no {base_path}; check the spelling, or import the module "
-            "that defines it first",
+            f"{path}: there is no {base_path.replace(':', '.')}{meant}; check the spelling, "
+            "or import the module that defines it first",
             target=path,
         )
     return base
@@ -505,8 +691,22 @@ def _own_sites(cls: type, pattern: str) -> list[tuple[Any, str]]:
     return [
         (cls, n)
         for n in names
-        if _is_callable(value := vars(cls)[n]) and not inspect.isclass(value)
+        if _is_callable(value := vars(cls)[n])
+        and not inspect.isclass(value)
+        and not _stands_in(value)
     ]
+
+
+def _stands_in(value: Any) -> bool:
+    """Whether ``value`` is the hook that a ``'pkg.Cls+...'`` weave put in ``Cls.__dict__``
+    in place of the ``__init_subclass__`` that ``Cls`` inherits: not a method of its own
+    (a proxy on it would outlive the hook's removal as an ``__init_subclass__`` of Cls),
+    also under the proxy a ``'pkg.Cls+.__init_subclass__'`` weave put on it."""
+    while type(value) is JoinPointProxy:
+        value = value.__wrapped__
+    if not isinstance(value, wrapt.FunctionWrapper):
+        return False
+    return getattr(value._self_wrapper, "stands_in", False) is True
 
 
 def _subclasses(base: type) -> list[type]:

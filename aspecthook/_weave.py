@@ -14,6 +14,7 @@ this module runs a weave through those steps and keeps its ``WeaveRecord``.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import sys
 import types
@@ -36,6 +37,7 @@ from ._subtypes import unfollow, weave_subtypes
 from ._targets import (
     _imported,
     _missing_module,
+    _module_holding,
     _module_of,
     _resolve_object,
     _resolve_path,
@@ -43,6 +45,7 @@ from ._targets import (
     _subtype_base,
     _subtype_parts,
     _unimported_matches,
+    _why_nothing,
 )
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
@@ -100,9 +103,10 @@ def weave(
     """Weave aspects and advice into ``target`` and return a ``Handle`` that undoes it.
 
     ``target`` is a function, method, classmethod, staticmethod, class (its methods),
-    module (its functions), instance (its methods, for that instance only), a join point
-    proxy, or a dotted path ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to
-    say where the module ends; globs allowed after the module), or
+    module (its functions, and bound methods of its own objects such as ``random.randint``),
+    instance (its methods, for that instance only), a join point proxy, or a dotted path
+    ``'pkg.mod.Class.method'`` (``'pkg.mod:Class.method'`` to say where the module ends;
+    globs allowed after the module), or
     ``'pkg.mod.Base+.method'``: ``Base.method`` and each subclass's own ``method``, those
     of subclasses created later included (a malformed ``+`` raises ``WeaveTargetError``).
     A path whose module is not imported yet is woven when it is imported; so is each
@@ -229,6 +233,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
                 deferred = not sites and _submodule_pending(target)
     elif reason is None:
         sites = _resolve_object(target)
+        if not sites:  # a class, module or instance with no method or function of its own
+            reason = _why_nothing(_label(target), target)
     return sites, deferred, reason
 
 
@@ -369,6 +375,11 @@ def _from_aspects(token: Name, aspects: tuple[Any, ...]) -> list[Advice]:
             advices.extend(item.make_advice(target=token))
         elif isinstance(item, Advice):
             advices.append(_rebind(item, token))
+        elif isinstance(item, type) and issubclass(item, Aspect):
+            raise AspectDefinitionError(
+                f"weave() got the class {item.__name__}, not an instance: pass "
+                f"{item.__name__}(), with its parameters if it takes any"
+            )
         else:
             raise AspectDefinitionError(
                 f"weave() got {item!r} as an aspect: pass Aspect instances or Advice "
@@ -446,6 +457,9 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
 def _label(target: Any) -> str:
     if isinstance(target, types.ModuleType):
         return target.__name__
+    held = _module_holding(target) if inspect.ismethod(target) else None
+    if held is not None:  # random.randint, not random.Random.randint
+        return f"{held[0].__name__}.{held[1]}"
     qualname = getattr(target, "__qualname__", None)
     if qualname is not None:
         return f"{getattr(target, '__module__', '?')}.{qualname}"

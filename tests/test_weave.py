@@ -16,9 +16,10 @@ import re
 import sys
 import textwrap
 import types
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from unittest import mock
 
 import _weave_targets as targets
@@ -38,6 +39,7 @@ from aspecthook.errors import (
 )
 
 MOD = "_weave_targets"
+_T = TypeVar("_T")
 
 
 @pytest.fixture(autouse=True)
@@ -287,6 +289,16 @@ def test_weave_instance_affects_only_that_instance() -> None:
     assert log == [obj]
 
 
+def test_an_instance_weave_leaves_data_that_shadows_a_method_alone() -> None:
+    """An instance whose own attribute shadows a method with data (``obj.forward = 5``)
+    keeps that value as it is: the weave put a proxy around the ``5``."""
+    obj = Model()
+    obj.forward = 5  # type: ignore[method-assign,assignment]
+    with ah.weave(obj, before=lambda ctx: None):
+        assert type(vars(obj)["forward"]) is int
+    assert vars(obj) == {"forward": 5}
+
+
 def test_weave_two_instances_separately() -> None:
     """Each instance gets its own advice; removing one leaves the other woven."""
     a, b = Model(), Model()
@@ -450,6 +462,17 @@ def test_keyword_advice_that_is_not_a_function_is_refused_naming_the_keyword(
     with pytest.raises(AdviceSignatureError, match=r"weave\(after=\.\.\.\) takes a function"):
         ah.weave(targets.add_one, after=value)
     assert targets.add_one is targets.ORIGINALS["add_one"]
+    assert ah.default_weaver.registered == []
+
+
+def test_weave_of_an_aspect_class_says_to_pass_an_instance() -> None:
+    """``weave(f, Timed)`` names the class and the instance to pass, as ``register(Timed)``
+    does (it printed the class's repr and a general rule)."""
+    with pytest.raises(
+        AspectDefinitionError,
+        match=r"weave\(\) got the class Timed, not an instance: pass Timed\(\)",
+    ):
+        ah.weave(targets.add_one, Timed)
     assert ah.default_weaver.registered == []
 
 
@@ -1053,6 +1076,37 @@ def _import(name: str) -> types.ModuleType:
     return sys.modules[name]
 
 
+def test_a_module_weave_takes_the_bound_methods_it_holds(
+    new_module: Callable[..., str],
+) -> None:
+    """``weave(random)``: a module whose functions are a hidden instance's bound methods
+    (``random.randint`` is ``random._inst.randint``) weaves those, as ``'random.*'`` and
+    ``weave(random.randint)`` do; it wove nothing. A bound method of another module's
+    object that it holds stays out, as an imported function does."""
+    mod = _import(
+        new_module(
+            """
+            import json
+
+            class Dice:
+                def roll(self, sides):
+                    return sides
+
+            _inst = Dice()
+            roll = _inst.roll
+            encode = json.JSONEncoder().encode
+            """
+        )
+    )
+    originals = dict(vars(mod))
+    seen: list[str] = []
+    with ah.weave(mod, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert mod.roll(6) == 6
+        assert mod.encode(1) == "1"
+    assert seen == [f"{mod.__name__}.roll"]
+    assert all(vars(mod)[name] is value for name, value in originals.items())
+
+
 def test_advice_by_the_path_woven_reaches_a_callable_named_elsewhere() -> None:
     """A join point is named where its callable lives ('json.encoder.JSONEncoder.encode',
     'posixpath.join'); the path the weave was given ('json.JSONEncoder.encode',
@@ -1526,6 +1580,30 @@ def test_local_function_cannot_be_located() -> None:
     assert ah.default_weaver.registered == []
 
 
+class _Dice:
+    def roll(self, sides: int) -> int:
+        return sides
+
+
+#: A bound method held by a module attribute, as ``random.randint`` is ``random._inst``'s.
+roll = _Dice().roll
+
+
+def test_a_bound_method_a_module_holds_is_woven_where_it_is_held() -> None:
+    """``weave(random.randint)`` weaves the module attribute its callers call, as
+    ``weave('random.randint')`` does: weaving the hidden instance's ``randint`` reached no
+    call made through ``random.randint``. Removal puts the same bound method back."""
+    module = sys.modules[__name__]
+    original = module.roll
+    seen: list[Any] = []
+    with ah.weave(roll, before=lambda ctx: seen.append((ctx.joinpoint.name, ctx.args))) as h:
+        assert repr(h) == f"<Handle weave {__name__}.roll (active)>"
+        assert module.roll(6) == 6
+        assert "roll" not in vars(original.__self__)
+    assert seen == [(f"{__name__}.roll", [6])]
+    assert module.roll is original
+
+
 def test_function_removed_from_its_module_cannot_be_located() -> None:
     """A function no longer reachable where it was defined cannot be woven."""
     stray = types.FunctionType(targets.add_one.__code__, targets.__dict__, "stray")
@@ -1553,6 +1631,16 @@ def test_an_lru_cache_function_is_woven_by_object_as_by_path() -> None:
     assert sys.modules[__name__]._cached is original
 
 
+def test_a_wrapper_made_elsewhere_of_a_module_function_is_refused() -> None:
+    """``weave(functools.lru_cache(mod.f))`` of a cache that ``mod`` does not hold: it wove
+    ``mod.f``, which the cache calls directly, so no call through the cache was advised
+    (and every other caller of ``mod.f`` was): refused, saying to weave it where it is held."""
+    cached = functools.lru_cache(targets.add_one)
+    with pytest.raises(WeaveTargetError, match=rf"not {MOD}\.add_one.*where it is held"):
+        ah.weave(cached, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [
@@ -1568,6 +1656,59 @@ def test_a_built_in_given_as_an_object_says_what_to_weave(target: Any, message: 
     with pytest.raises(WeaveTargetError, match=message):
         ah.weave(target, before=lambda ctx: None)
     assert ah.default_weaver.registered == []
+
+
+class _Box(Generic[_T]):
+    def get(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (_Box[int], r"_Box\[int\] is a parameterised alias of the class _Box: weave _Box"),
+        (list[int], r"list\[int\] is a parameterised alias of the built-in type list"),
+        (typing.Literal["a"], r"Literal\['a'\] is a type annotation, not code"),
+        (int | None, r"int \| None is a type annotation, not code"),
+    ],
+)
+def test_a_parameterised_type_alias_is_refused_saying_what_to_weave(
+    target: Any, message: str
+) -> None:
+    """``weave(Box[int])`` wove the methods of typing's alias object (or failed saying to
+    weave ``_GenericAlias``), and advised no call of ``Box``: an alias is refused, naming
+    the class to weave."""
+    before = dict(vars(target)) if hasattr(target, "__dict__") else None
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+    assert (dict(vars(target)) if before is not None else None) == before
+    assert "get" in vars(_Box)
+    assert not isinstance(vars(_Box)["get"], wrapt.ObjectProxy)
+
+
+class _Handler:
+    def __call__(self, event: str) -> str:
+        return event
+
+
+def test_an_instance_with_only_call_says_where_to_weave_it() -> None:
+    """An instance's calls run its class's ``__call__`` (Python looks it up on the class),
+    so a weave of that one instance has nothing to take: the message says to weave it
+    where it is held or the class's ``__call__``; it said only 'matched nothing'."""
+    handler = _Handler()
+    message = (
+        rf"this {__name__}\._Handler instance has no public method.*calling it runs "
+        rf"{__name__}\._Handler\.__call__.*weave\('pkg\.mod\.handler'\).*"
+        rf"'{__name__}\._Handler\.__call__'"
+    )
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(handler, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        ah.weave(handler, before=lambda ctx: None).remove()
+    [entry] = [e for e in logs if e["event"] == "weave.skipped"]
+    assert re.search(message, entry["reason"])
+    assert vars(handler) == {}
 
 
 @pytest.mark.parametrize("target", [42, None, 1.5])
@@ -1761,10 +1902,84 @@ def test_a_method_of_a_built_in_type_is_skipped_with_the_reason() -> None:
         ah.weave("datetime.datetime.now", before=lambda ctx: None, strict=True)
 
 
+class _Vault:
+    def __open(self) -> int:  # stored as _Vault__open
+        return 1
+
+    def close(self) -> int:
+        return self.__open()
+
+
+@pytest.mark.parametrize(
+    ("path", "suggestion"),
+    [
+        (f"{__name__}._Vault.__open", f"did you mean '{__name__}._Vault._Vault__open'"),
+        ("json.JSONDecoder.raw_decod", "did you mean 'json.JSONDecoder.raw_decode'"),
+        ("json.JSONEncoder.encdoe", "did you mean 'json.JSONEncoder.encode'"),
+    ],
+)
+def test_a_missing_attribute_suggests_the_name_meant(path: str, suggestion: str) -> None:
+    """A method named with two leading underscores is stored under its mangled name, and a
+    misspelt one is close to the real one: the error names the path to weave instead of
+    only 'check the spelling'."""
+    with pytest.raises(WeaveTargetError, match=re.escape(suggestion)):
+        ah.weave(path, before=lambda ctx: None, strict=True)
+
+
+def test_a_path_to_an_instance_says_how_to_weave_its_methods() -> None:
+    """A path to an instance (not callable): the message says to weave the object itself or
+    a method by its path; it said only that a Tally is not a function or method."""
+    with pytest.raises(
+        WeaveTargetError,
+        match=rf"{__name__}\.SINGLETON is a Tally instance.*weave the object itself.*"
+        rf"'{__name__}\.SINGLETON\.inc'",
+    ):
+        ah.weave(f"{__name__}.SINGLETON", before=lambda ctx: None, strict=True)
+
+
 def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):
         ah.weave("fractions.Fraction.numerator", before=lambda ctx: None, strict=True)
+
+
+@dataclasses.dataclass
+class _Record:
+    """A class whose only methods are dunders (the dataclass's ``__init__``...)."""
+
+    value: int = 0
+
+
+@pytest.mark.parametrize("target", [f"{__name__}._Record", "json.JSONDecodeError", _Record])
+def test_a_class_with_no_methods_of_its_own_says_so(target: Any) -> None:
+    """A class whose methods are all dunders (a dataclass, an exception) has nothing a class
+    weave takes: the message says that and which path to weave, not that a class is 'a
+    type, not a function or method' (a class is callable), nor only 'matched nothing'."""
+    label = target if isinstance(target, str) else f"{__name__}._Record"
+    message = rf"{re.escape(label)} is a class with no methods of its own.*'{label}.__init__'"
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(target, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        handle = ah.weave(target, before=lambda ctx: None)
+    [entry] = [e for e in logs if e["event"] == "weave.skipped"]
+    assert re.search(message, entry["reason"])
+    handle.remove()
+
+
+def test_a_module_with_no_functions_of_its_own_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that holds no function defined in it: the message says so (it said the
+    module is 'a module, not a function or method')."""
+    package = types.ModuleType("_weave_empty_pkg")
+    package.__path__ = []
+    empty = types.ModuleType("_weave_empty_pkg.consts")
+    empty.LIMIT = 3  # type: ignore[attr-defined]
+    empty.dumps = json.dumps  # type: ignore[attr-defined]  # imported, not its own
+    package.consts = empty  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_weave_empty_pkg", package)
+    monkeypatch.setitem(sys.modules, "_weave_empty_pkg.consts", empty)
+    for target in ("_weave_empty_pkg:consts", "_weave_empty_pkg.consts", empty):
+        with pytest.raises(WeaveTargetError, match=r"is a module with no functions of its own"):
+            ah.weave(target, before=lambda ctx: None, strict=True)
 
 
 class _Meta(type):
@@ -1827,6 +2042,40 @@ def test_an_instance_that_refuses_new_attributes_is_refused_with_the_class_to_we
         ah.weave(frozen, before=lambda ctx: None)
     assert vars(frozen) == {"n": 1}
     assert ah.describe(ah.Glob("*Frozen*")) == []
+
+
+def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
+    """'mod.Cls.prop.fget' reaches a property, which cannot take a proxy: the message says
+    to weave the function the getter calls; it said to weave the class ``property``."""
+    with pytest.raises(WeaveTargetError, match=r"property.*fget.*") as caught:
+        ah.weave("fractions.Fraction.numerator.fget", before=lambda ctx: None)
+    assert "weave the class property" not in str(caught.value)
+    assert "weave the function its getter calls" in str(caught.value)
+    assert ah.default_weaver.registered == []
+
+
+@pytest.mark.parametrize(
+    ("path", "advice"),
+    [
+        (f"{MOD}.add_one.__call__", rf"weave '{MOD}\.add_one' itself"),
+        (f"{__name__}.SINGLETON.__init__", rf"weave '{__name__}\.Tally\.__init__'"),
+        (f"{MOD}.decorated.__wrapped__", rf"weave '{MOD}\.decorated' itself"),
+    ],
+)
+def test_a_dunder_method_of_an_object_is_refused_saying_what_to_weave(
+    path: str, advice: str
+) -> None:
+    """Python looks ``__call__`` (any ``__dunder__`` method) up on an object's type, so a
+    proxy put in one function's or instance's ``__dict__`` never ran: the weave is refused
+    (skipped unless strict) saying what to weave, and puts nothing there."""
+    holder = path.rpartition(".")[0].rpartition(".")[2]
+    with pytest.raises(WeaveTargetError, match=rf"would never run.*up on the type.*{advice}"):
+        ah.weave(path, before=lambda ctx: None, strict=True)
+    with capture_logs() as logs:
+        ah.weave(path, before=lambda ctx: None).remove()
+    assert [e["event"] for e in logs] == ["weave.skipped"]
+    obj = getattr(sys.modules[path.partition(".")[0]], holder)
+    assert not isinstance(vars(obj).get(path.rpartition(".")[2]), wrapt.ObjectProxy)
 
 
 SINGLETON = Tally()

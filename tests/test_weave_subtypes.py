@@ -513,6 +513,49 @@ def test_weave_of_init_subclass_itself_leaves_the_base_as_it_was(
     assert vars(mod.After).get("seen") is True
 
 
+@pytest.mark.parametrize("hook_first", [True, False])
+@pytest.mark.parametrize("remove_hook_first", [True, False])
+@pytest.mark.parametrize("pattern", ["m", "__init_subclass__"])
+def test_a_subclass_hook_is_not_taken_for_the_subclass_own_init_subclass(
+    make_module: Callable[[str], types.ModuleType],
+    hook_first: bool,
+    remove_hook_first: bool,
+    pattern: str,
+) -> None:
+    """'Mid+.m' puts a hook in ``Mid.__dict__`` standing in for the ``__init_subclass__``
+    it inherits ('Mid+.__init_subclass__' puts a proxy on it too); 'Base+.__init_subclass__'
+    woven beside it does not take that hook for Mid's own (it advised a join point
+    Mid.__init_subclass__ when woven second, and, removed after the hook's weave, left
+    Base's ``__init_subclass__`` in ``Mid.__dict__``). Either order of weaving and of
+    removal gives the same join points and the same Mid."""
+    mod = make_module(
+        """
+        class Base:
+            def __init_subclass__(cls, **kwargs):
+                super().__init_subclass__(**kwargs)
+
+        class Mid(Base):
+            def m(self):
+                return []
+        """
+    )
+    mid_dict = dict(vars(mod.Mid))
+    log: list[str] = []
+    paths = [f"{mod.__name__}.Mid+.{pattern}", f"{mod.__name__}.Base+.__init_subclass__"]
+    if not hook_first:
+        paths.reverse()
+    handles = [ah.weave(path, before=_logging(log)) for path in paths]
+    _define(mod, "class New(Mid):\n    def m(self):\n        return []\n")
+    mod.New().m()
+    if pattern == "m":  # (which join point 'Mid+.__init_subclass__' reaches depends on
+        # the order, as for any weave of a method a class inherits: known-issues.md)
+        assert log == [f"{mod.__name__}.Base.__init_subclass__", f"{mod.__name__}.New.m"]
+    for handle in handles if remove_hook_first == hook_first else handles[::-1]:
+        handle.remove()
+    assert dict(vars(mod.Mid)) == mid_dict
+    assert "__init_subclass__" not in vars(mod.New)
+
+
 @pytest.mark.parametrize("first", [0, 1])
 def test_two_weaves_on_one_base_removed_in_either_order(mod: types.ModuleType, first: int) -> None:
     """Two weaves share one hook on Base; each removal takes off its own advice, later
@@ -771,6 +814,12 @@ def test_missing_class_is_skipped_unless_strict(mod: types.ModuleType) -> None:
         assert [row.status for row in ah.describe() if row.joinpoint == target] == ["skipped"]
     with pytest.raises(WeaveTargetError, match="there is no"):
         ah.weave(target, before=lambda ctx: None, strict=True)
+
+
+def test_misspelt_class_suggests_the_one_meant(mod: types.ModuleType) -> None:
+    """A '+' path to a class that is not there names a close one, as a plain path does."""
+    with pytest.raises(WeaveTargetError, match=rf"did you mean '{mod.__name__}\.Base'\?"):
+        ah.weave(f"{mod.__name__}.Bsae+.m", before=lambda ctx: None, strict=True)
 
 
 # -- any sequence --------------------------------------------------------------------------
