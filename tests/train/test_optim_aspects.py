@@ -920,6 +920,24 @@ def test_ema_before_start_iter_follows_the_live_weights() -> None:
             assert not torch.equal(a, c)
 
 
+def test_ema_averages_from_the_start_iter_th_iteration() -> None:
+    """start_iter counts iterations from 1, as Logger and Checkpoint's iter_<n> do, and as
+    OpenMMLab's begin_iter (which a config is told to write as start_iter) counts them:
+    start_iter=3 averages in the 3rd iteration and after. The first update was made in
+    the 4th."""
+    ema = EMA(0.5, start_iter=3, use_buffers=False)
+    runner = _runner(aspects=[ema])  # 4 iterations
+    averaged: list[int] = []
+
+    @runner.weaver.after("train_iter")
+    def count(ctx: Any) -> None:
+        assert ema.averaged is not None
+        averaged.append(int(ema.averaged.n_averaged))
+
+    runner.run()
+    assert averaged == [0, 0, 1, 2]
+
+
 # -- EMA: several averages, added on resume, loaded without a run, tied weights -------------
 
 
