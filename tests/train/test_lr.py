@@ -397,6 +397,14 @@ def test_bad_options_are_refused() -> None:
         LRSchedule(warmup_ratio=0)
 
 
+@pytest.mark.parametrize("warmup_iters", [5, True, "5"])
+def test_warmup_iters_without_a_warmup_is_refused(warmup_iters: Any) -> None:
+    """warmup_iters= with no warmup= kind did nothing, silently: the run had no warm-up
+    at all. It is refused at construction, saying which kinds to give."""
+    with pytest.raises(InvalidOptionError, match=r"warmup_iters=.* needs warmup='linear'"):
+        LRSchedule(warmup_iters=warmup_iters)
+
+
 @pytest.mark.parametrize(
     "options",
     [

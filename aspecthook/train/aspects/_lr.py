@@ -260,6 +260,14 @@ def _check_options(
             option="scheduler",
             value=scheduler,
         )
+    if warmup is None and warmup_iters is not None and (warmup_iters is True or warmup_iters != 0):
+        # Given alone it would be ignored: the run would have no warm-up, and say nothing.
+        raise InvalidOptionError(
+            f"LRSchedule(warmup_iters={warmup_iters!r}) needs warmup='linear' (or 'constant', "
+            "'exp') to ramp the LR over those iterations; give one, or leave warmup_iters out",
+            option="warmup_iters",
+            value=warmup_iters,
+        )
     if warmup is not None and (not is_integer(warmup_iters) or warmup_iters < 1):
         raise InvalidOptionError(
             f"LRSchedule(warmup_iters={warmup_iters!r}) must be a positive int with warmup=",
