@@ -1105,23 +1105,34 @@ def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     assert second["val/loss"] != first["val/loss"]
 
 
-@pytest.mark.parametrize("how", ["limits reached", "stopped"])
+@pytest.mark.parametrize("how", ["limits reached", "stopped", "stopped at the limits"])
 def test_run_of_a_finished_runner_says_why_it_returns_at_once(how: str) -> None:
     """run() again with nothing left to do (the limits reached, or stop() called) trains
-    no iteration and says so, with what to change to go on."""
+    no iteration and says so, with what to change to go on: only what would let it go
+    on (the hint offered clearing stop_reason for a run at its limits, and raising the
+    limits for a stopped one, where neither changes anything)."""
     model, opt, loader = _parts()
     runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1)
-    if how == "stopped":
-        runner.stop("enough")
-    else:
+    if how != "stopped":
         runner.run()
+    if how != "limits reached":
+        runner.stop("enough")
     done = runner.iter
     with structlog.testing.capture_logs() as logs:
         runner.run()
     assert runner.iter == done
     [event] = [e for e in logs if e["event"] == "runner.finished"]
-    assert event["reason"] == ("enough" if how == "stopped" else "max_epochs / max_iters reached")
-    assert "runner.stop_reason = None" in event["hint"]
+    stopped = how != "limits reached"
+    assert event["reason"] == ("enough" if stopped else "max_epochs / max_iters reached")
+    assert ("runner.stop_reason = None" in event["hint"]) is stopped
+    assert ("raise max_epochs" in event["hint"]) is (how != "stopped")
+    for step in (["stop_reason"] if stopped else []) + (["max_epochs"] if how != "stopped" else []):
+        if step == "stop_reason":
+            runner.stop_reason = None
+        else:
+            runner.max_epochs = 2
+    runner.run()
+    assert runner.iter > done  # what the hint said was enough to go on
 
 
 @pytest.mark.parametrize(
