@@ -1117,6 +1117,25 @@ def test_a_best_score_of_another_metric_is_not_carried_over(tmp_path: Path) -> N
     assert (second.best_score, second.best_file) == (0.2, "best_val_acc_epoch_2.pt")
 
 
+def test_save_best_in_a_run_that_never_validated_warns(tmp_path: Path) -> None:
+    """save_best with no validation in the run (no val_loader, or no Evaluate) kept no best
+    checkpoint without a word, where EarlyStopping warns. It now warns at the run's end,
+    naming the metric and what to add; a run that validated, or trained nothing (resumed
+    at its end), does not."""
+    runner = make_runner(tmp_path / "unvalidated", aspects=[Checkpoint(save_best="val/loss")])
+    with pytest.warns(RuntimeWarning, match=r"save_best='val/loss'.*no validation ran"):
+        runner.run()
+    assert not list((tmp_path / "unvalidated").glob("best_*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()  # at its end already: nothing trained, nothing to say
+        validated = make_runner(
+            tmp_path / "validated", aspects=[Checkpoint(save_best="val/loss")], val=True
+        )
+        validated.run()
+    assert list((tmp_path / "validated").glob("best_*"))
+
+
 def test_a_resume_of_a_stopped_run_says_why_it_returns_at_once(tmp_path: Path) -> None:
     """Resumed from a run that stop() ended, with larger limits: run() returns at once and
     says why (the reason comes back with the checkpoint)."""
