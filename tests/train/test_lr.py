@@ -516,6 +516,25 @@ def test_a_scheduler_class_is_built_on_the_runners_optimizer() -> None:
     assert seen == _torch_lrs(lr_scheduler.LinearLR)
 
 
+def test_a_scheduler_class_that_needs_more_arguments_says_what_to_give() -> None:
+    """LRSchedule(StepLR): the class is called with the optimizer alone, which StepLR
+    refuses (no step_size); the run failed with torch's bare TypeError. It now says
+    which class could not be built and how to give it its arguments."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[LRSchedule(lr_scheduler.StepLR)],
+    )
+    with pytest.raises(RunnerError, match=r"StepLR\(optimizer\).*step_size.*lambda"):
+        runner.run()
+    assert runner.iter == 0
+
+
 def _one_cycle_runner(max_iters: int, lr: Any) -> tuple[Runner, list[tuple[float, float]]]:
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)

@@ -220,8 +220,19 @@ class LRSchedule(Aspect):
                 "LRSchedule has no scheduler: pass one to LRSchedule(scheduler) or to "
                 "Runner(scheduler=), or a callable optimizer -> scheduler"
             )
-        if isinstance(given, type) or (callable(given) and not hasattr(given, "step")):
-            given = given(runner.optimizer)  # a scheduler class, or a factory
+        if isinstance(given, type):  # a scheduler class: built with the optimizer alone
+            try:
+                given = given(runner.optimizer)
+            except TypeError as exc:
+                name = given.__name__
+                raise RunnerError(
+                    f"LRSchedule could not build {name}(optimizer) ({exc}): a class is called "
+                    f"with the optimizer alone; give a function that builds it, e.g. "
+                    f"LRSchedule(lambda optimizer: {name}(optimizer, ...)), or the scheduler "
+                    "built on the runner's optimizer"
+                ) from exc
+        elif callable(given) and not hasattr(given, "step"):
+            given = given(runner.optimizer)  # a factory
         if getattr(given, "optimizer", runner.optimizer) is not runner.optimizer:
             raise RunnerError(
                 f"LRSchedule's {type(given).__name__} drives a different optimizer than the "
