@@ -705,6 +705,7 @@ def test_checkpoint_without_work_dir_is_an_error_before_training() -> None:
     [
         ({"interval": 0}, "interval=0"),
         ({"max_keep": 0}, "max_keep=0"),
+        ({"max_keep": -1}, "max_keep=None keeps them all"),  # OpenMMLab's -1
         ({"filename_tmpl": "ckpt.pt"}, "one '{}'"),
         ({"filename_tmpl": "epoch_{}_{}.pt"}, "one '{}'"),
         ({"filename_tmpl": "{}_{epoch}.pt"}, "one '{}'"),

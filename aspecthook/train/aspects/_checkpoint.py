@@ -63,7 +63,14 @@ from ..._typing import Unpack
 from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
-from ._checkpoint_checks import _check_storable, _positive, _resume_option, _rule, _template
+from ._checkpoint_checks import (
+    _check_storable,
+    _max_keep,
+    _positive,
+    _resume_option,
+    _rule,
+    _template,
+)
 from ._checkpoint_files import (
     _FORMAT,
     _TMP_SUFFIX,
@@ -136,7 +143,7 @@ class Checkpoint(Aspect):
             "Checkpoint", by_epoch=by_epoch, save_last=save_last, save_optimizer=save_optimizer
         )
         self.interval = _positive("interval", interval)
-        self.max_keep = None if max_keep is None else _positive("max_keep", max_keep)
+        self.max_keep = _max_keep(max_keep)
         self.by_epoch = by_epoch
         self.save_last = save_last
         self.save_best = save_best
