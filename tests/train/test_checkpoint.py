@@ -1137,6 +1137,19 @@ def test_save_best_in_a_run_that_never_validated_warns(tmp_path: Path) -> None:
     assert list((tmp_path / "validated").glob("best_*"))
 
 
+def test_save_best_in_a_run_stopped_before_its_first_validation_does_not_warn(
+    tmp_path: Path,
+) -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has a val_loader and
+    Evaluate: the warning's advice to add them would be wrong, so it is not given."""
+    runner = make_runner(tmp_path, aspects=[Checkpoint(save_best="val/loss")], val=True)
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
+
+
 def test_a_resume_of_a_stopped_run_says_why_it_returns_at_once(tmp_path: Path) -> None:
     """Resumed from a run that stop() ended, with larger limits: run() returns at once and
     says why (the reason comes back with the checkpoint)."""

@@ -253,9 +253,11 @@ class Checkpoint(Aspect):
         fresh = runner.iter != self._saved_at  # not saved yet in this state
         # Written before run() returns: nothing is left to overlap the write with.
         self._save(runner, self._last_name(runner) if due and fresh else None, background=False)
-        # It trained, and no validation judged any of it: there is no best to keep.
+        # It trained to its end (not stopped before a validation came) and no validation
+        # judged any of it: there is no best to keep, and nothing in the run to judge by.
         start = self._run_start
         unjudged = start is not None and runner.iter > start and not self._validated
+        unjudged = unjudged and runner.stop_reason is None
         if self.save_best is not None and unjudged:
             warnings.warn(
                 f"Checkpoint(save_best={self.save_best!r}) kept no best checkpoint: no "
