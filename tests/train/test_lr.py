@@ -282,6 +282,29 @@ def test_a_plateau_that_never_steps_is_reported() -> None:
         runner.run()
 
 
+def test_a_plateau_of_a_run_stopped_before_its_first_validation_is_not_reported() -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has Evaluate: the
+    warning's advice to add it would be wrong, so it is not given."""
+    import warnings
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        aspects=[LRSchedule(lr_scheduler.ReduceLROnPlateau(opt))],
+    )
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
+
+
 def test_a_finished_run_resumed_does_not_report_its_plateau(tmp_path: Any) -> None:
     """Resuming a run that already ended trains nothing: no warning about the plateau."""
     import warnings

@@ -193,6 +193,21 @@ def test_early_stopping_that_never_saw_a_validation_says_so() -> None:
         validated.run()
 
 
+def test_early_stopping_in_a_run_stopped_before_its_first_validation_does_not_warn() -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has a val_loader and
+    Evaluate: the warning's advice to add them would be wrong, so it is not given."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=2,
+        aspects=[Evaluate(), EarlyStopping("val/loss")],
+    )
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
+
+
 def test_early_stopping_options_are_checked() -> None:
     """Patience must be positive and the rule must be known or inferable."""
     with pytest.raises(InvalidOptionError, match="patience"):

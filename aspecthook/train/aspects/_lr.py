@@ -177,7 +177,14 @@ class LRSchedule(Aspect):
 
     def after_run(self, ctx: CallContext) -> None:
         start = self._plateau_start
-        if start is not None and ctx.runner.iter > start[0] and self._main.last_epoch == start[1]:
+        # Stopped before a validation came (NaNGuard, stop()): the advice would be wrong.
+        stopped = getattr(ctx.runner, "stop_reason", None) is not None
+        if (
+            start is not None
+            and not stopped
+            and ctx.runner.iter > start[0]
+            and self._main.last_epoch == start[1]
+        ):
             warnings.warn(
                 f"ReduceLROnPlateau never stepped: no validation ran in this run, so "
                 f"{self.monitor!r} was never seen; add Evaluate() (or validate yourself)",
