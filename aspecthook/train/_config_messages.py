@@ -204,7 +204,11 @@ _OPENMMLAB_KEYS = {
     "param_scheduler": "write one scheduler: {type: ...} (chain several with SequentialLR), "
     "or a warm-up with LRSchedule's warmup:",
     "randomness": "write seed: N at the top level",
-    "load_from": "give the Checkpoint aspect resume: with the file's path",
+    "load_from": "OpenMMLab's load_from loads the weights only (a fine-tune starts at epoch "
+    "0): load them into the model in code, model.load_state_dict(torch.load(path)"
+    "['state_dict']) (an aspecthook checkpoint's are under ['runner']['model']), and give "
+    "it as Runner.from_config(..., model=model); to go on with the run saved there "
+    "(OpenMMLab's resume=True), give the Checkpoint aspect resume: with the file's path",
     "resume": "give the Checkpoint aspect resume: auto",
     "default_scope": "there are no registry scopes here; remove it",
 }

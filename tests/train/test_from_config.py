@@ -399,6 +399,18 @@ def test_an_openmmlab_top_level_key_says_where_its_settings_go(key: str, says: s
     assert "'x-'" not in str(info.value)
 
 
+def test_openmmlab_load_from_is_told_apart_from_a_resume() -> None:
+    """OpenMMLab's load_from loads the weights only (a fine-tune starts at epoch 0); it was
+    told to become Checkpoint's resume:, which also restores the counters, optimizer and
+    schedule, so a fine-tune from a finished run's file would have trained nothing. The
+    error now says how to load the weights, and that resume: is for resume=True."""
+    with pytest.raises(ConfigError, match=r"^load_from: .*weights only") as info:
+        Runner.from_config(_config(load_from="pretrained.pt"))
+    message = str(info.value)
+    assert "load_state_dict" in message
+    assert "resume=True" in message
+
+
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
     """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
     timer = IterTimer()
