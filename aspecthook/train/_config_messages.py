@@ -209,7 +209,8 @@ _OPENMMLAB_KEYS = {
     "['state_dict']) (an aspecthook checkpoint's are under ['runner']['model']), and give "
     "it as Runner.from_config(..., model=model); to go on with the run saved there "
     "(OpenMMLab's resume=True), give the Checkpoint aspect resume: with the file's path",
-    "resume": "give the Checkpoint aspect resume: auto",
+    "resume": "OpenMMLab's resume=True is the Checkpoint aspect's resume: auto; "
+    "resume=False, starting afresh, is the default here: remove the key",
     "default_scope": "there are no registry scopes here; remove it",
 }
 

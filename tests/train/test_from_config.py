@@ -411,6 +411,19 @@ def test_openmmlab_load_from_is_told_apart_from_a_resume() -> None:
     assert "resume=True" in message
 
 
+@pytest.mark.parametrize("value", [True, False])
+def test_openmmlab_resume_false_is_not_told_to_resume(value: bool) -> None:
+    """OpenMMLab configs often hold resume = False (its default runtime's): it was told to
+    become Checkpoint's resume: auto, which turns resuming on. The error says which of its
+    values that is, and that False needs nothing."""
+    with pytest.raises(ConfigError, match=r"^resume: ") as info:
+        Runner.from_config(_config(resume=value))
+    message = str(info.value)
+    assert "resume=True is the Checkpoint aspect's resume: auto" in message
+    assert "resume=False" in message
+    assert "remove the key" in message
+
+
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
     """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
     timer = IterTimer()
