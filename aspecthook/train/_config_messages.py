@@ -162,6 +162,9 @@ _OPENMMLAB = {
     "at the top level of the config",
     ("EmptyCacheHook", "after_iter"): "the cache is emptied after every epoch; write "
     "interval: 1 to empty it after every iteration too",
+    ("CheckpointHook", "save_begin"): "OpenMMLab's save_begin (the first epoch or "
+    "iteration to save at) is not save_best, and has no counterpart here: checkpoints are "
+    "saved every interval from the start; remove save_begin",
 }
 
 

@@ -559,6 +559,8 @@ class _CountingHook:
         ({"type": "GradientCumulativeOptimizerHook", "cumulative_iters": 4}, r"write steps: 4$"),
         ({"type": "CheckpointHook", "out_dir": "ckpt"}, r"write work_dir: at the top level"),
         ({"type": "EmptyCacheHook", "after_iter": True}, r"write interval: 1"),
+        # Told "did you mean 'save_best'?" alone, which is another thing altogether.
+        ({"type": "CheckpointHook", "save_begin": 3}, r"not save_best.*remove save_begin"),
     ],
 )
 def test_an_openmmlab_parameter_under_its_hook_name_says_what_to_write(
