@@ -1010,6 +1010,38 @@ def test_a_checkpoint_of_a_wrapped_model_loads_into_the_bare_one_and_back(tmp_pa
     assert third.epoch == 3
 
 
+def test_a_checkpoint_of_a_compiled_model_loads_into_the_bare_one_and_back(
+    tmp_path: Path,
+) -> None:
+    """A ``torch.compile``'d model's state has ``_orig_mod.`` before every key: the file
+    did not load into the bare model (for inference, or a resume without compiling),
+    which a data-parallel wrapper's does. It is saved without that prefix, EMA's too."""
+    from _fixtures import make_model
+
+    compiled = torch.compile(make_model(), backend="eager")
+    first = _wrapped_runner(
+        tmp_path, compiled, max_epochs=1, aspects=[aspects.EMA(0.5), Checkpoint()]
+    )
+    first.run()
+    saved = torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
+    assert not any("_orig_mod." in key for key in saved["model"])
+    assert not any("_orig_mod." in key for key in saved["aspects"]["ema"]["averaged"])
+    make_model().load_state_dict(saved["model"])  # the EMA weights, ready for inference
+    second = _wrapped_runner(
+        tmp_path, make_model(), max_epochs=2, aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")]
+    )
+    second.run()
+    assert second.epoch == 2
+    third = _wrapped_runner(
+        tmp_path,
+        torch.compile(make_model(), backend="eager"),
+        max_epochs=3,
+        aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")],
+    )
+    third.run()
+    assert third.epoch == 3
+
+
 def test_a_model_state_saved_with_the_wrapper_prefix_still_loads(tmp_path: Path) -> None:
     """A state whose keys all start with ``module.`` (saved from a wrapped model) loads
     into the bare model, and the EMA state saved around the wrapper too."""
