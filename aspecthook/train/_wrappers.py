@@ -25,7 +25,7 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     while True:
         if isinstance(model, _WRAPPERS):
             model = model.module
-        elif "_orig_mod" in model._modules and _compiled(model):
+        elif "_orig_mod" in getattr(model, "_modules", ()) and _compiled(model):
             model = model._modules["_orig_mod"]  # type: ignore[assignment]
         else:
             return model
