@@ -59,7 +59,8 @@ class KerasCallback(_HookAdapter):
     Keras's ``fit`` does) and at ``test_epoch`` / ``test_iter``. ``epoch`` and ``batch``
     are 0-based indices. ``logs`` are Keras-shaped dicts of floats: at a batch's end the
     running mean of each scalar the steps returned since the epoch began, this batch
-    included (``{'loss': 0.31}``; since the pass began for ``on_test_batch_end``; not the
+    included, each batch weighed by its samples (``{'loss': 0.31}``; since the pass
+    began for ``on_test_batch_end``; not the
     evaluation step's ``outputs`` / ``targets``, which are the batch's data), as Keras's
     metrics aggregate; at epoch end the same means over the whole epoch (``loss`` ...; a
     checkpoint taken inside an epoch holds its means so far, so a run resumed there logs
@@ -275,9 +276,10 @@ class KerasCallback(_HookAdapter):
         return lambda ctx: means.reset()
 
     def _add_outputs(self, mode: str) -> AdviceFn:
-        """Add the step's scalar outputs to ``mode``'s running means."""
+        """Add the step's scalar outputs to ``mode``'s running means, weighed by the
+        batch's samples (as Keras's fit and evaluate weigh them)."""
         means = self._means[mode]
-        return lambda ctx: means.add(ctx.result)
+        return lambda ctx: means.add(ctx.result, _samples(ctx.args[0] if ctx.args else None))
 
     def _begin_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -376,6 +378,8 @@ class KerasCallback(_HookAdapter):
 class _RunningMeans:
     """The running mean of each scalar output of the steps since ``reset()``: what Keras's
     logs hold (its metrics aggregate from the start of the epoch, or of an evaluation).
+    Each step counts for the samples of its batch, as Keras weighs its loss by the batch
+    size, so a short last batch counts for what it holds (``counts`` are samples).
 
     A step's outputs that are no scalar, and the evaluation step's ``outputs`` /
     ``targets`` (the batch's data), are left out. Sums stay tensors as the steps return
@@ -392,7 +396,7 @@ class _RunningMeans:
     def reset(self) -> None:
         self._sums, self._counts = {}, {}
 
-    def add(self, outputs: Any) -> None:
+    def add(self, outputs: Any, samples: int = 1) -> None:
         if not isinstance(outputs, Mapping):
             return
         sums, counts = self._sums, self._counts
@@ -406,9 +410,11 @@ class _RunningMeans:
                     value = value.float()
             else:  # a number, numpy's float16 included
                 value = float(value)
+            if samples != 1:
+                value = value * samples
             name = str(key)
             sums[name] = value + sums[name] if name in sums else value
-            counts[name] = counts.get(name, 0) + 1
+            counts[name] = counts.get(name, 0) + samples
 
     def means(self) -> dict[str, float]:
         """Each output's mean so far, as a float (a fresh dict)."""
@@ -426,6 +432,15 @@ class _RunningMeans:
         # and the float is exactly a value of it, so the sums are those of the run saved.
         self._sums = {str(name): float(total) for name, total in state["sums"].items()}
         self._counts = {str(name): int(n) for name, n in state["counts"].items()}
+
+
+def _samples(batch: Any) -> int:
+    """The samples in ``batch``: the first dimension of its first array (Keras's
+    ``tree.flatten(x)[0].shape[0]``), through tuples, lists and mappings; 1 without one."""
+    while isinstance(batch, (tuple, list, Mapping)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else 1
 
 
 def _params(runner: Any) -> dict[str, Any]:

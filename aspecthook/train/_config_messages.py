@@ -162,6 +162,9 @@ _OPENMMLAB = {
     "at the top level of the config",
     ("EmptyCacheHook", "after_iter"): "the cache is emptied after every epoch; write "
     "interval: 1 to empty it after every iteration too",
+    ("CheckpointHook", "save_begin"): "OpenMMLab's save_begin (the first epoch or "
+    "iteration to save at) is not save_best, and has no counterpart here: checkpoints are "
+    "saved every interval from the start; remove save_begin",
 }
 
 
@@ -204,8 +207,13 @@ _OPENMMLAB_KEYS = {
     "param_scheduler": "write one scheduler: {type: ...} (chain several with SequentialLR), "
     "or a warm-up with LRSchedule's warmup:",
     "randomness": "write seed: N at the top level",
-    "load_from": "give the Checkpoint aspect resume: with the file's path",
-    "resume": "give the Checkpoint aspect resume: auto",
+    "load_from": "OpenMMLab's load_from loads the weights only (a fine-tune starts at epoch "
+    "0): load them into the model in code, model.load_state_dict(torch.load(path)"
+    "['state_dict']) (an aspecthook checkpoint's are under ['runner']['model']), and give "
+    "it as Runner.from_config(..., model=model); to go on with the run saved there "
+    "(OpenMMLab's resume=True), give the Checkpoint aspect resume: with the file's path",
+    "resume": "OpenMMLab's resume=True is the Checkpoint aspect's resume: auto; "
+    "resume=False, starting afresh, is the default here: remove the key",
     "default_scope": "there are no registry scopes here; remove it",
 }
 

@@ -23,12 +23,21 @@ def report_finished(runner: Runner) -> None:
     """``run()`` with nothing left to do (called by the loop once ``before_run`` advice,
     a resume included, has run): after the end, after ``stop()``, or resumed from a
     checkpoint of a finished or stopped run. Say why it returns at once."""
+    # Only what would let it go on: a stopped run stays stopped with larger limits, and
+    # one at its limits gains nothing from clearing stop_reason.
+    stopped = runner.stop_reason is not None
+    limits = (runner.max_iters is not None and runner.iter >= runner.max_iters) or (
+        runner.max_epochs is not None and runner.epoch >= runner.max_epochs
+    )
+    steps = (["set runner.stop_reason = None"] if stopped else []) + (
+        ["raise max_epochs / max_iters"] if limits or not stopped else []
+    )
     get_logger().warning(
         "runner.finished",
         reason=runner.stop_reason or "max_epochs / max_iters reached",
         epoch=runner.epoch,
         iter=runner.iter,
-        hint="raise max_epochs / max_iters, or set runner.stop_reason = None, to go on",
+        hint=f"{' and '.join(steps)}, then call run() again to go on",
     )
 
 

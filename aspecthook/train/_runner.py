@@ -476,9 +476,15 @@ class Runner:
                 return result
             if _is_scalar(result):  # a loss, as train_step returns one
                 return {"loss": result}
-            return {"outputs": result}
+            # The model's outputs, however the step got them: measured against the
+            # batch's targets, as the default step's are.
+            return self._eval_result(result, _split_batch(batch)[1])
         inputs, targets = _split_batch(batch)
-        outputs = self.model(inputs)
+        return self._eval_result(self.model(inputs), targets)
+
+    def _eval_result(self, outputs: Any, targets: Any) -> dict[str, Any]:
+        """The evaluation step's dict for the model's ``outputs`` on a batch's ``targets``:
+        both, and the loss (``loss_fn``'s, or the model's own)."""
         result = {"outputs": outputs, "targets": targets}
         if self.loss_fn is not None and targets is not None:
             result["loss"] = self.loss_fn(outputs, targets)

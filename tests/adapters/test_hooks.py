@@ -1173,6 +1173,58 @@ def test_keras_batch_logs_of_a_callback_without_epoch_methods_are_running_means(
     assert logs == pytest.approx(_running_means(losses, N // BATCH))
 
 
+def test_keras_logs_weigh_each_batch_by_its_samples() -> None:
+    """Keras's fit and evaluate weigh each batch's loss by its number of samples, so a
+    short last batch counts for what it holds; the adapter gave every batch the same
+    weight, and the last test batch's logs differed from on_test_end's val/loss."""
+    sizes: dict[str, list[int]] = {"train": [], "val": []}
+    losses: dict[str, list[float]] = {"train": [], "val": []}
+    logs: dict[str, Any] = {"test_batches": []}
+
+    class Raw(ah.Aspect):
+        def after_train_iter(self, ctx: ah.CallContext) -> None:
+            sizes["train"].append(len(ctx.args[0][1]))
+            losses["train"].append(ctx.result["loss"].item())
+
+        def after_val_iter(self, ctx: ah.CallContext) -> None:
+            sizes["val"].append(len(ctx.args[0][1]))
+            losses["val"].append(ctx.result["loss"].item())
+
+    class Logs(Callback):
+        def on_epoch_end(self, epoch: int, logs_: Any = None) -> None:
+            logs["epoch"] = logs_
+
+        def on_test_batch_end(self, batch: int, logs_: Any = None) -> None:
+            logs["test_batches"].append(logs_["loss"])
+
+        def on_test_end(self, logs_: Any = None) -> None:
+            logs["test_end"] = logs_
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=4),  # batches of 4, 4 and 2
+        val_loader=DataLoader(data, batch_size=4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[Raw(), Logs()],
+    )
+    runner.run()
+
+    def weighted(mode: str) -> float:
+        pairs = zip(losses[mode], sizes[mode], strict=True)
+        return sum(loss * n for loss, n in pairs) / sum(sizes[mode])
+
+    assert sizes == {"train": [4, 4, 2], "val": [4, 4, 2]}
+    assert logs["epoch"]["loss"] == pytest.approx(weighted("train"))
+    assert logs["test_batches"][-1] == pytest.approx(weighted("val"))
+    assert logs["test_end"]["loss"] == pytest.approx(runner.metrics["val/loss"])
+    assert logs["test_batches"][-1] == pytest.approx(logs["test_end"]["loss"])
+
+
 def test_a_test_pass_by_itself_gives_running_means_from_its_own_start() -> None:
     """runner.test() (Keras's evaluate()): on_test_batch_end's logs aggregate from that
     pass's first batch, not from a training epoch's or an earlier pass's."""

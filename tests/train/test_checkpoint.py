@@ -705,6 +705,7 @@ def test_checkpoint_without_work_dir_is_an_error_before_training() -> None:
     [
         ({"interval": 0}, "interval=0"),
         ({"max_keep": 0}, "max_keep=0"),
+        ({"max_keep": -1}, "max_keep=None keeps them all"),  # OpenMMLab's -1
         ({"filename_tmpl": "ckpt.pt"}, "one '{}'"),
         ({"filename_tmpl": "epoch_{}_{}.pt"}, "one '{}'"),
         ({"filename_tmpl": "{}_{epoch}.pt"}, "one '{}'"),
@@ -1009,6 +1010,38 @@ def test_a_checkpoint_of_a_wrapped_model_loads_into_the_bare_one_and_back(tmp_pa
     assert third.epoch == 3
 
 
+def test_a_checkpoint_of_a_compiled_model_loads_into_the_bare_one_and_back(
+    tmp_path: Path,
+) -> None:
+    """A ``torch.compile``'d model's state has ``_orig_mod.`` before every key: the file
+    did not load into the bare model (for inference, or a resume without compiling),
+    which a data-parallel wrapper's does. It is saved without that prefix, EMA's too."""
+    from _fixtures import make_model
+
+    compiled = torch.compile(make_model(), backend="eager")
+    first = _wrapped_runner(
+        tmp_path, compiled, max_epochs=1, aspects=[aspects.EMA(0.5), Checkpoint()]
+    )
+    first.run()
+    saved = torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
+    assert not any("_orig_mod." in key for key in saved["model"])
+    assert not any("_orig_mod." in key for key in saved["aspects"]["ema"]["averaged"])
+    make_model().load_state_dict(saved["model"])  # the EMA weights, ready for inference
+    second = _wrapped_runner(
+        tmp_path, make_model(), max_epochs=2, aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")]
+    )
+    second.run()
+    assert second.epoch == 2
+    third = _wrapped_runner(
+        tmp_path,
+        torch.compile(make_model(), backend="eager"),
+        max_epochs=3,
+        aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")],
+    )
+    third.run()
+    assert third.epoch == 3
+
+
 def test_a_model_state_saved_with_the_wrapper_prefix_still_loads(tmp_path: Path) -> None:
     """A state whose keys all start with ``module.`` (saved from a wrapped model) loads
     into the bare model, and the EMA state saved around the wrapper too."""
@@ -1115,6 +1148,38 @@ def test_a_best_score_of_another_metric_is_not_carried_over(tmp_path: Path) -> N
     second = Checkpoint(save_best="val/acc", resume="auto")
     make_runner(tmp_path, aspects=[second, accuracy], val=True, max_epochs=2).run()
     assert (second.best_score, second.best_file) == (0.2, "best_val_acc_epoch_2.pt")
+
+
+def test_save_best_in_a_run_that_never_validated_warns(tmp_path: Path) -> None:
+    """save_best with no validation in the run (no val_loader, or no Evaluate) kept no best
+    checkpoint without a word, where EarlyStopping warns. It now warns at the run's end,
+    naming the metric and what to add; a run that validated, or trained nothing (resumed
+    at its end), does not."""
+    runner = make_runner(tmp_path / "unvalidated", aspects=[Checkpoint(save_best="val/loss")])
+    with pytest.warns(RuntimeWarning, match=r"save_best='val/loss'.*no validation ran"):
+        runner.run()
+    assert not list((tmp_path / "unvalidated").glob("best_*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()  # at its end already: nothing trained, nothing to say
+        validated = make_runner(
+            tmp_path / "validated", aspects=[Checkpoint(save_best="val/loss")], val=True
+        )
+        validated.run()
+    assert list((tmp_path / "validated").glob("best_*"))
+
+
+def test_save_best_in_a_run_stopped_before_its_first_validation_does_not_warn(
+    tmp_path: Path,
+) -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has a val_loader and
+    Evaluate: the warning's advice to add them would be wrong, so it is not given."""
+    runner = make_runner(tmp_path, aspects=[Checkpoint(save_best="val/loss")], val=True)
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
 
 
 def test_a_resume_of_a_stopped_run_says_why_it_returns_at_once(tmp_path: Path) -> None:

@@ -399,6 +399,31 @@ def test_an_openmmlab_top_level_key_says_where_its_settings_go(key: str, says: s
     assert "'x-'" not in str(info.value)
 
 
+def test_openmmlab_load_from_is_told_apart_from_a_resume() -> None:
+    """OpenMMLab's load_from loads the weights only (a fine-tune starts at epoch 0); it was
+    told to become Checkpoint's resume:, which also restores the counters, optimizer and
+    schedule, so a fine-tune from a finished run's file would have trained nothing. The
+    error now says how to load the weights, and that resume: is for resume=True."""
+    with pytest.raises(ConfigError, match=r"^load_from: .*weights only") as info:
+        Runner.from_config(_config(load_from="pretrained.pt"))
+    message = str(info.value)
+    assert "load_state_dict" in message
+    assert "resume=True" in message
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_openmmlab_resume_false_is_not_told_to_resume(value: bool) -> None:
+    """OpenMMLab configs often hold resume = False (its default runtime's): it was told to
+    become Checkpoint's resume: auto, which turns resuming on. The error says which of its
+    values that is, and that False needs nothing."""
+    with pytest.raises(ConfigError, match=r"^resume: ") as info:
+        Runner.from_config(_config(resume=value))
+    message = str(info.value)
+    assert "resume=True is the Checkpoint aspect's resume: auto" in message
+    assert "resume=False" in message
+    assert "remove the key" in message
+
+
 def test_overrides_replace_top_level_keys(tmp_path: Path) -> None:
     """Keyword overrides replace keys of the file, None removes one, Aspects pass as they are."""
     timer = IterTimer()
@@ -534,6 +559,8 @@ class _CountingHook:
         ({"type": "GradientCumulativeOptimizerHook", "cumulative_iters": 4}, r"write steps: 4$"),
         ({"type": "CheckpointHook", "out_dir": "ckpt"}, r"write work_dir: at the top level"),
         ({"type": "EmptyCacheHook", "after_iter": True}, r"write interval: 1"),
+        # Told "did you mean 'save_best'?" alone, which is another thing altogether.
+        ({"type": "CheckpointHook", "save_begin": 3}, r"not save_best.*remove save_begin"),
     ],
 )
 def test_an_openmmlab_parameter_under_its_hook_name_says_what_to_write(

@@ -282,6 +282,29 @@ def test_a_plateau_that_never_steps_is_reported() -> None:
         runner.run()
 
 
+def test_a_plateau_of_a_run_stopped_before_its_first_validation_is_not_reported() -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has Evaluate: the
+    warning's advice to add it would be wrong, so it is not given."""
+    import warnings
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(4),
+        val_loader=_loader(4),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=2,
+        aspects=[LRSchedule(lr_scheduler.ReduceLROnPlateau(opt))],
+    )
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
+
+
 def test_a_finished_run_resumed_does_not_report_its_plateau(tmp_path: Any) -> None:
     """Resuming a run that already ended trains nothing: no warning about the plateau."""
     import warnings
@@ -397,6 +420,14 @@ def test_bad_options_are_refused() -> None:
         LRSchedule(warmup_ratio=0)
 
 
+@pytest.mark.parametrize("warmup_iters", [5, True, "5"])
+def test_warmup_iters_without_a_warmup_is_refused(warmup_iters: Any) -> None:
+    """warmup_iters= with no warmup= kind did nothing, silently: the run had no warm-up
+    at all. It is refused at construction, saying which kinds to give."""
+    with pytest.raises(InvalidOptionError, match=r"warmup_iters=.* needs warmup='linear'"):
+        LRSchedule(warmup_iters=warmup_iters)
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -506,6 +537,25 @@ def test_a_scheduler_class_is_built_on_the_runners_optimizer() -> None:
     """LRSchedule(SchedulerClass): called with the optimizer, like a factory."""
     seen = _runner_lrs(LRSchedule(lr_scheduler.LinearLR, by_epoch=False))
     assert seen == _torch_lrs(lr_scheduler.LinearLR)
+
+
+def test_a_scheduler_class_that_needs_more_arguments_says_what_to_give() -> None:
+    """LRSchedule(StepLR): the class is called with the optimizer alone, which StepLR
+    refuses (no step_size); the run failed with torch's bare TypeError. It now says
+    which class could not be built and how to give it its arguments."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    runner = Runner(
+        model,
+        opt,
+        _loader(),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[LRSchedule(lr_scheduler.StepLR)],
+    )
+    with pytest.raises(RunnerError, match=r"StepLR\(optimizer\).*step_size.*lambda"):
+        runner.run()
+    assert runner.iter == 0
 
 
 def _one_cycle_runner(max_iters: int, lr: Any) -> tuple[Runner, list[tuple[float, float]]]:

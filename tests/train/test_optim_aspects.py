@@ -193,6 +193,21 @@ def test_early_stopping_that_never_saw_a_validation_says_so() -> None:
         validated.run()
 
 
+def test_early_stopping_in_a_run_stopped_before_its_first_validation_does_not_warn() -> None:
+    """A run stopped (NaNGuard, stop()) before its first validation has a val_loader and
+    Evaluate: the warning's advice to add them would be wrong, so it is not given."""
+    runner = _runner(
+        val_loader=DataLoader(_data(4), batch_size=4),
+        max_epochs=2,
+        aspects=[Evaluate(), EarlyStopping("val/loss")],
+    )
+    runner.weaver.after("train_iter")(lambda ctx: ctx.runner.stop("enough"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.run()
+    assert runner.iter == 1
+
+
 def test_early_stopping_options_are_checked() -> None:
     """Patience must be positive and the rule must be known or inferable."""
     with pytest.raises(InvalidOptionError, match="patience"):
@@ -918,6 +933,24 @@ def test_ema_before_start_iter_follows_the_live_weights() -> None:
         for a, b, c in zip(seen, live, initial, strict=True):
             assert torch.equal(a, b)
             assert not torch.equal(a, c)
+
+
+def test_ema_averages_from_the_start_iter_th_iteration() -> None:
+    """start_iter counts iterations from 1, as Logger and Checkpoint's iter_<n> do, and as
+    OpenMMLab's begin_iter (which a config is told to write as start_iter) counts them:
+    start_iter=3 averages in the 3rd iteration and after. The first update was made in
+    the 4th."""
+    ema = EMA(0.5, start_iter=3, use_buffers=False)
+    runner = _runner(aspects=[ema])  # 4 iterations
+    averaged: list[int] = []
+
+    @runner.weaver.after("train_iter")
+    def count(ctx: Any) -> None:
+        assert ema.averaged is not None
+        averaged.append(int(ema.averaged.n_averaged))
+
+    runner.run()
+    assert averaged == [0, 0, 1, 2]
 
 
 # -- EMA: several averages, added on resume, loaded without a run, tied weights -------------

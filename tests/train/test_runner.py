@@ -1088,6 +1088,37 @@ def test_a_val_step_that_returns_a_loss_is_validated_on_it(loss: str) -> None:
     assert metrics["val/loss"] == pytest.approx(expected, rel=1e-6)
 
 
+def test_a_val_step_that_returns_the_models_outputs_is_measured_as_the_default_step() -> None:
+    """val_step returning the model's outputs (a model called its own way): Evaluate's
+    metrics and val/loss take them with the batch's targets, as the default step's. The
+    metrics were given None for the targets, and no loss was computed."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,))), batch_size=4)
+    seen: list[Any] = []
+
+    def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        seen.append(targets)
+        return (outputs.argmax(1) == targets).float().mean()
+
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=val,
+        val_step=lambda runner, batch: runner.model(batch[0]),
+        loss_fn=CE,
+        max_epochs=1,
+        aspects=[Evaluate(metrics={"acc": accuracy})],
+    )
+    metrics = runner.run()
+    assert all(isinstance(t, torch.Tensor) for t in seen)
+    with torch.no_grad():
+        acc = sum(float((model(x).argmax(1) == y).float().sum()) for x, y in val) / 10
+        loss = sum(float(CE(model(x), y)) * len(y) for x, y in val) / 10
+    assert metrics["val/acc"] == pytest.approx(acc)
+    assert metrics["val/loss"] == pytest.approx(loss, rel=1e-6)
+
+
 def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     """A copy: a later test() or run() does not change what an earlier call returned."""
     model, opt, loader = _parts()
@@ -1105,23 +1136,34 @@ def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     assert second["val/loss"] != first["val/loss"]
 
 
-@pytest.mark.parametrize("how", ["limits reached", "stopped"])
+@pytest.mark.parametrize("how", ["limits reached", "stopped", "stopped at the limits"])
 def test_run_of_a_finished_runner_says_why_it_returns_at_once(how: str) -> None:
     """run() again with nothing left to do (the limits reached, or stop() called) trains
-    no iteration and says so, with what to change to go on."""
+    no iteration and says so, with what to change to go on: only what would let it go
+    on (the hint offered clearing stop_reason for a run at its limits, and raising the
+    limits for a stopped one, where neither changes anything)."""
     model, opt, loader = _parts()
     runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1)
-    if how == "stopped":
-        runner.stop("enough")
-    else:
+    if how != "stopped":
         runner.run()
+    if how != "limits reached":
+        runner.stop("enough")
     done = runner.iter
     with structlog.testing.capture_logs() as logs:
         runner.run()
     assert runner.iter == done
     [event] = [e for e in logs if e["event"] == "runner.finished"]
-    assert event["reason"] == ("enough" if how == "stopped" else "max_epochs / max_iters reached")
-    assert "runner.stop_reason = None" in event["hint"]
+    stopped = how != "limits reached"
+    assert event["reason"] == ("enough" if stopped else "max_epochs / max_iters reached")
+    assert ("runner.stop_reason = None" in event["hint"]) is stopped
+    assert ("raise max_epochs" in event["hint"]) is (how != "stopped")
+    for step in (["stop_reason"] if stopped else []) + (["max_epochs"] if how != "stopped" else []):
+        if step == "stop_reason":
+            runner.stop_reason = None
+        else:
+            runner.max_epochs = 2
+    runner.run()
+    assert runner.iter > done  # what the hint said was enough to go on
 
 
 @pytest.mark.parametrize(

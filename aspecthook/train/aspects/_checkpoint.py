@@ -47,6 +47,7 @@ import math
 import os
 import re
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,14 @@ from ..._typing import Unpack
 from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
-from ._checkpoint_checks import _check_storable, _positive, _resume_option, _rule, _template
+from ._checkpoint_checks import (
+    _check_storable,
+    _max_keep,
+    _positive,
+    _resume_option,
+    _rule,
+    _template,
+)
 from ._checkpoint_files import (
     _FORMAT,
     _TMP_SUFFIX,
@@ -135,7 +143,7 @@ class Checkpoint(Aspect):
             "Checkpoint", by_epoch=by_epoch, save_last=save_last, save_optimizer=save_optimizer
         )
         self.interval = _positive("interval", interval)
-        self.max_keep = None if max_keep is None else _positive("max_keep", max_keep)
+        self.max_keep = _max_keep(max_keep)
         self.by_epoch = by_epoch
         self.save_last = save_last
         self.save_best = save_best
@@ -152,6 +160,10 @@ class Checkpoint(Aspect):
         self._latest: str | None = None
         self._listed_best: str | None = None  # the best file the manifest on disk names
         self._fresh = False  # a validation ran since the last best check
+        # The iteration this run started at, and whether it validated: a run that trained
+        # and never did keeps no best checkpoint, which after_run says.
+        self._run_start: int | None = None
+        self._validated = False
         self._saved_at: int | None = None  # runner.iter of the last interval/last save
         self._pending_rng: list[Any] | None = None  # RNG states to restore (see _resume)
         # The runners this aspect has resumed (by their first run(), or a test() before
@@ -184,6 +196,7 @@ class Checkpoint(Aspect):
         # draw from python's random as they load (rich does). Done here, that draw comes
         # before any RNG state is restored, so it cannot shift a resumed run's numbers.
         get_logger().info("checkpoint.start", folder=str(folder), resume=str(self.resume))
+        self._validated = False
         if runner.rank == 0:
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
@@ -193,6 +206,7 @@ class Checkpoint(Aspect):
         if self.resume is not None and runner not in self._resumed:
             self._resume(runner, folder)
         self._resumed.add(runner)
+        self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -231,7 +245,7 @@ class Checkpoint(Aspect):
                 f"Checkpoint(save_best={self.save_best!r}): validation produced "
                 f"{sorted(metrics)}, not {self.save_best!r}; name one of those"
             )
-        self._fresh = True
+        self._fresh = self._validated = True
 
     def after_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -239,6 +253,18 @@ class Checkpoint(Aspect):
         fresh = runner.iter != self._saved_at  # not saved yet in this state
         # Written before run() returns: nothing is left to overlap the write with.
         self._save(runner, self._last_name(runner) if due and fresh else None, background=False)
+        # It trained to its end (not stopped before a validation came) and no validation
+        # judged any of it: there is no best to keep, and nothing in the run to judge by.
+        start = self._run_start
+        unjudged = start is not None and runner.iter > start and not self._validated
+        unjudged = unjudged and runner.stop_reason is None
+        if self.save_best is not None and unjudged:
+            warnings.warn(
+                f"Checkpoint(save_best={self.save_best!r}) kept no best checkpoint: no "
+                "validation ran in this run; give the runner a val_loader and add Evaluate()",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def around_run(self, ctx: CallContext, proceed: Callable[[], Any]) -> Any:
         """A run ending in any exception (KeyboardInterrupt too) waits for the write in

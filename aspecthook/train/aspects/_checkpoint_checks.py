@@ -20,7 +20,7 @@ from ._checkpoint_files import LATEST
 from ._options import check_count
 from ._rules import infer_rule
 
-__all__ = ["_check_storable", "_positive", "_resume_option", "_rule", "_template"]
+__all__ = ["_check_storable", "_max_keep", "_positive", "_resume_option", "_rule", "_template"]
 
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
@@ -67,6 +67,21 @@ def _unstorable(value: Any, where: str) -> str | None:
 
 def _positive(option: str, value: Any) -> int:
     return check_count("Checkpoint", option, value)
+
+
+def _max_keep(value: Any) -> int | None:
+    """``max_keep``: None (keep every file) or a positive int. OpenMMLab writes "keep
+    them all" as ``max_keep_ckpts=-1``: said here, where a port of it lands."""
+    if value is None:
+        return None
+    if not isinstance(value, bool) and isinstance(value, int) and value < 1:
+        raise InvalidOptionError(
+            f"Checkpoint(max_keep={value!r}) must be a positive int; max_keep=None keeps them "
+            "all (OpenMMLab's max_keep_ckpts=-1)",
+            option="max_keep",
+            value=value,
+        )
+    return _positive("max_keep", value)
 
 
 def _rule(save_best: str | None, rule: str | None) -> str | None:

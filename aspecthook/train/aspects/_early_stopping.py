@@ -73,8 +73,12 @@ class EarlyStopping(Aspect):
     def after_run(self, ctx: CallContext) -> None:
         # It acts after validations only: a run that trained and never validated (no
         # val_loader, or no Evaluate) could not stop early, and nothing else would say so.
+        # A run stopped before a validation came (NaNGuard, stop()) may well validate:
+        # the advice below would be wrong for it.
         start = self._run_start
-        if not self._checked and start is not None and getattr(ctx.runner, "iter", start) > start:
+        stopped = getattr(ctx.runner, "stop_reason", None) is not None
+        trained = start is not None and getattr(ctx.runner, "iter", start) > start
+        if not self._checked and trained and not stopped:
             warnings.warn(
                 f"EarlyStopping never checked {self.monitor!r}: no validation ran in this "
                 "run; give the runner a val_loader and add Evaluate()",

@@ -23,7 +23,8 @@ class EMA(Aspect):
     """Keeps ``AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))`` updated.
 
     Updated after every ``update_every``-th optimizer step (steps skipped by
-    ``GradAccumulation`` or ``NaNGuard`` do not count) from iteration ``start_iter`` on;
+    ``GradAccumulation`` or ``NaNGuard`` do not count) from iteration ``start_iter`` on
+    (counted from 1, as ``Logger`` counts them and OpenMMLab's ``begin_iter`` does);
     before that, and until its first update, the EMA weights follow the live ones (copied
     after each step), so the average starts from the weights trained so far and an
     evaluation before it sees them, not the initial ones. With ``use_for_eval`` (default)
@@ -107,7 +108,9 @@ class EMA(Aspect):
             return
         self._steps += 1
         model = unwrapped(runner.model)
-        started = runner.iter >= self.start_iter
+        # runner.iter is the iterations done before this one: this is iteration iter + 1,
+        # counted from 1 as start_iter counts (OpenMMLab's begin_iter counts them so too).
+        started = runner.iter + 1 >= self.start_iter
         if started and self._steps % self.update_every == 0:
             self.averaged.update_parameters(model)
             self._updated = True

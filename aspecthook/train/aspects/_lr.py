@@ -177,7 +177,14 @@ class LRSchedule(Aspect):
 
     def after_run(self, ctx: CallContext) -> None:
         start = self._plateau_start
-        if start is not None and ctx.runner.iter > start[0] and self._main.last_epoch == start[1]:
+        # Stopped before a validation came (NaNGuard, stop()): the advice would be wrong.
+        stopped = getattr(ctx.runner, "stop_reason", None) is not None
+        if (
+            start is not None
+            and not stopped
+            and ctx.runner.iter > start[0]
+            and self._main.last_epoch == start[1]
+        ):
             warnings.warn(
                 f"ReduceLROnPlateau never stepped: no validation ran in this run, so "
                 f"{self.monitor!r} was never seen; add Evaluate() (or validate yourself)",
@@ -220,8 +227,19 @@ class LRSchedule(Aspect):
                 "LRSchedule has no scheduler: pass one to LRSchedule(scheduler) or to "
                 "Runner(scheduler=), or a callable optimizer -> scheduler"
             )
-        if isinstance(given, type) or (callable(given) and not hasattr(given, "step")):
-            given = given(runner.optimizer)  # a scheduler class, or a factory
+        if isinstance(given, type):  # a scheduler class: built with the optimizer alone
+            try:
+                given = given(runner.optimizer)
+            except TypeError as exc:
+                name = given.__name__
+                raise RunnerError(
+                    f"LRSchedule could not build {name}(optimizer) ({exc}): a class is called "
+                    f"with the optimizer alone; give a function that builds it, e.g. "
+                    f"LRSchedule(lambda optimizer: {name}(optimizer, ...)), or the scheduler "
+                    "built on the runner's optimizer"
+                ) from exc
+        elif callable(given) and not hasattr(given, "step"):
+            given = given(runner.optimizer)  # a factory
         if getattr(given, "optimizer", runner.optimizer) is not runner.optimizer:
             raise RunnerError(
                 f"LRSchedule's {type(given).__name__} drives a different optimizer than the "
@@ -259,6 +277,14 @@ def _check_options(
             "the runner's top-level scheduler: key builds one from a name)",
             option="scheduler",
             value=scheduler,
+        )
+    if warmup is None and warmup_iters is not None and (warmup_iters is True or warmup_iters != 0):
+        # Given alone it would be ignored: the run would have no warm-up, and say nothing.
+        raise InvalidOptionError(
+            f"LRSchedule(warmup_iters={warmup_iters!r}) needs warmup='linear' (or 'constant', "
+            "'exp') to ramp the LR over those iterations; give one, or leave warmup_iters out",
+            option="warmup_iters",
+            value=warmup_iters,
         )
     if warmup is not None and (not is_integer(warmup_iters) or warmup_iters < 1):
         raise InvalidOptionError(
