@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._targets import path_problem
 from .errors import AspectHookError, AspectParameterError, ConfigError, UnknownAspectError
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ def _weave(file: str, key: str, entry: Any) -> WeaveSpec:
             f"'pkg.mod.Class.method', or a list of them, not {_kind(entry['target'])}",
         )
     for i, target in enumerate(targets):
-        problem = _target_problem(target.strip())
+        problem = path_problem(target.strip(), in_config=True)
         if problem is not None:
             where = f"{key}.target" if isinstance(entry["target"], str) else f"{key}.target[{i}]"
             raise _error(file, where, problem)
@@ -348,37 +348,6 @@ def _logging(file: str, value: Any) -> Mapping[str, Any] | None:
 
 
 # -- small checks ---------------------------------------------------------------------------
-
-
-#: One part of a target's dotted path: a name or a glob ('*', '?', '[!_]'), and a '+'
-#: at its end for a class and its subclasses ('torch.optim.Optimizer+.step').
-_PATH_PART = re.compile(r"[\w*?\[\]!-]+\+?")
-_PATH_EXAMPLES = "write it like 'pkg.mod.Class.method', 'pkg.mod:Class.method' or 'json.*'"
-
-
-def _target_problem(target: str) -> str | None:
-    """Why ``target`` cannot be a dotted path to weave, or None. Caught here, it is an
-    error at its key; woven, it would only fail when the program imports its module."""
-    nopath = f"{target!r} is not a dotted path"
-    if "," in target:
-        listed = ", ".join(t.strip() for t in target.split(",") if t.strip())
-        return f"{nopath}: several targets go in a list: target: [{listed}]"
-    module, _, attrs = target.partition(":")
-    if ":" in attrs:
-        return (
-            f"{nopath}: it has more than one ':' (one ':' says where the module ends: "
-            "'pkg.mod:Class.method')"
-        )
-    parts = module.split(".") + (attrs.split(".") if attrs else [])
-    if not all(parts):
-        return (
-            f"{nopath}: it has an empty part (two dots in a row, or a '.' or ':' at an "
-            f"end); {_PATH_EXAMPLES}"
-        )
-    bad = next((part for part in parts if not _PATH_PART.fullmatch(part)), None)
-    if bad is not None:
-        return f"{nopath}: {bad!r} is neither a name nor a glob; {_PATH_EXAMPLES}"
-    return None
 
 
 #: Top-level keys that start with this are left for the file's own use (YAML anchors to

@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import itertools
 import pkgutil
+import re
 import sys
 import types
 import typing
@@ -256,6 +257,41 @@ def _split(path: str) -> tuple[list[str], list[str]]:
         if ".".join(parts[:i]) in sys.modules:
             return parts[:i], parts[i:]
     return [], parts
+
+
+#: One part of a target's dotted path: a name or a glob ('*', '?', '[!_]'), and a '+'
+#: at its end for a class and its subclasses ('torch.optim.Optimizer+.step').
+_PATH_PART = re.compile(r"[\w*?\[\]!-]+\+?")
+_PATH_EXAMPLES = "write it like 'pkg.mod.Class.method', 'pkg.mod:Class.method' or 'json.*'"
+
+
+def path_problem(target: str, *, in_config: bool = False) -> str | None:
+    """Why ``target`` cannot be a dotted path to weave, or None: a mistake in how it is
+    written, refused at once (by ``weave()`` and at a config's key) rather than skipped
+    or left waiting for an import that could never match it."""
+    nopath = f"{target!r} is not a dotted path"
+    if "," in target:
+        listed = [t.strip() for t in target.split(",") if t.strip()]
+        if in_config:
+            return f"{nopath}: several targets go in a list: target: [{', '.join(listed)}]"
+        each = " and ".join(f"weave({t!r}, ...)" for t in listed)
+        return f"{nopath}: weave several targets one by one: {each}"
+    module, _, attrs = target.partition(":")
+    if ":" in attrs:
+        return (
+            f"{nopath}: it has more than one ':' (one ':' says where the module ends: "
+            "'pkg.mod:Class.method')"
+        )
+    parts = module.split(".") + (attrs.split(".") if attrs else [])
+    if not all(parts):
+        return (
+            f"{nopath}: it has an empty part (two dots in a row, or a '.' or ':' at an "
+            f"end); {_PATH_EXAMPLES}"
+        )
+    bad = next((part for part in parts if not _PATH_PART.fullmatch(part)), None)
+    if bad is not None:
+        return f"{nopath}: {bad!r} is neither a name nor a glob; {_PATH_EXAMPLES}"
+    return None
 
 
 def _imported(path: str) -> bool:

@@ -46,6 +46,7 @@ from ._targets import (
     _subtype_parts,
     _unimported_matches,
     _why_nothing,
+    path_problem,
 )
 from ._torch_hooks import is_module, weave_module
 from ._typing import AdviceFunctions
@@ -123,6 +124,13 @@ def weave(
     weaver = weaver or default_weaver
     weaver._check_open("weave")
     _check_alias(name)
+    if type(strict) is not bool:  # 'no' or 0.0 would pass a truth test and mean the opposite
+        raise InvalidOptionError(
+            f"strict={strict!r} is not a bool: give strict=True (a missing target raises) or "
+            "strict=False (it is skipped and logged)",
+            option="strict",
+            value=strict,
+        )
     if is_module(target):  # an nn.Module instance: through torch's own hooks
         kinds = {"before": before, "after": after, "on_error": on_error, "around": around}
         return weave_module(target, aspects, kinds, name, requires, strict, weaver, opts)
@@ -217,6 +225,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
         # A misplaced '+' raised just now, one after what is not a class raises here: both
         # are mistakes in the path, refused strict or not (a missing class is skipped).
         _subtype_base(target)
+    if isinstance(target, str) and (problem := path_problem(target)) is not None:
+        raise WeaveTargetError(problem, target=target)  # so is a path no module could match
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):

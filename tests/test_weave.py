@@ -1529,6 +1529,39 @@ def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> N
 
 
 @pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("", "it has an empty part"),
+        ("json.", "it has an empty part"),
+        ("json..dumps", "it has an empty part"),
+        ("nosuchmodule_xyz..f", "it has an empty part"),
+        ("json.dumps()", "'dumps()' is neither a name nor a glob"),
+        (" json.dumps", "' json' is neither a name nor a glob"),
+        ("json:dumps:x", "more than one ':'"),
+        ("json.dumps, json.loads", "weave('json.dumps', ...) and weave('json.loads', ...)"),
+    ],
+)
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_string_that_is_no_dotted_path_is_refused(
+    target: str, message: str, strict: bool
+) -> None:
+    """A target written wrongly is a mistake in the call, refused strict or not: skipped
+    (or left waiting for an import) it could never match anything."""
+    with pytest.raises(WeaveTargetError, match=re.escape(message)):
+        ah.weave(target, before=lambda ctx: None, strict=strict)
+    assert statuses(target) == []
+    assert ah.default_weaver.registered == []
+
+
+@pytest.mark.parametrize("strict", ["yes", "no", 1, None])
+def test_strict_that_is_not_a_bool_is_refused(strict: Any) -> None:
+    """strict='no' would be taken as True; the error says what each value does."""
+    with pytest.raises(InvalidOptionError, match=r"strict=.* is not a bool: give strict=True"):
+        ah.weave(f"{MOD}.add_one", before=lambda ctx: None, strict=strict)
+    assert ah.default_weaver.registered == []
+
+
+@pytest.mark.parametrize(
     ("target", "reason"),
     [
         ("nosuchmodule_xyz.f", "no module named 'nosuchmodule_xyz'"),
