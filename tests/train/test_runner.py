@@ -1349,6 +1349,45 @@ def test_a_validation_without_batches_is_reported_by_rank_0_only(
     assert not [w for w in caught if "gave no batches" in str(w.message)]
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_end_of_run_advice_warnings_come_from_rank_0_only(
+    rank: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a run without validation (or a plateau's mode) is told, every rank would tell
+    alike: rank 0 says it once (rank 0 is shown to say it at all)."""
+    import warnings
+
+    from aspecthook.train.aspects import EarlyStopping, LRSchedule
+
+    monkeypatch.setattr(Runner, "rank", property(lambda runner: rank))
+    model, opt, loader = _parts()
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min")
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=loader,  # but no Evaluate: nothing validates
+        loss_fn=CE,
+        max_epochs=1,
+        work_dir=tmp_path,
+        aspects=[
+            EarlyStopping(monitor="val/acc"),
+            LRSchedule(plateau, monitor="val/acc"),
+            Checkpoint(save_best="val/acc"),
+        ],
+        default_aspects=False,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner.run()
+    said = sorted(str(w.message).split(" ")[0] for w in caught)
+    expected = sorted(
+        ["Checkpoint(save_best='val/acc')", "EarlyStopping", "ReduceLROnPlateau(mode='min')"]
+        + ["ReduceLROnPlateau"]  # "never stepped"
+    )
+    assert said == (expected if rank == 0 else [])
+
+
 def test_a_run_resumed_from_its_last_iteration_does_not_validate_that_model_again(
     tmp_path: Path,
 ) -> None:

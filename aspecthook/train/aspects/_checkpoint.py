@@ -258,7 +258,7 @@ class Checkpoint(Aspect):
         start = self._run_start
         unjudged = start is not None and runner.iter > start and not self._validated
         unjudged = unjudged and runner.stop_reason is None
-        if self.save_best is not None and unjudged:
+        if self.save_best is not None and unjudged and runner.rank == 0:  # said once
             warnings.warn(
                 f"Checkpoint(save_best={self.save_best!r}) kept no best checkpoint: no "
                 "validation ran in this run; give the runner a val_loader and add Evaluate()",

@@ -78,7 +78,8 @@ class EarlyStopping(Aspect):
         start = self._run_start
         stopped = getattr(ctx.runner, "stop_reason", None) is not None
         trained = start is not None and getattr(ctx.runner, "iter", start) > start
-        if not self._checked and trained and not stopped:
+        rank0 = getattr(ctx.runner, "rank", 0) == 0  # said once, not by every rank
+        if not self._checked and trained and not stopped and rank0:
             warnings.warn(
                 f"EarlyStopping never checked {self.monitor!r}: no validation ran in this "
                 "run; give the runner a val_loader and add Evaluate()",

@@ -127,7 +127,7 @@ class LRSchedule(Aspect):
                 f"ReduceLROnPlateau steps on the validation metric {self.monitor!r}, but the "
                 "runner has no val_loader: pass Runner(val_loader=...) or use another scheduler"
             )
-        if self._plateau:
+        if self._plateau and getattr(runner, "rank", 0) == 0:  # every rank would say it
             _check_plateau_mode(main, self.monitor)
         self._iter_step = None
         if self.warmup is None:
@@ -181,6 +181,7 @@ class LRSchedule(Aspect):
         stopped = getattr(ctx.runner, "stop_reason", None) is not None
         if (
             start is not None
+            and getattr(ctx.runner, "rank", 0) == 0  # said once, not by every rank
             and not stopped
             and ctx.runner.iter > start[0]
             and self._main.last_epoch == start[1]
