@@ -62,6 +62,61 @@ def test_logger_writes_console_events_and_metrics_jsonl(tmp_path: Path) -> None:
     assert "val/loss" in val[0]
 
 
+def test_logger_logs_the_further_scalars_a_train_step_returns(tmp_path: Path) -> None:
+    """A train_step's dict with more than a loss (accuracy, the parts of a loss) has those
+    scalars logged at each logged iteration's value, on the console and in the file;
+    what is no scalar, and a key the line has already, is left out."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(24, 4), torch.randint(0, 3, (24,)))
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        out = runner.model(x)
+        loss_cls = torch.nn.functional.cross_entropy(out, y)
+        return {
+            "loss": loss_cls * 2,
+            "loss_cls": loss_cls,
+            "acc": (out.argmax(1) == y).float().mean(),
+            "count": runner.iter,  # a plain number
+            "iter": -1.0,  # the line's own key: not taken
+            "outputs": out,  # no scalar
+            "flag": True,
+            "note": "text",
+        }
+
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=4),
+        train_step=step,
+        max_epochs=1,
+        work_dir=tmp_path,
+        aspects=[Logger(interval=3, window=1, errors="raise")],
+    )
+    seen: list[dict[str, float]] = []
+    runner.weaver.after("train_iter")(
+        lambda ctx: seen.append(
+            {k: v.item() for k, v in ctx.result.items() if k in ("acc", "loss_cls")}
+        )
+    )
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if r["mode"] == "train"]
+    assert [r["iter"] for r in train] == [3, 6]
+    for record in train:
+        it = record["iter"]
+        assert record["acc"] == seen[it - 1]["acc"]
+        assert record["loss_cls"] == seen[it - 1]["loss_cls"]
+        assert record["count"] == it - 1  # runner.iter while the step ran
+        assert record["loss"] == pytest.approx(2 * record["loss_cls"])
+        assert not {"outputs", "flag", "note"} & set(record)
+    console = [e for e in logs if e["event"] == "train"]
+    assert [e["iter"] for e in console] == [3, 6]
+    assert all({"acc", "loss_cls", "count"} <= set(e) for e in console)
+
+
 def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     """The logged loss is the mean of the last `window` iteration losses (console: 4 digits)."""
     losses: list[float] = []

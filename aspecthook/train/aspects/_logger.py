@@ -47,6 +47,8 @@ class Logger(Aspect):
     The file is appended to; each run first writes ``{"mode": "run", "epoch": e,
     "iter": n}``, ``n`` the iteration it starts after, so a reader can tell a resumed
     run's records of iterations trained again (and a new run's) from the ones before.
+    Further scalars a ``train_step`` returns in its dict (``{'loss': ..., 'acc': ...}``:
+    numbers and one-element tensors) are logged too, at the logged iteration's value.
     Validation metrics are logged after each validation; ``records`` holds the latest
     1,000 records as dicts. Failures never stop training (``errors='log'``).
     """
@@ -176,6 +178,7 @@ class Logger(Aspect):
             value = outputs.get(key)
             if value is not None:
                 record[key] = float(value)
+        record.update(_extra_scalars(outputs, record))
         timer = self._timer
         eta = timer.eta(runner) if timer is not None else None
         if eta is not None:
@@ -219,6 +222,33 @@ class Logger(Aspect):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+#: What a step's outputs hold that is not a scalar of the step's own to log: the loss is
+#: logged smoothed, the timings and the gradient norm as above, the rest is no scalar.
+_NOT_EXTRA = frozenset(["loss", "time", "data_time", "grad_norm", "outputs", "targets"])
+
+
+def _extra_scalars(outputs: Any, record: dict[str, Any]) -> dict[str, float]:
+    """Further scalars a ``train_step`` returns beside its loss (``acc``, ``loss_cls``), at
+    the logged iteration's value, as a step-level log of a single step is; read only on the
+    iterations that log. A name the record has already (``lr``, ``iter``) is not taken."""
+    if type(outputs) is not dict or len(outputs) == 1:
+        return {}
+    extra: dict[str, float] = {}
+    for key, value in outputs.items():
+        if key in _NOT_EXTRA or key in record or not isinstance(key, str):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+            continue
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                continue
+            value = value.detach()  # a part of the loss: read without its graph
+        number = _as_float(value)
+        if number is not None:
+            extra[key] = number
+    return extra
 
 
 def _learning_rates(groups: list[dict[str, Any]]) -> dict[str, float]:
