@@ -182,6 +182,27 @@ def test_a_batch_that_cannot_be_cut_is_counted_whole_and_warned_about(
     runner.val_epoch()  # warned once
 
 
+def test_a_val_steps_own_scalar_is_counted_whole_and_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 of 2 (world size faked): a further scalar val_step returns is a mean over
+    its batch, so the batch holding the repeated sample counts it whole (the metrics
+    computed from outputs and targets are still exact), and the warning says to compute
+    it with metrics= instead."""
+    monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
+    data = TensorDataset(torch.arange(7.0), torch.arange(7.0))
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, 2, 1, shuffle=False))
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        return {"outputs": batch[0], "targets": batch[1], "mean": batch[0].mean()}
+
+    runner = _validating(loader, step, {"first": lambda outputs, targets: outputs[0]})
+    with pytest.warns(RuntimeWarning, match=r"val/mean counts 1 sample twice.*metrics=\.\.\."):
+        runner.val_epoch()
+    assert runner.metrics["val/mean"] == (2 * 2 + 2.5 * 2) / 4  # [1, 3], [5, 0]: 4 samples
+    assert runner.metrics["val/first"] == (1 * 2 + 5 * 1) / 3  # [5, 0] cut to [5]
+
+
 def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1119,6 +1119,50 @@ def test_a_val_step_that_returns_the_models_outputs_is_measured_as_the_default_s
     assert metrics["val/loss"] == pytest.approx(loss, rel=1e-6)
 
 
+def test_further_scalars_of_a_val_step_dict_are_averaged_as_the_loss_is() -> None:
+    """val_step returning {'loss', 'acc', ...}: acc is averaged over the validation set
+    weighted by batch size, as val/acc (and test/acc), as the loss is; what is no scalar
+    is left out; a name metrics= has too is refused."""
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,))), batch_size=4)
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        out = runner.model(x)
+        return {
+            "loss": CE(out, y),
+            "acc": (out.argmax(1) == y).float().mean(),
+            "seen": float(len(y)),  # a plain number: its mean weighted by batch size
+            "outputs": out,
+            "targets": y,
+            "note": "text",
+        }
+
+    runner = Runner(
+        model, opt, loader, val_loader=val, test_loader=val, val_step=step, loss_fn=CE, max_epochs=1
+    )
+    metrics = runner.run()
+    with torch.no_grad():
+        acc = sum(float((model(x).argmax(1) == y).float().sum()) for x, y in val) / 10
+    assert metrics["val/acc"] == pytest.approx(acc)
+    assert metrics["val/seen"] == pytest.approx((4 * 4 + 4 * 4 + 2 * 2) / 10)
+    assert "val/note" not in metrics and "val/outputs" not in metrics
+    assert runner.test()["test/acc"] == pytest.approx(acc)
+
+    runner = Runner(
+        model,
+        opt,
+        loader,
+        val_loader=val,
+        val_step=step,
+        loss_fn=CE,
+        max_epochs=1,
+        aspects=[Evaluate(metrics={"acc": lambda outputs, targets: 0.0})],
+    )
+    with pytest.raises(RunnerError, match="the step returns 'acc' and metrics= has one"):
+        runner.run()
+
+
 def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     """A copy: a later test() or run() does not change what an earlier call returned."""
     model, opt, loader = _parts()

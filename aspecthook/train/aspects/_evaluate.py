@@ -30,13 +30,13 @@ class Evaluate(Aspect):
 
     ``metrics`` maps names to callables ``fn(outputs, targets) -> number``; each is averaged
     over the validation set weighted by batch size, as is the loss when the step returns
-    one. In a distributed run the ranks' shards are added up, so every rank gets the
-    metrics of the whole validation set; the samples a ``DistributedSampler`` repeats to
-    even out the shards are left out (a ``RuntimeWarning`` says which values could not
-    leave them out, and what to do). Results land in ``runner.metrics`` as
-    ``'val/<name>'`` before lower-priority aspects (checkpoint, early stopping, plateau
-    schedules) look at them. The test loop
-    (``runner.test()``) is measured the same way, as ``'test/<name>'``.
+    one, and any further scalar a ``val_step`` returns in its dict (``'acc'``). In a
+    distributed run the ranks' shards are added up, so every rank gets the metrics of the
+    whole validation set; the samples a ``DistributedSampler`` repeats to even out the
+    shards are left out (a ``RuntimeWarning`` says which values could not leave them out,
+    and what to do). Results land in ``runner.metrics`` as ``'val/<name>'`` before the
+    lower-priority aspects (checkpoint, early stopping, plateau schedules) look at them.
+    The test loop (``runner.test()``) is measured the same way, as ``'test/<name>'``.
     """
 
     name = "evaluate"
@@ -163,6 +163,7 @@ class Evaluate(Aspect):
             values["loss"] = result["loss"]
         for name, fn in self.metrics.items():
             values[name] = fn(outputs, targets)
+        values.update(self._step_scalars(result))
         for name, value in values.items():
             self._sums[name] = self._sums.get(name, 0.0) + _number(name, value) * size
 
@@ -204,12 +205,34 @@ class Evaluate(Aspect):
                 self._extra["loss"] = self._extra.get("loss", 0) + padding.repeated
         for name, fn in self.metrics.items():
             values[name] = fn(outputs, targets)
+        for name, value in self._step_scalars(result).items():
+            # A mean over the whole batch, as a step's own loss: the repeats stay in it.
+            values[name], weights[name] = value, size
+            self._extra[name] = self._extra.get(name, 0) + padding.repeated
         for name, value in values.items():
             weight = weights.get(name, keep)
             self._sums[name] = self._sums.get(name, 0.0) + _number(name, value) * weight
         self._count += keep
         self._repeated = 0
         return True
+
+    def _step_scalars(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """The further scalars a ``val_step`` returns in its dict beside ``outputs``,
+        ``targets`` and ``loss`` (``{'loss': ..., 'acc': ...}``): metrics of the batch,
+        averaged as the loss is. A name ``metrics=`` has too is refused, as the loss is."""
+        if len(result) <= 1:
+            return {}
+        found: dict[str, Any] = {}
+        for name, value in result.items():
+            if name in _STEP_PARTS or not isinstance(name, str) or not _is_scalar(value):
+                continue
+            if name in self.metrics:
+                raise RunnerError(
+                    f"Evaluate: the step returns {name!r} and metrics= has one named {name!r} "
+                    "too; both would be reported as the same metric: rename one of them"
+                )
+            found[name] = value
+        return found
 
     def after_test_epoch(self, ctx: CallContext) -> None:
         self._publish(ctx.runner, "test")
@@ -257,6 +280,12 @@ class Evaluate(Aspect):
                 "(it comes from val_step or from the model, as a mean over the batch)"
             )
             fix = "give the Runner loss_fn= and no val_step"
+        elif not any(name in self.metrics for name in names):  # val_step's own scalars
+            why = (
+                f"what val_step returns for the batch that holds {them} is a mean over the "
+                "whole batch"
+            )
+            fix = "compute those values with Evaluate(metrics=...) from outputs and targets"
         else:
             why = (
                 f"the batch that holds {them} could not be cut to its other samples (its "
@@ -318,6 +347,17 @@ def _at_least_float32(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.is_floating_point() and value.element_size() < 4:
         return value.float()
     return value
+
+
+#: What a step's dict holds that is not a further metric of its own.
+_STEP_PARTS = frozenset(["outputs", "targets", "loss"])
+
+
+def _is_scalar(value: Any) -> bool:
+    """A number (not a bool) or a one-element tensor: a per-batch value to average."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _loss_named_twice() -> RunnerError:
