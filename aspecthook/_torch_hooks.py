@@ -201,11 +201,16 @@ def _context(jp: JoinPoint, module: Any, args: tuple[Any, ...], kwargs: dict[str
     return ctx
 
 
-def _stack(local: threading.local) -> list[CallContext]:
-    stack: list[CallContext] | None = getattr(local, "stack", None)
-    if stack is None:
-        stack = local.stack = []
-    return stack
+class _Stacks(threading.local):
+    """The contexts of a join point's forward calls running on each thread.
+
+    The list is made as a thread first reads it (``threading.local`` runs ``__init__``
+    then), never by the hook: a compiled graph guards on what its hooks read, and a
+    stack made by the first compiled call failed that guard at the second (compiled twice).
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[CallContext] = []
 
 
 def _drop_stale(stack: list[CallContext], module: Any) -> None:
@@ -266,11 +271,11 @@ def _no_op(*args: Any, **kwargs: Any) -> None:
 
 def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
     """Pre-hook, forward hook and the ``always_call`` hook that pops the shared context."""
-    local = threading.local()  # one per installation: a stale stack never outlives it
+    local = _Stacks()  # one per installation: a stale stack never outlives it
 
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ctx = _context(jp, module, args, kwargs)
-        stack = _stack(local)
+        stack = local.stack
         if stack:  # a nested call, or one after a call that Ctrl-C ended
             _drop_stale(stack, module)
         stack.append(ctx)  # before the advice: the cleanup hook pops it even if advice raises
@@ -283,7 +288,7 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
         return tuple(ctx._args), ctx.kwargs
 
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        stack = _stack(local)
+        stack = local.stack
         ctx = stack[-1] if stack else _context(jp, module, args, kwargs)
         ctx.result = output
         for fn in jp._chain.after:
@@ -291,7 +296,7 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
         return None if ctx.result is output else ctx.result
 
     def pop(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        stack = _stack(local)
+        stack = local.stack
         if stack:
             stack.pop()
 

@@ -464,6 +464,31 @@ def test_forward_advice_works_under_torch_compile() -> None:
     torch._dynamo.reset()
 
 
+def test_a_compiled_woven_model_compiles_once() -> None:
+    """The forward hooks' per-thread stack exists before Dynamo reads it: it used to be
+    made on a thread's first call, so the compiled graph's guard on its absence failed
+    at the second call and every woven model was compiled twice."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = _model()
+    x = torch.randn(3, 4)
+
+    def double(ctx: ah.CallContext) -> None:
+        ctx.args[0] = ctx.args[0] * 2
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    with ah.weave(model[0], before=double, after=plus_one):
+        compiled = torch.compile(model, backend=counter)
+        outputs = [compiled(x) for _ in range(3)]
+    assert counter.frame_count == 1
+    assert all(torch.equal(out, outputs[0]) for out in outputs)
+    torch._dynamo.reset()
+
+
 # torch's Dynamo warns from inside its own tracing when a module with a full backward hook
 # breaks the graph after a hook with side effects ran (reproducible with plain torch hooks,
 # no aspecthook involved); the warning says nothing about this code.
