@@ -51,7 +51,8 @@ Torch's own rules for these hooks apply, as to hooks registered by hand:
   or ``float()`` on a tensor breaks the graph there); a module with backward hooks breaks
   the graph unless compiled autograd is on. Weave before the first compiled call: torch
   does not re-check hooks added to a module it already compiled
-  (``torch._dynamo.config.skip_nnmodule_hook_guards``).
+  (``torch._dynamo.config.skip_nnmodule_hook_guards``). A method woven instead
+  (``weave(module.forward, ...)``) breaks the graph at each call, where its advice runs.
 * A module with a backward hook of the old kind (``register_backward_hook``) cannot also
   take a full backward hook: after-``backward`` advice on it is shown as ``failed`` and
   not run. Removing our full backward hook resets torch's mark of it

@@ -489,6 +489,30 @@ def test_a_compiled_woven_model_compiles_once() -> None:
     torch._dynamo.reset()
 
 
+# Dynamo compiles the frames the woven call runs as frames of their own, and warns from
+# inside its own tracing on their non-leaf tensor arguments (torch's, as below).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_woven_method_runs_its_advice_under_torch_compile() -> None:
+    """A method woven by its path (the way out this module's errors suggest) runs its
+    advice in a compiled model, its call left out of the graph. Dynamo took the proxy for
+    the function it wraps and traced that function's code: the advice never ran."""
+    model = _model()
+    x = torch.randn(3, 4)
+    seen: list[tuple[int, ...]] = []
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        seen.append(tuple(ctx.result.shape))
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    with ah.weave("torch.nn.ReLU.forward", after=plus_one):
+        compiled = torch.compile(model, backend="eager")
+        out = compiled(x)
+    assert seen == [(3, 8)]
+    assert torch.allclose(out, model[2](model[1](model[0](x)) + 1))
+    torch._dynamo.reset()
+
+
 # torch's Dynamo warns from inside its own tracing when a module with a full backward hook
 # breaks the graph after a hook with side effects ran (reproducible with plain torch hooks,
 # no aspecthook involved); the warning says nothing about this code.
