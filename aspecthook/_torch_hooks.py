@@ -48,8 +48,10 @@ advice reaching these join points through a registered pointcut is shown as ``fa
 Torch's own rules for these hooks apply, as to hooks registered by hand:
 
 * ``torch.compile`` traces forward advice into the graph (advice that calls ``.item()``
-  or ``float()`` on a tensor breaks the graph there); a module with backward hooks breaks
-  the graph unless compiled autograd is on. Weave before the first compiled call: torch
+  or ``float()`` on a tensor breaks the graph there), except ``every=`` / ``once=``
+  advice, whose count is kept in Python where the graph breaks (a count Dynamo traced
+  recompiled at each call); a module with backward hooks breaks the graph unless compiled
+  autograd is on. Weave before the first compiled call: torch
   does not re-check hooks added to a module it already compiled
   (``torch._dynamo.config.skip_nnmodule_hook_guards``). A method woven instead
   (``weave(module.forward, ...)``) breaks the graph at each call, where its advice runs.

@@ -489,6 +489,48 @@ def test_a_compiled_woven_model_compiles_once() -> None:
     torch._dynamo.reset()
 
 
+# Where the graph breaks (every=, once=), Dynamo compiles the rest of the hook as a frame of
+# its own and warns from inside its own tracing on its non-leaf tensor arguments (torch's).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+@pytest.mark.parametrize(
+    ("options", "runs", "graphs"),
+    [
+        pytest.param({"rank": 0}, [True] * 4, 1, id="rank"),
+        pytest.param({"when": lambda ctx: True}, [True] * 4, 1, id="when"),
+        pytest.param({"every": 2}, [False, True, False, True], None, id="every"),
+        pytest.param({"once": True}, [True, False, False, False], None, id="once"),
+    ],
+)
+def test_filtered_module_advice_does_not_recompile_a_compiled_model(
+    options: dict[str, Any], runs: list[bool], graphs: int | None
+) -> None:
+    """Advice with a filter runs on the calls it should in a compiled model, which later
+    calls do not compile again. The filter counted every call and Dynamo guarded on the
+    count: a new graph at every call, up to its recompile limit. rank= and when= count
+    nothing now and stay in the one graph; every= and once= count in Python, where the
+    graph breaks."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = _model()
+    x = torch.randn(3, 4)
+    plain = model(x)
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    with ah.weave(model[2], after=plus_one, **options):
+        compiled = torch.compile(model, backend=counter)
+        outputs = [compiled(x)]
+        first = counter.frame_count
+        outputs += [compiled(x) for _ in runs[1:]]
+    assert [not torch.allclose(out, plain) for out in outputs] == runs
+    assert counter.frame_count == first
+    assert graphs is None or first == graphs
+    torch._dynamo.reset()
+
+
 # Dynamo compiles the frames the woven call runs as frames of their own, and warns from
 # inside its own tracing on their non-leaf tensor arguments (torch's, as below).
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
