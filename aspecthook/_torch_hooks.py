@@ -59,6 +59,8 @@ Torch's own rules for these hooks apply, as to hooks registered by hand:
   take a full backward hook: after-``backward`` advice on it is shown as ``failed`` and
   not run. Removing our full backward hook resets torch's mark of it
   (``_is_full_backward_hook``), so the module takes an old-kind hook again.
+* A module without a ``forward`` of its own (``ModuleList``, ``ModuleDict``) is never
+  called, so it is refused (``WeaveTargetError``): weave the modules it holds.
 * A backward stage on a module none of whose inputs require gradients (a first layer)
   makes torch warn on every backward; its ``grad_input`` is then all ``None``.
 * ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
@@ -375,6 +377,7 @@ def weave_module(
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)
+    _refuse_without_forward(module, label)
     forward_names = (token, name, f"{name}.forward") if name else (token,)
     backward_names = (f"{token}.backward", f"{name}.backward") if name else (f"{token}.backward",)
     advices = _module_advice(module, label, token, aspects, kinds, opts)
@@ -477,6 +480,22 @@ def _refuse_unsupported(
                 kind=advice.kind,
                 target=label,
             )
+
+
+def _refuse_without_forward(module: Any, label: str) -> None:
+    """``WeaveTargetError`` for a module without a ``forward`` of its own (a ``ModuleList``
+    or ``ModuleDict``): nothing calls it, so its hooks, and the advice, would never run."""
+    from .errors import WeaveTargetError
+
+    if getattr(type(module), "forward", None) is not sys.modules["torch"].nn.Module.forward:
+        return
+    kind = type(module).__name__
+    raise WeaveTargetError(
+        f"{label}: a {kind} has no forward of its own, so it is never called and advice "
+        f"woven into it would never run. Weave the modules it holds instead "
+        f"(for layer in container: weave(layer, ...)), or the module that calls them",
+        target=label,
+    )
 
 
 def _skip_error(jp: JoinPoint) -> Exception:

@@ -306,6 +306,18 @@ def test_around_advice_reaching_a_module_by_glob_is_shown_failed_and_not_run() -
     assert "torch module hooks" in around[0].note
 
 
+def test_a_container_without_forward_is_refused() -> None:
+    """A ModuleList is never called, so its hooks never run: weaving it is an error that
+    says to weave its modules, not a weave whose advice silently never runs."""
+    from aspecthook.errors import WeaveTargetError
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    with pytest.raises(WeaveTargetError, match="Weave the modules it holds"):
+        ah.weave(layers, before=lambda ctx: None)
+    assert _hooks(layers) == {}
+    assert not [row for row in ah.describe() if "ModuleList" in row.joinpoint]
+
+
 def test_describe_shows_the_module_join_points_and_their_advice() -> None:
     """describe() lists '<name>.forward' / '<name>.backward' with the advice per stage."""
     model = _model()
