@@ -487,7 +487,9 @@ def _refuse_without_forward(module: Any, label: str) -> None:
     or ``ModuleDict``): nothing calls it, so its hooks, and the advice, would never run."""
     from .errors import WeaveTargetError
 
-    if getattr(type(module), "forward", None) is not sys.modules["torch"].nn.Module.forward:
+    # Read on the instance: torch.compile's OptimizedModule sets its forward there.
+    forward = getattr(getattr(module, "forward", None), "__func__", None)
+    if forward is not sys.modules["torch"].nn.Module.forward:
         return
     kind = type(module).__name__
     raise WeaveTargetError(

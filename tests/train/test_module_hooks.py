@@ -316,6 +316,9 @@ def test_a_container_without_forward_is_refused() -> None:
         ah.weave(layers, before=lambda ctx: None)
     assert _hooks(layers) == {}
     assert not [row for row in ah.describe() if "ModuleList" in row.joinpoint]
+    compiled = torch.compile(layers[0], backend="eager")  # its forward is set on the instance
+    with ah.weave(compiled, before=lambda ctx: None):
+        assert _hooks(compiled) != {}
 
 
 def test_describe_shows_the_module_join_points_and_their_advice() -> None:
