@@ -60,7 +60,8 @@ Torch's own rules for these hooks apply, as to hooks registered by hand:
   not run. Removing our full backward hook resets torch's mark of it
   (``_is_full_backward_hook``), so the module takes an old-kind hook again.
 * A module without a ``forward`` of its own (``ModuleList``, ``ModuleDict``) is never
-  called, so it is refused (``WeaveTargetError``): weave the modules it holds.
+  called, and a scripted one (``torch.jit.script``) takes no Python hooks: both are
+  refused (``WeaveTargetError``); weave the modules it holds, or the Python module.
 * A backward stage on a module none of whose inputs require gradients (a first layer)
   makes torch warn on every backward; its ``grad_input`` is then all ``None``.
 * ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
@@ -377,7 +378,7 @@ def weave_module(
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)
-    _refuse_without_forward(module, label)
+    _refuse_unhookable(module, label)
     forward_names = (token, name, f"{name}.forward") if name else (token,)
     backward_names = (f"{token}.backward", f"{name}.backward") if name else (f"{token}.backward",)
     advices = _module_advice(module, label, token, aspects, kinds, opts)
@@ -395,6 +396,10 @@ def weave_module(
             WEAVES.append(record)
     except BaseException:
         _undo(record, handle, weaver)
+        with LOCK:  # a point made here that no weave holds (its attach never came)
+            for jp in _POINTS.get(module, ()):
+                if jp.weave_refs == 0 and jp in REGISTRY.joinpoints:
+                    REGISTRY.drop_joinpoint(jp)
         raise
     return _weave_handle(record, handle, advices, weaver, f"weave {label} (torch module hooks)")
 
@@ -482,16 +487,26 @@ def _refuse_unsupported(
             )
 
 
-def _refuse_without_forward(module: Any, label: str) -> None:
+def _refuse_unhookable(module: Any, label: str) -> None:
     """``WeaveTargetError`` for a module without a ``forward`` of its own (a ``ModuleList``
-    or ``ModuleDict``): nothing calls it, so its hooks, and the advice, would never run."""
+    or ``ModuleDict``): nothing calls it, so its hooks, and the advice, would never run;
+    and for a scripted module, which refuses hooks (torch's ``RuntimeError`` left a join
+    point behind)."""
     from .errors import WeaveTargetError
 
+    torch = sys.modules["torch"]
+    kind = type(module).__name__
+    if isinstance(module, torch.jit.ScriptModule):
+        raise WeaveTargetError(
+            f"{label}: a {kind} takes no Python hooks (torch refuses them on scripted "
+            "modules). Weave the Python module instead, the one given to torch.jit.script, "
+            "and call that one",
+            target=label,
+        )
     # Read on the instance: torch.compile's OptimizedModule sets its forward there.
     forward = getattr(getattr(module, "forward", None), "__func__", None)
-    if forward is not sys.modules["torch"].nn.Module.forward:
+    if forward is not torch.nn.Module.forward:
         return
-    kind = type(module).__name__
     raise WeaveTargetError(
         f"{label}: a {kind} has no forward of its own, so it is never called and advice "
         f"woven into it would never run. Weave the modules it holds instead "

@@ -321,6 +321,34 @@ def test_a_container_without_forward_is_refused() -> None:
         assert _hooks(compiled) != {}
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_scripted_module_is_refused_and_leaves_nothing_behind() -> None:
+    """A ScriptModule takes no Python hooks: weaving it says to weave the Python module; it
+    raised torch's RuntimeError and left its backward join point in describe()."""
+    from aspecthook.errors import WeaveTargetError
+
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))
+    with pytest.raises(WeaveTargetError, match="Weave the Python module instead"):
+        ah.weave(scripted, before=lambda ctx: None)
+    assert not [row for row in ah.describe() if "Script" in row.joinpoint]
+
+
+def test_a_weave_whose_hooks_fail_to_install_leaves_no_join_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A torch hook refused mid-weave raises as it is, and neither join point stays."""
+    module = torch.nn.Linear(2, 2)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no hooks here")
+
+    monkeypatch.setattr(module, "register_forward_pre_hook", refuse)
+    with pytest.raises(RuntimeError, match="no hooks here"):
+        ah.weave(module, name="refusing", before=lambda ctx: None)
+    assert not [row for row in ah.describe() if "refusing" in row.joinpoint]
+    assert not [row for row in ah.describe() if "Linear" in row.joinpoint]
+
+
 def test_describe_shows_the_module_join_points_and_their_advice() -> None:
     """describe() lists '<name>.forward' / '<name>.backward' with the advice per stage."""
     model = _model()
