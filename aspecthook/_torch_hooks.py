@@ -220,10 +220,13 @@ class _Stacks(threading.local):
 
 
 def _drop_stale(stack: list[CallContext], module: Any) -> None:
-    """Empty ``stack`` when no other call of ``module`` is running on this thread.
+    """Keep in ``stack`` only the entries of calls still running on this thread.
 
-    Its entries then belong to calls that a ``BaseException`` such as ``KeyboardInterrupt``
-    ended: torch runs ``always_call`` hooks for an ``Exception`` only. Looking at the frames
+    The others belong to calls that a ``BaseException`` such as ``KeyboardInterrupt``
+    ended: torch runs ``always_call`` hooks for an ``Exception`` only. A running call is a
+    ``_call_impl`` frame of the entry's module; modules other than ``module`` count too, as
+    a deep copy of a woven module shares its hooks and so this stack (the copy called
+    inside the original's forward used to drop the original's entry). Looking at the frames
     costs a walk up the stack, paid only when a call finds the stack not empty, never by a
     plain call. A compiled graph leaves no entry behind (its list mutations are applied
     once it completes) and cannot walk frames, so it does not look.
@@ -232,14 +235,20 @@ def _drop_stale(stack: list[CallContext], module: Any) -> None:
     if torch.compiler.is_compiling():
         return
     call_impl = torch.nn.Module._call_impl.__code__
-    running = 0  # this call's own _call_impl frame included
+    running: dict[int, int] = {id(module): -1}  # this call's own _call_impl frame is no entry
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is call_impl and frame.f_locals.get("self") is module:
-            running += 1
+        if frame.f_code is call_impl:
+            key = id(frame.f_locals.get("self"))
+            running[key] = running.get(key, 0) + 1
         frame = frame.f_back
-    if running <= 1:
-        stack.clear()
+    kept: list[CallContext] = []
+    for ctx in stack:  # oldest first: an interrupted call's entry is above its callers'
+        key = id(ctx.instance)
+        if running.get(key, 0) > 0:
+            running[key] -= 1
+            kept.append(ctx)
+    stack[:] = kept
 
 
 class _Hook:

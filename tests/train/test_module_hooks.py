@@ -429,6 +429,34 @@ def test_a_stale_context_is_kept_apart_from_a_live_outer_call() -> None:
     assert pairs == [(1, 1), (3, 3)]
 
 
+def test_a_deep_copy_called_inside_the_original_keeps_both_contexts() -> None:
+    """A deep copy shares the original's hooks (documented); called inside the original's
+    forward, its before advice took the original's context for a stale one and dropped
+    it, so the original's after advice got a fresh context without its ctx.data."""
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner: torch.nn.Module | None = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if self.inner is None else x + self.inner(x)
+
+    original = Outer()
+    pairs: list[tuple[bool, bool]] = []
+
+    def start(ctx: ah.CallContext) -> None:
+        ctx.data["instance"] = ctx.instance
+
+    def end(ctx: ah.CallContext) -> None:
+        pairs.append((ctx.instance is original, ctx.data.get("instance") is ctx.instance))
+
+    with ah.weave(original, before=start, after=end):
+        original.inner = copy.deepcopy(original)
+        original(torch.ones(2))
+    assert pairs == [(False, True), (True, True)]
+
+
 def test_a_woven_module_can_be_garbage_collected() -> None:
     """Weaving keeps no strong reference to the module; the handle then removes nothing."""
     module = torch.nn.Linear(2, 2)
