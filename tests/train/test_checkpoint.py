@@ -1009,6 +1009,35 @@ def test_a_checkpoint_of_a_wrapped_model_loads_into_the_bare_one_and_back(tmp_pa
     assert third.epoch == 3
 
 
+def test_a_checkpoint_of_a_compiled_model_loads_into_the_bare_one(tmp_path: Path) -> None:
+    """A ``torch.compile``d model is saved without the ``_orig_mod.`` prefix its wrapper
+    adds (the EMA average too), as a data-parallel one is: its file resumes a run of the
+    plain model. It held the prefix, which the plain model refused ("does not fit"); keys
+    saved with it lose it on loading."""
+    from _fixtures import make_model
+
+    from aspecthook.train._wrappers import without_wrapper_prefix
+
+    torch._dynamo.reset()
+    compiled = torch.compile(make_model(), backend="eager")
+    first = _wrapped_runner(
+        tmp_path, compiled, max_epochs=1, aspects=[aspects.EMA(0.5), Checkpoint()]
+    )
+    first.run()
+    torch._dynamo.reset()
+    saved = torch.load(tmp_path / "epoch_1.pt", weights_only=True)["runner"]
+    assert not any(key.startswith("_orig_mod.") for key in saved["model"])
+    second = _wrapped_runner(
+        tmp_path, make_model(), max_epochs=2, aspects=[aspects.EMA(0.5), Checkpoint(resume="auto")]
+    )
+    second.run()
+    assert second.epoch == 2
+    bare = make_model().state_dict()
+    for prefix in ("_orig_mod.", "module._orig_mod.", "_orig_mod.module."):
+        prefixed = {f"{prefix}{key}": value for key, value in bare.items()}
+        assert without_wrapper_prefix(prefixed, make_model()) == bare
+
+
 def test_a_model_state_saved_with_the_wrapper_prefix_still_loads(tmp_path: Path) -> None:
     """A state whose keys all start with ``module.`` (saved from a wrapped model) loads
     into the bare model, and the EMA state saved around the wrapper too."""
