@@ -61,6 +61,15 @@ def _filter(
     """``fn`` run only on the calls that pass the filters. ``every=`` counts the calls that
     reach it, or with ``numbered`` (see ``JoinPoint.counter``) uses the call's own number."""
     passes = _passes(advice, counters, numbered=numbered)
+    if (advice.every and not numbered) or advice.once:
+        # Under torch.compile (advice at a module's hooks) Dynamo would trace the count
+        # as a constant and guard on it: a new graph at every call until its recompile
+        # limit, then none. Marked as torch.compiler.disable() marks a function, the
+        # test runs in Python and the graph breaks there. Never read outside Dynamo.
+        passes.__dict__.update(
+            _torchdynamo_disable=True,
+            _torchdynamo_disable_msg="aspecthook counts calls for every= / once= in Python",
+        )
 
     if advice.kind == "around":
 
@@ -76,8 +85,8 @@ def _filter(
 
 
 def _passes(advice: Advice, counters: _Counters, *, numbered: bool) -> Callable[[Any], bool]:
-    """The test of ``_filter``: whether a call passes every filter of ``advice``; each call
-    that passes ``rank=`` and ``when=`` is counted in ``counters``."""
+    """The test of ``_filter``: whether a call passes every filter of ``advice``; with
+    ``every=``, each call that passes ``rank=`` and ``when=`` is counted in ``counters``."""
     every, once, when, rank = advice.every, advice.once, advice.when, advice.rank
     lead = advice.window - 1  # the window's calls end at each every-th one
     counter, fired = counters.calls, counters.fired
@@ -100,9 +109,12 @@ def _passes(advice: Advice, counters: _Counters, *, numbered: bool) -> Callable[
             return False
         if when is not None and not holds(ctx):
             return False
-        n = next(counter)
-        if every and ((ctx._number if numbered else n + 1) + lead) % every > lead:
-            return False
+        # Counted only for every= (not rank= / when= alone): a compiled graph guards on
+        # the count, so a count taken on every call recompiled it on every call.
+        if every:
+            n = ctx._number if numbered else next(counter) + 1
+            if (n + lead) % every > lead:
+                return False
         return not once or not next(fired)
 
     return passes

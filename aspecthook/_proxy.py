@@ -41,6 +41,13 @@ __all__ = ["JoinPointProxy", "_FunctionWrapperBase", "find_proxy", "make_proxy"]
 
 _FunctionWrapperBase = wrapt.FunctionWrapper.__mro__[1]
 
+# Why torch.compile leaves a woven callable to Python (shown in its graph-break report).
+_COMPILE_NOTE = (
+    "aspecthook runs the advice of a woven function or method outside the compiled graph; "
+    "to keep a module's forward in the graph, weave the nn.Module instance "
+    "(weave(module, before=..., after=...)), whose torch hooks Dynamo traces"
+)
+
 
 class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
     """A join point proxy bound by attribute access (``obj.method``, ``Class.method``).
@@ -48,6 +55,9 @@ class _BoundJoinPointProxy(wrapt.BoundFunctionWrapper[..., Any]):
     wrapt's bound wrappers refuse to pickle; the bound method or function they stand for
     pickles by reference, so this one does too: as ``getattr(instance_or_class, name)``.
     """
+
+    _torchdynamo_disable = True  # see JoinPointProxy
+    _torchdynamo_disable_msg = _COMPILE_NOTE
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, tuple[Any, str]]:
         owner = self._self_owner
@@ -83,6 +93,13 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
     """
 
     __bound_function_wrapper__ = _BoundJoinPointProxy
+    # torch.compile: Dynamo takes a proxy for the function it wraps (its __class__ and
+    # __code__ are the original's) and traced the original's code, so the advice silently
+    # never ran in a compiled model. Marked as torch.compiler.disable() marks a function,
+    # which Dynamo reads from the class (inspect.getattr_static), the call breaks the graph
+    # and runs here, advice included. Nothing is read at a call: no cost outside Dynamo.
+    _torchdynamo_disable = True
+    _torchdynamo_disable_msg = _COMPILE_NOTE
 
     def __init__(self, wrapped: Any, jp: JoinPoint) -> None:
         dispatch = _make_async_dispatch(jp) if jp.is_async else _make_dispatch(jp)

@@ -48,14 +48,20 @@ advice reaching these join points through a registered pointcut is shown as ``fa
 Torch's own rules for these hooks apply, as to hooks registered by hand:
 
 * ``torch.compile`` traces forward advice into the graph (advice that calls ``.item()``
-  or ``float()`` on a tensor breaks the graph there); a module with backward hooks breaks
-  the graph unless compiled autograd is on. Weave before the first compiled call: torch
+  or ``float()`` on a tensor breaks the graph there), except ``every=`` / ``once=``
+  advice, whose count is kept in Python where the graph breaks (a count Dynamo traced
+  recompiled at each call); a module with backward hooks breaks the graph unless compiled
+  autograd is on. Weave before the first compiled call: torch
   does not re-check hooks added to a module it already compiled
-  (``torch._dynamo.config.skip_nnmodule_hook_guards``).
+  (``torch._dynamo.config.skip_nnmodule_hook_guards``). A method woven instead
+  (``weave(module.forward, ...)``) breaks the graph at each call, where its advice runs.
 * A module with a backward hook of the old kind (``register_backward_hook``) cannot also
   take a full backward hook: after-``backward`` advice on it is shown as ``failed`` and
   not run. Removing our full backward hook resets torch's mark of it
   (``_is_full_backward_hook``), so the module takes an old-kind hook again.
+* A module without a ``forward`` of its own (``ModuleList``, ``ModuleDict``) is never
+  called, and a scripted one (``torch.jit.script``) takes no Python hooks: both are
+  refused (``WeaveTargetError``); weave the modules it holds, or the Python module.
 * A backward stage on a module none of whose inputs require gradients (a first layer)
   makes torch warn on every backward; its ``grad_input`` is then all ``None``.
 * ``copy.deepcopy`` of a woven module (``AveragedModel`` for EMA does one) copies the
@@ -201,18 +207,26 @@ def _context(jp: JoinPoint, module: Any, args: tuple[Any, ...], kwargs: dict[str
     return ctx
 
 
-def _stack(local: threading.local) -> list[CallContext]:
-    stack: list[CallContext] | None = getattr(local, "stack", None)
-    if stack is None:
-        stack = local.stack = []
-    return stack
+class _Stacks(threading.local):
+    """The contexts of a join point's forward calls running on each thread.
+
+    The list is made as a thread first reads it (``threading.local`` runs ``__init__``
+    then), never by the hook: a compiled graph guards on what its hooks read, and a
+    stack made by the first compiled call failed that guard at the second (compiled twice).
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[CallContext] = []
 
 
 def _drop_stale(stack: list[CallContext], module: Any) -> None:
-    """Empty ``stack`` when no other call of ``module`` is running on this thread.
+    """Keep in ``stack`` only the entries of calls still running on this thread.
 
-    Its entries then belong to calls that a ``BaseException`` such as ``KeyboardInterrupt``
-    ended: torch runs ``always_call`` hooks for an ``Exception`` only. Looking at the frames
+    The others belong to calls that a ``BaseException`` such as ``KeyboardInterrupt``
+    ended: torch runs ``always_call`` hooks for an ``Exception`` only. A running call is a
+    ``_call_impl`` frame of the entry's module; modules other than ``module`` count too, as
+    a deep copy of a woven module shares its hooks and so this stack (the copy called
+    inside the original's forward used to drop the original's entry). Looking at the frames
     costs a walk up the stack, paid only when a call finds the stack not empty, never by a
     plain call. A compiled graph leaves no entry behind (its list mutations are applied
     once it completes) and cannot walk frames, so it does not look.
@@ -221,14 +235,20 @@ def _drop_stale(stack: list[CallContext], module: Any) -> None:
     if torch.compiler.is_compiling():
         return
     call_impl = torch.nn.Module._call_impl.__code__
-    running = 0  # this call's own _call_impl frame included
+    running: dict[int, int] = {id(module): -1}  # this call's own _call_impl frame is no entry
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is call_impl and frame.f_locals.get("self") is module:
-            running += 1
+        if frame.f_code is call_impl:
+            key = id(frame.f_locals.get("self"))
+            running[key] = running.get(key, 0) + 1
         frame = frame.f_back
-    if running <= 1:
-        stack.clear()
+    kept: list[CallContext] = []
+    for ctx in stack:  # oldest first: an interrupted call's entry is above its callers'
+        key = id(ctx.instance)
+        if running.get(key, 0) > 0:
+            running[key] -= 1
+            kept.append(ctx)
+    stack[:] = kept
 
 
 class _Hook:
@@ -266,11 +286,11 @@ def _no_op(*args: Any, **kwargs: Any) -> None:
 
 def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
     """Pre-hook, forward hook and the ``always_call`` hook that pops the shared context."""
-    local = threading.local()  # one per installation: a stale stack never outlives it
+    local = _Stacks()  # one per installation: a stale stack never outlives it
 
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ctx = _context(jp, module, args, kwargs)
-        stack = _stack(local)
+        stack = local.stack
         if stack:  # a nested call, or one after a call that Ctrl-C ended
             _drop_stale(stack, module)
         stack.append(ctx)  # before the advice: the cleanup hook pops it even if advice raises
@@ -283,7 +303,7 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
         return tuple(ctx._args), ctx.kwargs
 
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        stack = _stack(local)
+        stack = local.stack
         ctx = stack[-1] if stack else _context(jp, module, args, kwargs)
         ctx.result = output
         for fn in jp._chain.after:
@@ -291,7 +311,7 @@ def _install_forward(jp: ModuleJoinPoint, module: Any) -> list[Any]:
         return None if ctx.result is output else ctx.result
 
     def pop(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        stack = _stack(local)
+        stack = local.stack
         if stack:
             stack.pop()
 
@@ -367,6 +387,7 @@ def weave_module(
 
     token = f"@weave:{next(_tokens)}"
     label = name or _class_path(module)
+    _refuse_unhookable(module, label)
     forward_names = (token, name, f"{name}.forward") if name else (token,)
     backward_names = (f"{token}.backward", f"{name}.backward") if name else (f"{token}.backward",)
     advices = _module_advice(module, label, token, aspects, kinds, opts)
@@ -384,6 +405,10 @@ def weave_module(
             WEAVES.append(record)
     except BaseException:
         _undo(record, handle, weaver)
+        with LOCK:  # a point made here that no weave holds (its attach never came)
+            for jp in _POINTS.get(module, ()):
+                if jp.weave_refs == 0 and jp in REGISTRY.joinpoints:
+                    REGISTRY.drop_joinpoint(jp)
         raise
     return _weave_handle(record, handle, advices, weaver, f"weave {label} (torch module hooks)")
 
@@ -469,6 +494,34 @@ def _refuse_unsupported(
                 kind=advice.kind,
                 target=label,
             )
+
+
+def _refuse_unhookable(module: Any, label: str) -> None:
+    """``WeaveTargetError`` for a module without a ``forward`` of its own (a ``ModuleList``
+    or ``ModuleDict``): nothing calls it, so its hooks, and the advice, would never run;
+    and for a scripted module, which refuses hooks (torch's ``RuntimeError`` left a join
+    point behind)."""
+    from .errors import WeaveTargetError
+
+    torch = sys.modules["torch"]
+    kind = type(module).__name__
+    if isinstance(module, torch.jit.ScriptModule):
+        raise WeaveTargetError(
+            f"{label}: a {kind} takes no Python hooks (torch refuses them on scripted "
+            "modules). Weave the Python module instead, the one given to torch.jit.script, "
+            "and call that one",
+            target=label,
+        )
+    # Read on the instance: torch.compile's OptimizedModule sets its forward there.
+    forward = getattr(getattr(module, "forward", None), "__func__", None)
+    if forward is not torch.nn.Module.forward:
+        return
+    raise WeaveTargetError(
+        f"{label}: a {kind} has no forward of its own, so it is never called and advice "
+        f"woven into it would never run. Weave the modules it holds instead "
+        f"(for layer in container: weave(layer, ...)), or the module that calls them",
+        target=label,
+    )
 
 
 def _skip_error(jp: JoinPoint) -> Exception:

@@ -1,54 +1,63 @@
-"""The model inside a data-parallel wrapper or ``torch.compile``, which checkpoints and
+"""The model inside a data-parallel or ``torch.compile`` wrapper, which checkpoints and
 ``EMA`` work on."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
+import wrapt
 
 __all__ = ["unwrapped", "without_wrapper_prefix"]
 
-#: Wrappers that keep the model as ``.module`` and add ``module.`` to its state's keys.
-_WRAPPERS = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
-_PREFIX = "module."
-#: What ``torch.compile`` puts before the keys of the model it wraps (as ``_orig_mod``).
-_COMPILED_PREFIX = "_orig_mod."
+#: Wrappers that keep the model as ``.module`` and add ``module.`` to its state's keys, and
+#: (once torch's compiler is imported, see ``_add_compiled``) ``torch.compile``'s, which
+#: keeps it as ``._orig_mod`` and adds ``_orig_mod.``.
+_WRAPPERS: tuple[type, ...] = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+_COMPILED: tuple[type, ...] = ()
+_PREFIXES = ("module.", "_orig_mod.")
+
+
+def _add_compiled(eval_frame: ModuleType) -> None:
+    """Count ``torch.compile``'s ``OptimizedModule`` among the wrappers, as its module is
+    imported (by the first ``torch.compile``, or optimizer): ``unwrapped`` runs every step
+    under ``EMA``, so it tests one tuple, and importing torch's compiler here would cost
+    every program seconds."""
+    global _WRAPPERS, _COMPILED
+    compiled = getattr(eval_frame, "OptimizedModule", None)
+    if isinstance(compiled, type) and compiled not in _WRAPPERS:
+        _COMPILED = (compiled,)
+        _WRAPPERS = (*_WRAPPERS, compiled)
+
+
+wrapt.register_post_import_hook(_add_compiled, "torch._dynamo.eval_frame")
 
 
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` without its ``DistributedDataParallel`` / ``DataParallel`` wrapper or
-    ``torch.compile``'s, so its state has the same keys in a distributed or compiled run
-    and in a plain one."""
-    while True:
-        if isinstance(model, _WRAPPERS):
-            model = model.module
-        elif "_orig_mod" in getattr(model, "_modules", ()) and _compiled(model):
-            model = model._modules["_orig_mod"]  # type: ignore[assignment]
-        else:
-            return model
-
-
-def _compiled(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is ``torch.compile``'s wrapper. Its class is looked up only once
-    something imported it (compiling does): a plain run never imports torch._dynamo."""
-    frame = sys.modules.get("torch._dynamo.eval_frame")
-    kind = getattr(frame, "OptimizedModule", None)
-    return kind is not None and isinstance(model, kind)
+    """``model`` without its ``DistributedDataParallel`` / ``DataParallel`` /
+    ``torch.compile`` wrappers, so its state has the same keys in a distributed run, a
+    compiled one and a single plain process."""
+    while isinstance(model, _WRAPPERS):
+        inner: torch.nn.Module = getattr(
+            model, "_orig_mod" if isinstance(model, _COMPILED) else "module"
+        )
+        model = inner
+    return model
 
 
 def without_wrapper_prefix(weights: Mapping[str, Any], model: torch.nn.Module) -> Mapping[str, Any]:
-    """``weights`` saved from a wrapped or compiled model (every key starts with
-    ``module.`` or ``_orig_mod.``) with the prefix taken off, when ``model``'s own keys
-    have none; otherwise as they are."""
-    own: list[str] | None = None  # the model's keys, read only for a prefixed state
-    for prefix in (_PREFIX, _COMPILED_PREFIX, _PREFIX):  # DDP(compile(m)) saved as it was
-        if not weights or not all(key.startswith(prefix) for key in weights):
-            continue
+    """``weights`` saved from a wrapped model (every key starts with ``module.`` or
+    ``_orig_mod.``, or both) with the prefixes taken off that ``model``'s own keys do not
+    have; otherwise as they are."""
+    own: list[str] | None = None
+    while weights:
+        prefix = next((p for p in _PREFIXES if all(key.startswith(p) for key in weights)), None)
+        if prefix is None:
+            return weights
         own = list(model.state_dict()) if own is None else own
         if any(key.startswith(prefix) for key in own):
-            continue
+            return weights
         weights = {key[len(prefix) :]: value for key, value in weights.items()}
     return weights

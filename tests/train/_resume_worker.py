@@ -421,3 +421,30 @@ def late_group_rank_main(rank: int, init_file: str, work_dir: str, out_file: str
         torch.save({**result, "val/r": runner.metrics["val/r"]}, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def sampler_seed_rank_main(rank: int, init_file: str, out_file: str) -> None:
+    """One of two gloo ranks with generators seeded apart and no runner seed, shuffling
+    with a ``RandomSampler``: writes ``DistSamplerSeed``'s base seed and the first batch's
+    samples to ``OUT_FILE.<rank>``."""
+    dist = _gloo(rank, init_file)
+    try:
+        from aspecthook.train.aspects import DistSamplerSeed
+
+        model = make_model()  # seeds torch with 0
+        torch.manual_seed(rank)
+        first: list[torch.Tensor] = []
+        runner = Runner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            make_loader(make_dataset(16), shuffle=True),
+            loss_fn=torch.nn.functional.cross_entropy,
+            max_iters=1,
+        )
+        runner.weaver.before("train_iter")(lambda ctx: first.append(ctx.args[-1][0]))
+        runner.run()
+        aspect = runner.get_aspect(DistSamplerSeed)
+        assert aspect is not None
+        torch.save({"base_seed": aspect.base_seed, "batch": first[0]}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()

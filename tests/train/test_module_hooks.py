@@ -306,6 +306,49 @@ def test_around_advice_reaching_a_module_by_glob_is_shown_failed_and_not_run() -
     assert "torch module hooks" in around[0].note
 
 
+def test_a_container_without_forward_is_refused() -> None:
+    """A ModuleList is never called, so its hooks never run: weaving it is an error that
+    says to weave its modules, not a weave whose advice silently never runs."""
+    from aspecthook.errors import WeaveTargetError
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    with pytest.raises(WeaveTargetError, match="Weave the modules it holds"):
+        ah.weave(layers, before=lambda ctx: None)
+    assert _hooks(layers) == {}
+    assert not [row for row in ah.describe() if "ModuleList" in row.joinpoint]
+    compiled = torch.compile(layers[0], backend="eager")  # its forward is set on the instance
+    with ah.weave(compiled, before=lambda ctx: None):
+        assert _hooks(compiled) != {}
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_scripted_module_is_refused_and_leaves_nothing_behind() -> None:
+    """A ScriptModule takes no Python hooks: weaving it says to weave the Python module; it
+    raised torch's RuntimeError and left its backward join point in describe()."""
+    from aspecthook.errors import WeaveTargetError
+
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))
+    with pytest.raises(WeaveTargetError, match="Weave the Python module instead"):
+        ah.weave(scripted, before=lambda ctx: None)
+    assert not [row for row in ah.describe() if "Script" in row.joinpoint]
+
+
+def test_a_weave_whose_hooks_fail_to_install_leaves_no_join_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A torch hook refused mid-weave raises as it is, and neither join point stays."""
+    module = torch.nn.Linear(2, 2)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no hooks here")
+
+    monkeypatch.setattr(module, "register_forward_pre_hook", refuse)
+    with pytest.raises(RuntimeError, match="no hooks here"):
+        ah.weave(module, name="refusing", before=lambda ctx: None)
+    assert not [row for row in ah.describe() if "refusing" in row.joinpoint]
+    assert not [row for row in ah.describe() if "Linear" in row.joinpoint]
+
+
 def test_describe_shows_the_module_join_points_and_their_advice() -> None:
     """describe() lists '<name>.forward' / '<name>.backward' with the advice per stage."""
     model = _model()
@@ -386,6 +429,34 @@ def test_a_stale_context_is_kept_apart_from_a_live_outer_call() -> None:
     assert pairs == [(1, 1), (3, 3)]
 
 
+def test_a_deep_copy_called_inside_the_original_keeps_both_contexts() -> None:
+    """A deep copy shares the original's hooks (documented); called inside the original's
+    forward, its before advice took the original's context for a stale one and dropped
+    it, so the original's after advice got a fresh context without its ctx.data."""
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner: torch.nn.Module | None = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if self.inner is None else x + self.inner(x)
+
+    original = Outer()
+    pairs: list[tuple[bool, bool]] = []
+
+    def start(ctx: ah.CallContext) -> None:
+        ctx.data["instance"] = ctx.instance
+
+    def end(ctx: ah.CallContext) -> None:
+        pairs.append((ctx.instance is original, ctx.data.get("instance") is ctx.instance))
+
+    with ah.weave(original, before=start, after=end):
+        original.inner = copy.deepcopy(original)
+        original(torch.ones(2))
+    assert pairs == [(False, True), (True, True)]
+
+
 def test_a_woven_module_can_be_garbage_collected() -> None:
     """Weaving keeps no strong reference to the module; the handle then removes nothing."""
     module = torch.nn.Linear(2, 2)
@@ -461,6 +532,97 @@ def test_forward_advice_works_under_torch_compile() -> None:
     assert torch.allclose(first, expected)
     assert torch.allclose(second, expected)
     assert shapes == [(3, 4), (3, 4)]
+    torch._dynamo.reset()
+
+
+def test_a_compiled_woven_model_compiles_once() -> None:
+    """The forward hooks' per-thread stack exists before Dynamo reads it: it used to be
+    made on a thread's first call, so the compiled graph's guard on its absence failed
+    at the second call and every woven model was compiled twice."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = _model()
+    x = torch.randn(3, 4)
+
+    def double(ctx: ah.CallContext) -> None:
+        ctx.args[0] = ctx.args[0] * 2
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    with ah.weave(model[0], before=double, after=plus_one):
+        compiled = torch.compile(model, backend=counter)
+        outputs = [compiled(x) for _ in range(3)]
+    assert counter.frame_count == 1
+    assert all(torch.equal(out, outputs[0]) for out in outputs)
+    torch._dynamo.reset()
+
+
+# Where the graph breaks (every=, once=), Dynamo compiles the rest of the hook as a frame of
+# its own and warns from inside its own tracing on its non-leaf tensor arguments (torch's).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+@pytest.mark.parametrize(
+    ("options", "runs", "graphs"),
+    [
+        pytest.param({"rank": 0}, [True] * 4, 1, id="rank"),
+        pytest.param({"when": lambda ctx: True}, [True] * 4, 1, id="when"),
+        pytest.param({"every": 2}, [False, True, False, True], None, id="every"),
+        pytest.param({"once": True}, [True, False, False, False], None, id="once"),
+    ],
+)
+def test_filtered_module_advice_does_not_recompile_a_compiled_model(
+    options: dict[str, Any], runs: list[bool], graphs: int | None
+) -> None:
+    """Advice with a filter runs on the calls it should in a compiled model, which later
+    calls do not compile again. The filter counted every call and Dynamo guarded on the
+    count: a new graph at every call, up to its recompile limit. rank= and when= count
+    nothing now and stay in the one graph; every= and once= count in Python, where the
+    graph breaks."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = _model()
+    x = torch.randn(3, 4)
+    plain = model(x)
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    with ah.weave(model[2], after=plus_one, **options):
+        compiled = torch.compile(model, backend=counter)
+        outputs = [compiled(x)]
+        first = counter.frame_count
+        outputs += [compiled(x) for _ in runs[1:]]
+    assert [not torch.allclose(out, plain) for out in outputs] == runs
+    assert counter.frame_count == first
+    assert graphs is None or first == graphs
+    torch._dynamo.reset()
+
+
+# Dynamo compiles the frames the woven call runs as frames of their own, and warns from
+# inside its own tracing on their non-leaf tensor arguments (torch's, as below).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_woven_method_runs_its_advice_under_torch_compile() -> None:
+    """A method woven by its path (the way out this module's errors suggest) runs its
+    advice in a compiled model, its call left out of the graph. Dynamo took the proxy for
+    the function it wraps and traced that function's code: the advice never ran."""
+    model = _model()
+    x = torch.randn(3, 4)
+    seen: list[tuple[int, ...]] = []
+
+    def plus_one(ctx: ah.CallContext) -> None:
+        seen.append(tuple(ctx.result.shape))
+        ctx.result = ctx.result + 1
+
+    torch._dynamo.reset()
+    with ah.weave("torch.nn.ReLU.forward", after=plus_one):
+        compiled = torch.compile(model, backend="eager")
+        out = compiled(x)
+    assert seen == [(3, 8)]
+    assert torch.allclose(out, model[2](model[1](model[0](x)) + 1))
     torch._dynamo.reset()
 
 

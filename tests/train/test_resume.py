@@ -469,6 +469,23 @@ def test_ranks_whose_metrics_disagree_still_save_the_best_together(
 @pytest.mark.skipif(
     sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
 )
+def test_ranks_without_a_runner_seed_shuffle_from_rank_0s_base_seed(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """DistSamplerSeed draws the base seed of a run without a seed once, on rank 0, for
+    every rank, as a runner seed is one for all ranks. Each rank drew its own, and the
+    checkpoint keeps rank 0's aspect state, so the other ranks shuffled differently once
+    resumed."""
+    args = (str(tmp_path / "init"), str(tmp_path / "out"))
+    _two_ranks(forkserver, _resume_worker.sampler_seed_rank_main, *args)
+    got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
+    assert got[0]["base_seed"] == got[1]["base_seed"]
+    assert torch.equal(got[0]["batch"], got[1]["batch"])
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
 def test_sync_buffers_averages_float_buffers_over_the_ranks(
     tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
 ) -> None:

@@ -24,7 +24,8 @@ class DistSamplerSeed(Aspect):
     are looked at too. The shuffle order of
     an epoch then depends only on the seed and the epoch number, which is what lets a run
     resumed mid-epoch replay the same order. The base seed is the runner's ``seed`` or is
-    drawn once, and is part of this aspect's state (saved in checkpoints).
+    drawn once (on rank 0, for every rank), and is part of this aspect's state (saved in
+    checkpoints).
     """
 
     name = "dist_sampler_seed"
@@ -40,7 +41,7 @@ class DistSamplerSeed(Aspect):
         if self.base_seed is None:
             seed = runner.seed
             if seed is None:
-                seed = int(torch.empty((), dtype=torch.int64).random_().item())
+                seed = _draw(runner)
             self.base_seed = int(seed)
         for sampler in _samplers(runner.train_loader):
             if hasattr(sampler, "set_epoch"):
@@ -53,6 +54,18 @@ class DistSamplerSeed(Aspect):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.base_seed = state.get("base_seed")
+
+
+def _draw(runner: Any) -> int:
+    """A base seed drawn from torch's generator, rank 0's on every rank: a runner seed is
+    one for all ranks, and a checkpoint keeps rank 0's (a rank that drew its own would
+    shuffle differently once resumed). A collective, once a run, on every rank."""
+    seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    if getattr(runner, "world_size", 1) <= 1:
+        return seed
+    box: list[Any] = [seed]  # an object, not a tensor: nccl broadcasts only GPU tensors
+    torch.distributed.broadcast_object_list(box, src=0)
+    return int(box[0])
 
 
 def _samplers(loader: Any) -> list[Any]:
