@@ -1146,7 +1146,8 @@ def test_further_scalars_of_a_val_step_dict_are_averaged_as_the_loss_is() -> Non
         acc = sum(float((model(x).argmax(1) == y).float().sum()) for x, y in val) / 10
     assert metrics["val/acc"] == pytest.approx(acc)
     assert metrics["val/seen"] == pytest.approx((4 * 4 + 4 * 4 + 2 * 2) / 10)
-    assert "val/note" not in metrics and "val/outputs" not in metrics
+    assert "val/note" not in metrics
+    assert "val/outputs" not in metrics
     assert runner.test()["test/acc"] == pytest.approx(acc)
 
     runner = Runner(
@@ -1426,8 +1427,12 @@ def test_end_of_run_advice_warnings_come_from_rank_0_only(
         runner.run()
     said = sorted(str(w.message).split(" ")[0] for w in caught)
     expected = sorted(
-        ["Checkpoint(save_best='val/acc')", "EarlyStopping", "ReduceLROnPlateau(mode='min')"]
-        + ["ReduceLROnPlateau"]  # "never stepped"
+        [
+            "Checkpoint(save_best='val/acc')",
+            "EarlyStopping",
+            "ReduceLROnPlateau(mode='min')",
+            "ReduceLROnPlateau",  # never stepped
+        ]
     )
     assert said == (expected if rank == 0 else [])
 
