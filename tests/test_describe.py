@@ -572,3 +572,19 @@ def test_advice_names_takes_the_event_stage(weaver: ah.Weaver, point: str) -> No
         rows.advice_names(point, "bfore")
     with pytest.raises(InvalidOptionError, match=r"is not in this description"):
         rows.advice_names(f"{point}.*", "before")
+
+
+def test_table_keeps_long_names_and_every_column(weaver: ah.Weaver, point: str) -> None:
+    """A join point name wider than the table's usual 160 columns is shown whole and the
+    other columns keep their headers: the table grows instead (at 160 columns they were
+    squeezed to nothing)."""
+    name = f"{point}." + "very_long_module_name_" * 8
+    step = _declare(weaver, name)
+    weaver.before(name, name="warmup", every=2)(lambda ctx: None)
+    with ah.track_calls():
+        step()
+    text = str(weaver.describe(name))
+    assert name in text
+    for column in ("stage", "priority", "aspect", "filters", "status", "calls", "time"):
+        assert column in text
+    assert "every=2" in text
