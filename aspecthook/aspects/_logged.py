@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from asyncio import CancelledError
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any
@@ -183,6 +183,21 @@ def _opaque_positional(parameters: _Parameters) -> str | None:
         if parameter.kind in _POSITIONAL:
             return None
     return None  # pragma: no cover - names is None only with a *args parameter
+
+
+def _own_names_if_keywords_redacted(
+    parameters: _Parameters, redact: frozenset[str]
+) -> Collection[str] | None:
+    """The parameter names of a callable (its ``_parameters``) whose ``**kwargs`` parameter
+    ``redact`` names: any other name among its arguments came through that parameter.
+    None when it has no such parameter, or no signature."""
+    signature = parameters[1]
+    if signature is None:
+        return None
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD and parameter.name.lower() in redact:
+            return signature.parameters.keys()
+    return None
 
 
 # -- levels and options ------------------------------------------------------------------
@@ -500,10 +515,15 @@ class Logged(Aspect):
             # signature, or a callable without one; the positional arguments of
             # ``(*args, **kwargs)``, a wrapper hiding the real signature) may be any of
             # them: masked.
+            # So may every keyword a redacted ``**kwargs`` parameter takes (shown one by one).
             opaque = _opaque_positional(parameters)
+            own = _own_names_if_keywords_redacted(parameters, redact)
             shown = {
                 name: _REDACTED
-                if name.lower() in redact or name.startswith("#") or name == opaque
+                if name.lower() in redact
+                or name.startswith("#")
+                or name == opaque
+                or (own is not None and name not in own)
                 else summary(value)
                 for name, value in items
             }
