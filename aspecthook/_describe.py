@@ -113,18 +113,22 @@ class Description(list[Row]):
     def _tracked(self) -> bool:
         return any(r.calls is not None for r in self)  # the columns only when counted
 
+    def _failed(self) -> bool:
+        return any(r.failures for r in self)  # the column only when an advice failed
+
     def _columns(self) -> list[str]:
         columns = ["join point", "stage", "#", "advice", "priority", "aspect", "filters"]
         return [
             *columns,
             "status",
             *(["calls", "time"] if self._tracked() else []),
+            *(["failures"] if self._failed() else []),
             "where",
             "note",
         ]
 
     def _cells(self) -> list[list[str]]:
-        tracked = self._tracked()
+        tracked, failed = self._tracked(), self._failed()
         return [
             [
                 r.joinpoint,
@@ -136,6 +140,7 @@ class Description(list[Row]):
                 r.filters,
                 r.status,
                 *([_calls(r), _time(r)] if tracked else []),
+                *([f"{r.failures:,}" if r.failures else ""] if failed else []),
                 _short(r.location),
                 r.note,
             ]

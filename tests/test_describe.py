@@ -148,6 +148,40 @@ def test_failures_are_counted(weaver: ah.Weaver, point: str) -> None:
     assert row.failures == 2
 
 
+def _header(table: str) -> str:
+    """The line of a printed table that names its columns."""
+    return next(line for line in table.splitlines() if "join point" in line and "status" in line)
+
+
+def test_the_table_shows_failures_when_advice_failed(
+    weaver: ah.Weaver, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An errors='log' advice that failed shows its failures in the printed table, rich or
+    plain (the rows had them, the table did not: a failing advice looked healthy there);
+    a table with no failure has no such column."""
+    step = _declare(weaver, point)
+    weaver.before(point, name="healthy")(lambda ctx: None)
+    assert "failures" not in _header(str(weaver.describe(point)))
+
+    @weaver.before(point, errors="log")
+    def flaky(ctx: Any) -> None:
+        raise RuntimeError("flaky")
+
+    with capture_logs():
+        for _ in range(3):
+            step()
+    for plain in (False, True):
+        if plain:
+            monkeypatch.setitem(sys.modules, "rich.console", None)
+        text = str(weaver.describe(point))
+        assert "failures" in _header(text)
+        lines = text.splitlines()
+        [flaky_line] = [line for line in lines if "flaky" in line]
+        [healthy_line] = [line for line in lines if "healthy" in line]
+        assert re.search(r"\b3\b", flaky_line)
+        assert not re.search(r"\b3\b", healthy_line)
+
+
 def test_describe_selects_by_pointcut(weaver: ah.Weaver, point: str) -> None:
     """describe(pointcut) lists only the join points the pointcut selects."""
     one = _declare(weaver, f"{point}.one")
