@@ -240,9 +240,14 @@ def _positive(option: str, value: object) -> int:
     )
 
 
-def _structlog_logger(logger: Any) -> Any:
-    """``logger=`` as given, unless it is a standard library logger: its methods take no
-    event fields, so every call would fail to log."""
+def _structlog_logger(logger: Any, levels: Iterable[str]) -> Any:
+    """``logger=`` as given, unless it is a standard library logger (its methods take no
+    event fields) or lacks a method for one of ``levels``: every call would fail to log.
+
+    Methods are looked up on the logger's class (or its class's ``__getattr__``, as
+    structlog's lazy proxy has), never on the logger: asking a lazy proxy would bind it,
+    and with ``cache_logger_on_first_use`` fix the configuration it logs with.
+    """
     if isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
         raise InvalidOptionError(
             f"logger={logger!r} is a standard library logger, which takes no event fields: "
@@ -251,6 +256,15 @@ def _structlog_logger(logger: Any) -> Any:
             option="logger",
             value=logger,
         )
+    kind = type(logger)
+    for level in levels:
+        if not (callable(getattr(kind, level, None)) or hasattr(kind, "__getattr__")):
+            raise InvalidOptionError(
+                f"logger={logger!r} has no method {level!r} to log at level {level!r}: give "
+                "a structlog logger, e.g. logger=structlog.get_logger('app')",
+                option="logger",
+                value=logger,
+            )
     return logger
 
 
@@ -320,7 +334,8 @@ class Logged(Aspect):
             _positive("max_length", max_length), _positive("max_items", max_items)
         )
         self._max_arguments = 4 * max_items
-        self.logger = _structlog_logger(logger) if logger is not None else log
+        levels = (self.level, self.error_level)
+        self.logger = _structlog_logger(logger, levels) if logger is not None else log
         # Level cache: valid while structlog's wrapper class is the one it was made for.
         self._seen: Any = object()
         self._mode = _FULL

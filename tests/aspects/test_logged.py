@@ -866,6 +866,15 @@ def test_failing_logger_never_masks_the_target_exception() -> None:
             {"logger": logging.LoggerAdapter(logging.getLogger("logged_test.plain"))},
             r"is a standard library logger",
         ),
+        (
+            {"logger": print},
+            r"logger=<built-in function print> has no method 'info' to log at level 'info': "
+            r"give a structlog logger",
+        ),
+        (
+            {"logger": structlog.stdlib.BoundLogger, "level": "debug"},
+            r"has no method 'debug'",  # a class: its methods take the instance first
+        ),
     ],
 )
 def test_invalid_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
