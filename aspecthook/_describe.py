@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatchcase
@@ -13,7 +12,7 @@ from ._chain import STAGES, order_stage
 from ._context import Event
 from ._pointcut import Glob, Name, NormalizedName, Pointcut, PointcutLike, as_pointcut
 from ._registry import LOCK, REGISTRY
-from ._rich import import_rich
+from ._rich import import_rich, render
 from ._units import format_seconds
 from .errors import InvalidOptionError, OrderingCycleError
 
@@ -76,12 +75,10 @@ class Description(list[Row]):
     def __str__(self) -> str:
         import_rich()  # first, so that importing it leaves ``random`` as it was
         try:
-            from rich.console import Console
+            import rich.console  # noqa: F401
         except ImportError:
             return self._plain()
-        console = Console(width=160, record=True, file=io.StringIO())
-        console.print(self.__rich__())
-        return console.export_text().rstrip()
+        return render(self.__rich__(), 160)
 
     def __rich__(self) -> Any:
         import_rich()
@@ -90,9 +87,10 @@ class Description(list[Row]):
 
         table = Table(title=_TITLE, show_lines=False)
         for column in self._columns():
-            # Names are what a reader looks for: never cut one; fold long notes instead.
-            names = column in ("join point", "advice", "where")
-            table.add_column(column, no_wrap=names, overflow="ellipsis" if names else "fold")
+            # Names are what a reader looks for: never cut one (a long one widens the
+            # table, ``_rich.render``), nor short words and numbers; fold long notes.
+            whole = column not in ("aspect", "filters", "note")
+            table.add_column(column, no_wrap=whole, overflow="ellipsis" if whole else "fold")
         for cells in self._cells():
             # Text, not markup: a name such as 'eval[val]' is shown as it is.
             table.add_row(*map(Text, cells))
@@ -115,18 +113,22 @@ class Description(list[Row]):
     def _tracked(self) -> bool:
         return any(r.calls is not None for r in self)  # the columns only when counted
 
+    def _failed(self) -> bool:
+        return any(r.failures for r in self)  # the column only when an advice failed
+
     def _columns(self) -> list[str]:
         columns = ["join point", "stage", "#", "advice", "priority", "aspect", "filters"]
         return [
             *columns,
             "status",
             *(["calls", "time"] if self._tracked() else []),
+            *(["failures"] if self._failed() else []),
             "where",
             "note",
         ]
 
     def _cells(self) -> list[list[str]]:
-        tracked = self._tracked()
+        tracked, failed = self._tracked(), self._failed()
         return [
             [
                 r.joinpoint,
@@ -138,6 +140,7 @@ class Description(list[Row]):
                 r.filters,
                 r.status,
                 *([_calls(r), _time(r)] if tracked else []),
+                *([f"{r.failures:,}" if r.failures else ""] if failed else []),
                 _short(r.location),
                 r.note,
             ]

@@ -8,10 +8,17 @@ resumed run than the one it continues).
 
 from __future__ import annotations
 
+import io
 import random
 import sys
+from typing import Any
 
-__all__ = ["import_rich"]
+__all__ = ["import_rich", "render"]
+
+#: A width no table reaches, to measure how wide one must be.
+_UNBOUNDED = 1_000_000
+#: Columns ``render`` adds for folding text to a table its names made wider than asked.
+_SLACK = 40
 
 
 def import_rich() -> None:
@@ -25,3 +32,23 @@ def import_rich() -> None:
         pass
     finally:
         random.setstate(state)
+
+
+def render(table: Any, width: int) -> str:
+    """``table`` (a rich ``Table``) as plain text, ``width`` columns wide, or wider where
+    its columns that do not wrap (names, numbers) need it, with up to ``_SLACK`` more for
+    the columns that fold (notes).
+
+    At a fixed width rich cuts such a column with an ellipsis, so two long names with one
+    stem read the same, or squeezes the other columns to nothing.
+    """
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=width, file=io.StringIO())
+    needed = Measurement.get(console, console.options.update_width(_UNBOUNDED), table)
+    if needed.minimum > width:
+        width = min(needed.maximum, needed.minimum + _SLACK)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text().rstrip()

@@ -148,6 +148,40 @@ def test_failures_are_counted(weaver: ah.Weaver, point: str) -> None:
     assert row.failures == 2
 
 
+def _header(table: str) -> str:
+    """The line of a printed table that names its columns."""
+    return next(line for line in table.splitlines() if "join point" in line and "status" in line)
+
+
+def test_the_table_shows_failures_when_advice_failed(
+    weaver: ah.Weaver, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An errors='log' advice that failed shows its failures in the printed table, rich or
+    plain (the rows had them, the table did not: a failing advice looked healthy there);
+    a table with no failure has no such column."""
+    step = _declare(weaver, point)
+    weaver.before(point, name="healthy")(lambda ctx: None)
+    assert "failures" not in _header(str(weaver.describe(point)))
+
+    @weaver.before(point, errors="log")
+    def flaky(ctx: Any) -> None:
+        raise RuntimeError("flaky")
+
+    with capture_logs():
+        for _ in range(3):
+            step()
+    for plain in (False, True):
+        if plain:
+            monkeypatch.setitem(sys.modules, "rich.console", None)
+        text = str(weaver.describe(point))
+        assert "failures" in _header(text)
+        lines = text.splitlines()
+        [flaky_line] = [line for line in lines if "flaky" in line]
+        [healthy_line] = [line for line in lines if "healthy" in line]
+        assert re.search(r"\b3\b", flaky_line)
+        assert not re.search(r"\b3\b", healthy_line)
+
+
 def test_describe_selects_by_pointcut(weaver: ah.Weaver, point: str) -> None:
     """describe(pointcut) lists only the join points the pointcut selects."""
     one = _declare(weaver, f"{point}.one")
@@ -572,3 +606,19 @@ def test_advice_names_takes_the_event_stage(weaver: ah.Weaver, point: str) -> No
         rows.advice_names(point, "bfore")
     with pytest.raises(InvalidOptionError, match=r"is not in this description"):
         rows.advice_names(f"{point}.*", "before")
+
+
+def test_table_keeps_long_names_and_every_column(weaver: ah.Weaver, point: str) -> None:
+    """A join point name wider than the table's usual 160 columns is shown whole and the
+    other columns keep their headers: the table grows instead (at 160 columns they were
+    squeezed to nothing)."""
+    name = f"{point}." + "very_long_module_name_" * 8
+    step = _declare(weaver, name)
+    weaver.before(name, name="warmup", every=2)(lambda ctx: None)
+    with ah.track_calls():
+        step()
+    text = str(weaver.describe(name))
+    assert name in text
+    for column in ("stage", "priority", "aspect", "filters", "status", "calls", "time"):
+        assert column in text
+    assert "every=2" in text

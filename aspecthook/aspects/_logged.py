@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from asyncio import CancelledError
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any
@@ -185,6 +185,21 @@ def _opaque_positional(parameters: _Parameters) -> str | None:
     return None  # pragma: no cover - names is None only with a *args parameter
 
 
+def _own_names_if_keywords_redacted(
+    parameters: _Parameters, redact: frozenset[str]
+) -> Collection[str] | None:
+    """The parameter names of a callable (its ``_parameters``) whose ``**kwargs`` parameter
+    ``redact`` names: any other name among its arguments came through that parameter.
+    None when it has no such parameter, or no signature."""
+    signature = parameters[1]
+    if signature is None:
+        return None
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD and parameter.name.lower() in redact:
+            return signature.parameters.keys()
+    return None
+
+
 # -- levels and options ------------------------------------------------------------------
 
 
@@ -225,9 +240,14 @@ def _positive(option: str, value: object) -> int:
     )
 
 
-def _structlog_logger(logger: Any) -> Any:
-    """``logger=`` as given, unless it is a standard library logger: its methods take no
-    event fields, so every call would fail to log."""
+def _structlog_logger(logger: Any, levels: Iterable[str]) -> Any:
+    """``logger=`` as given, unless it is a standard library logger (its methods take no
+    event fields) or lacks a method for one of ``levels``: every call would fail to log.
+
+    Methods are looked up on the logger's class (or its class's ``__getattr__``, as
+    structlog's lazy proxy has), never on the logger: asking a lazy proxy would bind it,
+    and with ``cache_logger_on_first_use`` fix the configuration it logs with.
+    """
     if isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
         raise InvalidOptionError(
             f"logger={logger!r} is a standard library logger, which takes no event fields: "
@@ -236,6 +256,15 @@ def _structlog_logger(logger: Any) -> Any:
             option="logger",
             value=logger,
         )
+    kind = type(logger)
+    for level in levels:
+        if not (callable(getattr(kind, level, None)) or hasattr(kind, "__getattr__")):
+            raise InvalidOptionError(
+                f"logger={logger!r} has no method {level!r} to log at level {level!r}: give "
+                "a structlog logger, e.g. logger=structlog.get_logger('app')",
+                option="logger",
+                value=logger,
+            )
     return logger
 
 
@@ -305,7 +334,8 @@ class Logged(Aspect):
             _positive("max_length", max_length), _positive("max_items", max_items)
         )
         self._max_arguments = 4 * max_items
-        self.logger = _structlog_logger(logger) if logger is not None else log
+        levels = (self.level, self.error_level)
+        self.logger = _structlog_logger(logger, levels) if logger is not None else log
         # Level cache: valid while structlog's wrapper class is the one it was made for.
         self._seen: Any = object()
         self._mode = _FULL
@@ -500,10 +530,15 @@ class Logged(Aspect):
             # signature, or a callable without one; the positional arguments of
             # ``(*args, **kwargs)``, a wrapper hiding the real signature) may be any of
             # them: masked.
+            # So may every keyword a redacted ``**kwargs`` parameter takes (shown one by one).
             opaque = _opaque_positional(parameters)
+            own = _own_names_if_keywords_redacted(parameters, redact)
             shown = {
                 name: _REDACTED
-                if name.lower() in redact or name.startswith("#") or name == opaque
+                if name.lower() in redact
+                or name.startswith("#")
+                or name == opaque
+                or (own is not None and name not in own)
                 else summary(value)
                 for name, value in items
             }

@@ -11,7 +11,6 @@ The sketch lives in ``_sketch`` (re-exported here), the trace file's format in `
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import threading
@@ -29,7 +28,7 @@ from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
-from .._rich import import_rich
+from .._rich import import_rich, render
 from .._typing import Unpack
 from .._units import format_seconds
 from ..errors import InvalidOptionError
@@ -76,12 +75,10 @@ class Summary(list[TimingRow]):
     def __str__(self) -> str:
         import_rich()  # first, so that importing it leaves ``random`` as it was
         try:
-            from rich.console import Console
+            import rich.console  # noqa: F401
         except ImportError:
             return self._plain()
-        console = Console(width=140, record=True, file=io.StringIO())
-        console.print(self.__rich__())
-        return console.export_text().rstrip()
+        return render(self.__rich__(), 140)
 
     def __rich__(self) -> Any:
         import_rich()
@@ -89,22 +86,24 @@ class Summary(list[TimingRow]):
         from rich.text import Text
 
         table = Table(title="aspecthook: timings (quantiles within 1%)")
-        table.add_column("join point")
+        # Nothing wraps or is cut: a long name widens the table (``_rich.render``).
+        table.add_column("join point", no_wrap=True)
         for column in ("calls", "errors", "total", "mean", "min", "p50", "p95", "p99", "max"):
-            table.add_column(column, justify="right")
+            table.add_column(column, justify="right", no_wrap=True)
         for row in self:
             # Text, not markup: a name such as 'eval[val]' is shown as it is.
             table.add_row(Text(row.name), str(row.count), str(row.errors), *_times(row))
         return table
 
     def _plain(self) -> str:
-        head = f"{'join point':40} {'calls':>8} {'errors':>6} " + " ".join(
+        width = max([40, *(len(row.name) for row in self)])  # names whole, columns aligned
+        head = f"{'join point':{width}} {'calls':>8} {'errors':>6} " + " ".join(
             f"{c:>9}" for c in ("total", "mean", "min", "p50", "p95", "p99", "max")
         )
         lines = [head]
         for row in self:
             times = " ".join(f"{t:>9}" for t in _times(row))
-            lines.append(f"{row.name:40} {row.count:>8} {row.errors:>6} {times}")
+            lines.append(f"{row.name:{width}} {row.count:>8} {row.errors:>6} {times}")
         return "\n".join(lines)
 
 

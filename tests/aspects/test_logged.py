@@ -639,6 +639,23 @@ def test_redaction_holds_for_a_call_that_does_not_fit_the_signature() -> None:
     assert "hunter2" not in repr(logs)
 
 
+def test_redacting_a_var_keyword_parameter_masks_every_keyword_it_collects() -> None:
+    """redact= naming a **kwargs parameter masks the keywords that parameter takes, which
+    the event shows one by one (flattened): they showed, though that parameter was named.
+    Keywords of the parameters before it still go by their own names."""
+    aspect = Logged(redact=("EXTRA",))
+    with ah.weave(login, aspect), capture_logs() as logs:
+        login("ann", "hunter2", token="t0k", api_key="k3y", colour="blue")
+    assert logs[0]["args"] == {
+        "user": "'ann'",
+        "password": "'hunter2'",
+        "token": "'t0k'",
+        "api_key": "***",
+        "colour": "***",
+    }
+    assert "k3y" not in repr(logs)
+
+
 def test_an_argument_no_parameter_names_is_masked_when_redacting() -> None:
     """A secret passed by position to a keyword-only parameter (the call fails): the
     argument cannot be named, so with redact= set it is masked all the same."""
@@ -848,6 +865,15 @@ def test_failing_logger_never_masks_the_target_exception() -> None:
         (
             {"logger": logging.LoggerAdapter(logging.getLogger("logged_test.plain"))},
             r"is a standard library logger",
+        ),
+        (
+            {"logger": print},
+            r"logger=<built-in function print> has no method 'info' to log at level 'info': "
+            r"give a structlog logger",
+        ),
+        (
+            {"logger": structlog.stdlib.BoundLogger, "level": "debug"},
+            r"has no method 'debug'",  # a class: its methods take the instance first
         ),
     ],
 )

@@ -1126,3 +1126,19 @@ def test_summary_without_rich_is_a_plain_table(monkeypatch: pytest.MonkeyPatch) 
         (name(sleepy), 2, 0),
         (name(failing), 1, 1),
     ]
+
+
+def test_summary_table_shows_long_names_whole() -> None:
+    """Two join points whose long names differ only at the end are told apart in the
+    printed summary: the table grows wider than its usual 140 columns rather than cut them
+    to the same prefix."""
+    stem = "test_timed.service.handlers." + "orders_" * 12
+    rows = [
+        TimingRow(f"{stem}{end}", 1, 0, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001)
+        for end in ("get", "put")
+    ]
+    text = str(Summary(rows))
+    assert f"{stem}get" in text
+    assert f"{stem}put" in text
+    for column in ("calls", "errors", "total", "p99", "max"):
+        assert column in text
