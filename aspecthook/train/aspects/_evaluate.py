@@ -286,6 +286,11 @@ class Evaluate(Aspect):
                 "whole batch"
             )
             fix = "compute those values with Evaluate(metrics=...) from outputs and targets"
+            if "loss" in names:  # metrics= takes no 'loss' beside the step's
+                fix = (
+                    "give the Runner loss_fn= and no val_step for the loss, and compute the "
+                    "others with Evaluate(metrics=...) from outputs and targets"
+                )
         else:
             why = (
                 f"the batch that holds {them} could not be cut to its other samples (its "
