@@ -272,8 +272,10 @@ def _what(value: Any) -> str:
     """``a pkg.mod.Class`` for an object, its repr for None and the like."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return repr(value)
+    from ._targets import _a
+
     kind = type(value)
-    return f"a {kind.__module__}.{kind.__qualname__}"
+    return _a(f"{kind.__module__}.{kind.__qualname__}")
 
 
 def _program_modules(options: RunOptions) -> tuple[str, ...]:

@@ -197,7 +197,8 @@ class Glob(Pointcut):
 
 
 #: A predicate pointcut's function. It is given a ``JoinPoint``, an ``Event`` (for event
-#: subscriptions) or a ``testing.Call`` (``Recorder.calls_to``), so its parameter is
+#: subscriptions) or a recorded call's join point that also reads as its ``testing.Call``
+#: (``Recorder.calls_to``), so its parameter is
 #: typed ``Any``: ``def mine(jp: JoinPoint) -> bool`` and ``lambda jp: jp.name ...`` both
 #: fit. Its result is read for truth, so any object will do.
 PredicateFn: TypeAlias = Callable[[Any], object]

@@ -404,13 +404,13 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             methods = _instance_sites(found) if instance else []
             if methods:
                 raise WeaveTargetError(
-                    f"{path} is a {type(found).__qualname__} instance, not a function or method: "
+                    f"{path} is {_a(type(found).__qualname__)} instance, not a function or method: "
                     "to weave its methods for it alone, weave the object itself "
                     f"(weave(obj)), or one method by its path ('{path}.{methods[0][1]}')",
                     target=path,
                 )
             raise WeaveTargetError(
-                f"{path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function or "
+                f"{path} is {_a(kind)}, not a function or "
                 "method: only callables can be woven (for a property, weave the function its "
                 "getter calls)",
                 target=path,
@@ -422,6 +422,11 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             target=path,
         )
     return patchable
+
+
+def _a(name: str) -> str:
+    """``name`` with its article: ``'an int'``, ``'an Engine'``, ``'a Client'``."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _why_nothing(label: str, target: Any) -> str | None:

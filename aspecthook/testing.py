@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import CoroutineType
 from typing import Any
 
@@ -274,8 +274,9 @@ class Recorder(Aspect):
 
 
 class _CallPoint:
-    """A recorded call as a pointcut sees it: the names the call had, and its join point's
-    other attributes (``is_async``, ``target``) for a predicate, as advice gets them."""
+    """A recorded call as a pointcut sees it: the names the call had, what the call
+    recorded (``args``, ``result``, ``ok``: a predicate was given the ``Call``), and its
+    join point's other attributes (``is_async``, ``target``), as advice gets them."""
 
     __slots__ = ("_call",)
 
@@ -291,10 +292,19 @@ class _CallPoint:
         return self._call.name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr in _CALL_ATTRIBUTES:
+            return getattr(self._call, attr)
         joinpoint = self._call.joinpoint
         if joinpoint is None:  # a Call made by hand
             raise AttributeError(f"the call {self._call.name!r} has no join point: {attr!r}")
         return getattr(joinpoint, attr)
+
+
+#: What a predicate reads from the recorded call itself rather than from its join point.
+_CALL_ATTRIBUTES = frozenset(
+    [f.name for f in fields(Call)]
+    + [name for name, value in vars(Call).items() if isinstance(value, property)]
+)
 
 
 def _label(pointcut: PointcutLike | None) -> str:

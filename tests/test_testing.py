@@ -195,6 +195,21 @@ def test_calls_to_takes_a_predicate_over_the_join_point(weaver: ah.Weaver) -> No
     assert rec.calls_to(ah.Glob("*.add") & ah.Predicate(lambda jp: jp.is_async)) == []
 
 
+def test_calls_to_predicate_still_reads_what_the_call_recorded(weaver: ah.Weaver) -> None:
+    """A predicate in ``calls_to`` / ``assert_called`` / ``last`` reads the call's own
+    record too (``args``, ``result``, ``exception``, ``ok``), as it did when it was given
+    the ``Call``; those now raised AttributeError (the join point has none of them)."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    add(2, b=3)
+    [call] = rec.calls_to(lambda c: c.args == (2,) and c.kwargs == {"b": 3})
+    assert call.result == 5
+    assert rec.last(lambda c: c.result == 1).index == 0
+    rec.assert_called(lambda c: c.ok and c.exception is None and not c.is_async, times=2)
+    assert rec.calls_to(lambda c: c.joinpoint.name == c.name) == rec.calls
+
+
 def test_assert_called_counts_and_explains(weaver: ah.Weaver) -> None:
     """assert_called checks the count; a failure says what was recorded."""
     rec = Recorder()

@@ -1970,6 +1970,46 @@ def test_a_path_to_an_instance_says_how_to_weave_its_methods() -> None:
         ah.weave(f"{__name__}.SINGLETON", before=lambda ctx: None, strict=True)
 
 
+class Engine:
+    """A class whose name starts with a capital vowel: its instances are 'an Engine'."""
+
+    def start(self) -> int:
+        return 1
+
+
+class Inert:
+    """No method at all."""
+
+
+ENGINE = Engine()
+INERT = Inert()
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        pytest.param(f"{__name__}.ENGINE", "is an Engine instance", id="instance"),
+        pytest.param(f"{__name__}.INERT", "is an Inert, not a function", id="object"),
+    ],
+)
+def test_a_path_to_an_object_names_its_kind_with_the_right_article(path: str, said: str) -> None:
+    """'an' before a class name that starts with a capital vowel, as before 'int': it read
+    'is a Engine instance', 'is a Inert'."""
+    with pytest.raises(WeaveTargetError, match=rf"{re.escape(path)} {said}"):
+        ah.weave(path, before=lambda ctx: None, strict=True)
+
+
+def test_what_a_config_type_builds_is_named_with_the_right_article() -> None:
+    """aspecthook run's refusal of a type that builds no Aspect: 'builds an
+    app.hooks.PrintIter' (it read 'a app.hooks.PrintIter'), 'a hooks.PrintIter'."""
+    from aspecthook._cli_session import _what
+
+    kind = type("PrintIter", (), {"__module__": "app.hooks"})
+    assert _what(kind()) == "an app.hooks.PrintIter"
+    kind.__module__ = "hooks"
+    assert _what(kind()) == "a hooks.PrintIter"
+
+
 def test_a_path_to_a_property_says_it_is_not_callable() -> None:
     """A property exists but cannot be woven: the message says that, not 'no attribute'."""
     with pytest.raises(WeaveTargetError, match="is a property, not a function or method"):

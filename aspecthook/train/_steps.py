@@ -25,6 +25,7 @@ __all__ = [
     "_as_float",
     "_as_outputs",
     "_is_scalar",
+    "_is_step_scalar",
     "_move",
     "_snapshot",
     "_split_batch",
@@ -85,6 +86,14 @@ def _as_float(value: Any) -> float | None:
     except (ValueError, RuntimeError):  # more than one element
         return None
     return float(number) if isinstance(number, numbers.Real) else None
+
+
+def _is_step_scalar(value: Any) -> bool:
+    """A further value of a step's dict to log or average: a number (numpy's scalars
+    included, which are no Python float; not a bool) or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _snapshot(metrics: Any) -> dict[str, Any]:

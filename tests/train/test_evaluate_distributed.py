@@ -203,6 +203,29 @@ def test_a_val_steps_own_scalar_is_counted_whole_and_warned_about(
     assert runner.metrics["val/first"] == (1 * 2 + 5 * 1) / 3  # [5, 0] cut to [5]
 
 
+def test_a_val_steps_loss_and_own_scalar_counted_whole_are_each_told_their_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 of 2 (world size faked): val_step returns a loss and a further scalar, both
+    means over the batch that holds the repeated sample. The warning tells each its fix:
+    loss_fn= for the loss (a metrics= entry named 'loss' is refused beside the step's),
+    metrics= for the scalar; it told both to use metrics=."""
+    monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
+    data = TensorDataset(torch.arange(7.0), torch.arange(7.0))
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, 2, 1, shuffle=False))
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        return {"outputs": x, "targets": y, "loss": (x - y).abs().mean(), "mean": x.mean()}
+
+    runner = _validating(loader, step, {})
+    with pytest.warns(RuntimeWarning, match="val/loss, val/mean count 1 sample twice") as caught:
+        runner.val_epoch()
+    [message] = [str(w.message) for w in caught]
+    assert "give the Runner loss_fn= and no val_step" in message
+    assert "Evaluate(metrics=...)" in message
+
+
 def test_a_list_with_one_entry_per_sample_is_not_cut_as_a_batchs_parts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -117,6 +117,44 @@ def test_logger_logs_the_further_scalars_a_train_step_returns(tmp_path: Path) ->
     assert all({"acc", "loss_cls", "count"} <= set(e) for e in console)
 
 
+def test_logger_logs_a_numpy_scalar_a_train_step_returns(tmp_path: Path) -> None:
+    """A further scalar computed with numpy (np.float32, np.int64: no Python float) is
+    logged as a tensor or a float is; it was left out."""
+    import numpy as np
+
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        out = runner.model(x)
+        hits = (out.argmax(1) == y).numpy()
+        return {
+            "loss": torch.nn.functional.cross_entropy(out, y),
+            "acc": hits.mean(dtype=np.float32),
+            "hits": hits.sum(),
+            "flag": np.bool_(True),  # no number
+        }
+
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(data, batch_size=4),
+        train_step=step,
+        max_epochs=1,
+        work_dir=tmp_path,
+        aspects=[Logger(interval=1, window=1, errors="raise")],
+    )
+    runner.run()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if r["mode"] == "train"]
+    assert len(train) == 2
+    for record in train:
+        assert isinstance(record["acc"], float)
+        assert isinstance(record["hits"], float)
+        assert "flag" not in record
+
+
 def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     """The logged loss is the mean of the last `window` iteration losses (console: 4 digits)."""
     losses: list[float] = []

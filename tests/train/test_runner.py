@@ -1164,6 +1164,29 @@ def test_further_scalars_of_a_val_step_dict_are_averaged_as_the_loss_is() -> Non
         runner.run()
 
 
+def test_a_numpy_scalar_in_a_val_step_dict_is_averaged_as_the_loss_is() -> None:
+    """A val_step's further scalar computed with numpy (np.float32, np.int64: no Python
+    float) is averaged as val/<name>, as a tensor or a float is; it was left out."""
+    import numpy as np
+
+    model, opt, loader = _parts()
+    val = DataLoader(TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,))), batch_size=4)
+
+    def step(runner: Runner, batch: Any) -> dict[str, Any]:
+        x, y = batch
+        out = runner.model(x)
+        hits = (out.argmax(1) == y).numpy()
+        return {"loss": CE(out, y), "acc": hits.mean(dtype=np.float32), "hits": hits.sum()}
+
+    runner = Runner(model, opt, loader, val_loader=val, val_step=step, loss_fn=CE, max_epochs=1)
+    metrics = runner.run()
+    with torch.no_grad():
+        acc = sum(float((model(x).argmax(1) == y).float().sum()) for x, y in val) / 10
+        hits = sum(float((model(x).argmax(1) == y).sum()) * len(y) for x, y in val) / 10
+    assert metrics["val/acc"] == pytest.approx(acc)
+    assert metrics["val/hits"] == pytest.approx(hits)
+
+
 def test_run_and_test_return_the_metrics_as_they_were_then() -> None:
     """A copy: a later test() or run() does not change what an earlier call returned."""
     model, opt, loader = _parts()

@@ -14,7 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import ShardPadding, planned_iters, shard_padding
-from .._steps import _as_float
+from .._steps import _as_float, _is_step_scalar
 from ._options import check_count, check_flags
 
 __all__ = ["Evaluate"]
@@ -224,7 +224,7 @@ class Evaluate(Aspect):
             return {}
         found: dict[str, Any] = {}
         for name, value in result.items():
-            if name in _STEP_PARTS or not isinstance(name, str) or not _is_scalar(value):
+            if name in _STEP_PARTS or not isinstance(name, str) or not _is_step_scalar(value):
                 continue
             if name in self.metrics:
                 raise RunnerError(
@@ -286,6 +286,11 @@ class Evaluate(Aspect):
                 "whole batch"
             )
             fix = "compute those values with Evaluate(metrics=...) from outputs and targets"
+            if "loss" in names:  # metrics= takes no 'loss' beside the step's
+                fix = (
+                    "give the Runner loss_fn= and no val_step for the loss, and compute the "
+                    "others with Evaluate(metrics=...) from outputs and targets"
+                )
         else:
             why = (
                 f"the batch that holds {them} could not be cut to its other samples (its "
@@ -351,13 +356,6 @@ def _at_least_float32(value: Any) -> Any:
 
 #: What a step's dict holds that is not a further metric of its own.
 _STEP_PARTS = frozenset(["outputs", "targets", "loss"])
-
-
-def _is_scalar(value: Any) -> bool:
-    """A number (not a bool) or a one-element tensor: a per-batch value to average."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() == 1
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _loss_named_twice() -> RunnerError:

@@ -19,7 +19,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from .._steps import _as_float
+from .._steps import _as_float, _is_step_scalar
 from ._options import check_flags
 from ._timer import IterTimer
 
@@ -239,11 +239,9 @@ def _extra_scalars(outputs: Any, record: dict[str, Any]) -> dict[str, float]:
     for key, value in outputs.items():
         if key in _NOT_EXTRA or key in record or not isinstance(key, str):
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        if not _is_step_scalar(value):
             continue
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                continue
             value = value.detach()  # a part of the loss: read without its graph
         number = _as_float(value)
         if number is not None:
