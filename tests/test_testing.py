@@ -12,9 +12,23 @@ from typing import Any
 import pytest
 
 import aspecthook as ah
+from aspecthook import _log
 from aspecthook.testing import Call, Recorder
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_package_logger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test ends with the package logger it started with.
+
+    An in-process ``pytester`` run whose tests log (a skipped weave) may be the first to
+    import structlog, and with it rich: the package caches a structlog logger made from
+    those modules, and the run then takes them out of ``sys.modules`` again. A later
+    logged exception would render through that orphaned structlog and rich, which import
+    fresh copies of rich's modules halfway, so rich meets a ``Text`` of another class.
+    """
+    monkeypatch.setattr(_log, "_logger", _log._logger)
 
 
 def add(a: int, b: int = 0) -> int:
