@@ -1452,3 +1452,35 @@ def test_keras_running_means_of_a_half_precision_loss_are_summed_in_float32(
         aspects=[Epochs()],
     ).run()
     assert means == pytest.approx([value])
+
+
+@pytest.mark.parametrize(
+    ("attribute", "hint"),
+    [
+        ("message_hub", "runner.outputs"),
+        ("optim_wrapper", "runner.optimizer"),
+        ("logger", "logging"),
+        ("param_schedulers", "runner.scheduler"),
+        ("val_loop", "runner.val_loader"),
+    ],
+)
+def test_a_hook_reading_an_openmmlab_runner_attribute_the_runner_lacks_is_told_instead(
+    attribute: str, hint: str
+) -> None:
+    """A hook reading an attribute of OpenMMLab's runner that this runner does not have
+    gets an AttributeError naming the hook, the attribute and what to read instead, not
+    Python's bare "'Runner' object has no attribute"; hasattr() and getattr() with a
+    default still work."""
+    seen: list[Any] = []
+
+    class Reads(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            seen.append((hasattr(runner, attribute), getattr(runner, attribute, "none")))
+            getattr(runner, attribute)
+
+    with pytest.raises(AttributeError) as raised:
+        _runner([Reads()], max_epochs=1).run()
+    message = str(raised.value)
+    assert f"Reads.before_train_epoch read runner.{attribute}" in message
+    assert hint in message
+    assert seen == [(False, "none")]
