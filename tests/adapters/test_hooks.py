@@ -1484,3 +1484,39 @@ def test_a_hook_reading_an_openmmlab_runner_attribute_the_runner_lacks_is_told_i
     assert f"Reads.before_train_epoch read runner.{attribute}" in message
     assert hint in message
     assert seen == [(False, "none")]
+
+
+class _Monitor(Callback):
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None: ...
+
+
+class _Counting(Hook):
+    def __init__(self) -> None:
+        self.epochs = 0
+
+    def after_train_epoch(self, runner: Any) -> None:
+        self.epochs += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epochs = state["epochs"]
+
+
+@pytest.mark.parametrize(("kind", "adapter"), [(_Monitor, "KerasCallback"), (_Counting, "MMHook")])
+def test_two_objects_of_one_class_given_as_they_are_are_told_how_to_name_them(
+    kind: type, adapter: str
+) -> None:
+    """Two callbacks (or stateful hooks) of one class given to the runner as they are get
+    one name each, which checkpoints cannot tell apart: the error says to wrap one in its
+    adapter with a name, since the object itself takes no name=; at add_aspect() too."""
+    name = "_monitor" if kind is _Monitor else "_counting"
+    wrap = rf"{adapter}\({kind.__name__}\(\.\.\.\), name='{name}_2'\)"
+    with pytest.raises(RunnerError, match=wrap):
+        _runner([kind(), kind()])
+    runner = _runner([kind()])
+    with pytest.raises(RunnerError, match=wrap):
+        runner.add_aspect(kind())
+    wrapped = _runner([kind(), as_aspect(kind(), name=f"{name}_2")])  # as the error says
+    assert {a.name for a in wrapped.aspects} >= {name, f"{name}_2"}
