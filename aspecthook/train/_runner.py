@@ -192,7 +192,8 @@ class Runner:
             aspects = [*self._default_aspects(aspects), *aspects]
         # Shipped aspects first, so a custom aspect of equal priority runs after them
         # (ties run in registration order); the given order is kept within each group.
-        aspects.sort(key=lambda a: not type(a).__module__.startswith("aspecthook."))
+        # An adapter (MMHook, KerasCallback) the user made holds a hook of theirs: theirs.
+        aspects.sort(key=lambda a: not _shipped(a))
         self.aspects: list[Aspect] = []
         for aspect in aspects:
             self.aspects.append(_unique(_adapt(aspect), self.aspects, given=aspect))
@@ -663,6 +664,13 @@ def _unique(aspect: Aspect, others: list[Aspect], given: object = None) -> Aspec
             f"aspect's state under its name: {how}"
         )
     return aspect
+
+
+def _shipped(aspect: object) -> bool:
+    """Whether ``aspect`` is one of aspecthook's own aspects (an adapter is not: it holds
+    the user's hook or callback)."""
+    module = type(aspect).__module__
+    return module.startswith("aspecthook.") and not module.startswith("aspecthook.adapters.")
 
 
 def _has_state(aspect: Aspect) -> bool:

@@ -1520,3 +1520,20 @@ def test_two_objects_of_one_class_given_as_they_are_are_told_how_to_name_them(
         runner.add_aspect(kind())
     wrapped = _runner([kind(), as_aspect(kind(), name=f"{name}_2")])  # as the error says
     assert {a.name for a in wrapped.aspects} >= {name, f"{name}_2"}
+
+
+def test_hooks_of_one_priority_keep_the_order_given_wrapped_or_not() -> None:
+    """Ties run in the order given, as OpenMMLab registers hooks, whether a hook was given
+    as it is or already wrapped in MMHook: an adapter is not a shipped aspect."""
+    order: list[str] = []
+
+    class First(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            order.append("first")
+
+    class Second(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            order.append("second")
+
+    _runner([First(), MMHook(Second())], max_epochs=1).run()
+    assert order == ["first", "second"]
