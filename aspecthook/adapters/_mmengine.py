@@ -42,6 +42,29 @@ __all__ = ["MMHook", "from_mmengine_hook"]
 #: OpenMMLab hook methods with no join point here (see ``MMHook._warn_unsupported``).
 _UNSUPPORTED = ("before_save_checkpoint", "after_load_checkpoint")
 
+#: Attributes of OpenMMLab's runner that aspecthook's has not, and what to read instead
+#: (see ``_MMRunner.__getattr__``).
+_INSTEAD = {
+    "message_hub": "the step's outputs are runner.outputs (after_train_iter's outputs=), the "
+    "metrics runner.metrics, the counters runner.iter / runner.epoch",
+    "optim_wrapper": "the optimizer is runner.optimizer (its learning rates in "
+    "runner.optimizer.param_groups[i]['lr'])",
+    "param_schedulers": "the scheduler is runner.scheduler (None without one)",
+    "logger": "log with Python's logging (logging.getLogger(__name__)); the Logger aspect "
+    "writes the run's metrics",
+    "visualizer": "the Logger aspect writes the run's scalars (Logger(tensorboard=True))",
+    "val_loop": "validation is runner.val_epoch() over runner.val_loader",
+    "test_loop": "testing is runner.test_epoch() over runner.test_loader",
+    "val_evaluator": "metrics come from the Evaluate aspect, their values in runner.metrics",
+    "test_evaluator": "metrics come from the Evaluate aspect, their values in runner.metrics",
+    "log_dir": "the run's files go under runner.work_dir",
+    "timestamp": "the run has no name or timestamp; its files go under runner.work_dir",
+    "experiment_name": "the run has no name or timestamp; its files go under runner.work_dir",
+    "cfg": "the runner keeps no config: read its attributes (runner.max_epochs ...)",
+    "distributed": "runner.world_size > 1 says whether the run is distributed",
+    "launcher": "runner.world_size > 1 says whether the run is distributed",
+}
+
 #: Keyword arguments (as OpenMMLab passes them) each argument style adds to ``runner``.
 _MM_KWARGS: dict[str, dict[str, Any]] = {
     "runner": {},
@@ -170,13 +193,35 @@ class _MMRunner(wrapt.ObjectProxy[Any]):
     ``max_epochs`` x the training loader's length, as OpenMMLab's epoch loop sets it;
     ``max_epochs`` of a run by ``max_iters`` alone is the passes over the loader it spans
     (1 when it fits in one, as its ``IterBasedTrainLoop`` sets it; the runner's own stays
-    None). Read-only, as OpenMMLab's runner has them.
+    None). Read-only, as OpenMMLab's runner has them. An attribute the runner has not
+    (OpenMMLab's ``message_hub``, ``optim_wrapper`` ...) raises ``AttributeError`` naming
+    the hook method that read it and, for OpenMMLab's, what to read instead.
     """
 
-    def __init__(self, runner: Any, at_iter: int | None = None, at_epoch: int | None = None):
+    def __init__(
+        self,
+        runner: Any,
+        at_iter: int | None = None,
+        at_epoch: int | None = None,
+        reader: str = "the hook",
+    ):
         super().__init__(runner)
         self._self_at_iter = at_iter
         self._self_at_epoch = at_epoch
+        self._self_reader = reader
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return super().__getattr__(attr)
+        except AttributeError:
+            if attr.startswith("_"):  # probes of private and special names: as they were
+                raise
+            instead = _INSTEAD.get(attr)
+            hint = f": {instead}" if instead else ""
+            raise AttributeError(
+                f"{self._self_reader} read runner.{attr}, which aspecthook's Runner does not "
+                f"have{hint}"
+            ) from None
 
     @property
     def iter(self) -> Any:
@@ -291,11 +336,12 @@ def _mm_runner(ctx: CallContext, name: str, hook: Any) -> Any:
     runner = ctx.runner
     if runner is None:
         return _NoRunner(hook, name, ctx.joinpoint.name)
+    reader = f"{type(hook).__name__}.{name}"
     if name == "after_train_iter":
-        return _MMRunner(runner, at_iter=ctx.data.get(_ITER))
+        return _MMRunner(runner, at_iter=ctx.data.get(_ITER), reader=reader)
     if name == "after_train_epoch":
-        return _MMRunner(runner, at_epoch=ctx.data.get(_EPOCH))
-    return _MMRunner(runner)
+        return _MMRunner(runner, at_epoch=ctx.data.get(_EPOCH), reader=reader)
+    return _MMRunner(runner, reader=reader)
 
 
 def _hook_priority(hook: Any, given: PriorityLike | None) -> PriorityLike:

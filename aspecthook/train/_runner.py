@@ -192,10 +192,11 @@ class Runner:
             aspects = [*self._default_aspects(aspects), *aspects]
         # Shipped aspects first, so a custom aspect of equal priority runs after them
         # (ties run in registration order); the given order is kept within each group.
-        aspects.sort(key=lambda a: not type(a).__module__.startswith("aspecthook."))
+        # An adapter (MMHook, KerasCallback) the user made holds a hook of theirs: theirs.
+        aspects.sort(key=lambda a: not _shipped(a))
         self.aspects: list[Aspect] = []
         for aspect in aspects:
-            self.aspects.append(_unique(_adapt(aspect), self.aspects))
+            self.aspects.append(_unique(_adapt(aspect), self.aspects, given=aspect))
         # One registration for all of them: each join point's dispatcher is built once,
         # not once per aspect that advises it.
         self._handles: list[Handle] = [self.weaver.register(self.aspects)]
@@ -320,7 +321,7 @@ class Runner:
         (``aspecthook.adapters.as_aspect``).
         """
         _check_open("add_aspect", closed=self._closed)
-        aspect = _unique(_adapt(aspect), self.aspects)
+        aspect = _unique(_adapt(aspect), self.aspects, given=aspect)
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
         self._handles.append(handle)
@@ -646,17 +647,30 @@ def _adapt(aspect: Aspect | Any) -> Aspect:
     return adapted
 
 
-def _unique(aspect: Aspect, others: list[Aspect]) -> Aspect:
+def _unique(aspect: Aspect, others: list[Aspect], given: object = None) -> Aspect:
     """``aspect``, unless it has state and so has another of the run's aspects with its
-    name: checkpoints keep each aspect's state under its name."""
+    name: checkpoints keep each aspect's state under its name. ``given`` is what the user
+    gave, when ``aspect`` is the adapter made for it: the error says how to name that."""
     if _has_state(aspect) and any(
         other.name == aspect.name and _has_state(other) for other in others
     ):
+        other_name = f"name='{aspect.name}_2'"
+        if given is not None and given is not aspect:  # a hook or callback, adapted here
+            how = f"wrap one as {type(aspect).__name__}({type(given).__name__}(...), {other_name})"
+        else:
+            how = f"give one another ({other_name})"
         raise RunnerError(
             f"two aspects of this run are named {aspect.name!r}; checkpoints keep each "
-            f"aspect's state under its name: give one another (name='{aspect.name}_2')"
+            f"aspect's state under its name: {how}"
         )
     return aspect
+
+
+def _shipped(aspect: object) -> bool:
+    """Whether ``aspect`` is one of aspecthook's own aspects (an adapter is not: it holds
+    the user's hook or callback)."""
+    module = type(aspect).__module__
+    return module.startswith("aspecthook.") and not module.startswith("aspecthook.adapters.")
 
 
 def _has_state(aspect: Aspect) -> bool:

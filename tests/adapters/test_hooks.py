@@ -1452,3 +1452,88 @@ def test_keras_running_means_of_a_half_precision_loss_are_summed_in_float32(
         aspects=[Epochs()],
     ).run()
     assert means == pytest.approx([value])
+
+
+@pytest.mark.parametrize(
+    ("attribute", "hint"),
+    [
+        ("message_hub", "runner.outputs"),
+        ("optim_wrapper", "runner.optimizer"),
+        ("logger", "logging"),
+        ("param_schedulers", "runner.scheduler"),
+        ("val_loop", "runner.val_loader"),
+    ],
+)
+def test_a_hook_reading_an_openmmlab_runner_attribute_the_runner_lacks_is_told_instead(
+    attribute: str, hint: str
+) -> None:
+    """A hook reading an attribute of OpenMMLab's runner that this runner does not have
+    gets an AttributeError naming the hook, the attribute and what to read instead, not
+    Python's bare "'Runner' object has no attribute"; hasattr() and getattr() with a
+    default still work."""
+    seen: list[Any] = []
+
+    class Reads(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            seen.append((hasattr(runner, attribute), getattr(runner, attribute, "none")))
+            getattr(runner, attribute)
+
+    with pytest.raises(AttributeError) as raised:
+        _runner([Reads()], max_epochs=1).run()
+    message = str(raised.value)
+    assert f"Reads.before_train_epoch read runner.{attribute}" in message
+    assert hint in message
+    assert seen == [(False, "none")]
+
+
+class _Monitor(Callback):
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None: ...
+
+
+class _Counting(Hook):
+    def __init__(self) -> None:
+        self.epochs = 0
+
+    def after_train_epoch(self, runner: Any) -> None:
+        self.epochs += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epochs = state["epochs"]
+
+
+@pytest.mark.parametrize(("kind", "adapter"), [(_Monitor, "KerasCallback"), (_Counting, "MMHook")])
+def test_two_objects_of_one_class_given_as_they_are_are_told_how_to_name_them(
+    kind: type, adapter: str
+) -> None:
+    """Two callbacks (or stateful hooks) of one class given to the runner as they are get
+    one name each, which checkpoints cannot tell apart: the error says to wrap one in its
+    adapter with a name, since the object itself takes no name=; at add_aspect() too."""
+    name = "_monitor" if kind is _Monitor else "_counting"
+    wrap = rf"{adapter}\({kind.__name__}\(\.\.\.\), name='{name}_2'\)"
+    with pytest.raises(RunnerError, match=wrap):
+        _runner([kind(), kind()])
+    runner = _runner([kind()])
+    with pytest.raises(RunnerError, match=wrap):
+        runner.add_aspect(kind())
+    wrapped = _runner([kind(), as_aspect(kind(), name=f"{name}_2")])  # as the error says
+    assert {a.name for a in wrapped.aspects} >= {name, f"{name}_2"}
+
+
+def test_hooks_of_one_priority_keep_the_order_given_wrapped_or_not() -> None:
+    """Ties run in the order given, as OpenMMLab registers hooks, whether a hook was given
+    as it is or already wrapped in MMHook: an adapter is not a shipped aspect."""
+    order: list[str] = []
+
+    class First(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            order.append("first")
+
+    class Second(Hook):
+        def before_train_epoch(self, runner: Any) -> None:
+            order.append("second")
+
+    _runner([First(), MMHook(Second())], max_epochs=1).run()
+    assert order == ["first", "second"]
