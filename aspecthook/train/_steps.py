@@ -12,7 +12,7 @@ import collections
 import copy
 import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ __all__ = [
     "_move",
     "_snapshot",
     "_split_batch",
+    "_step_scalars",
 ]
 
 #: Batch types taken as ``(inputs, targets)`` by the default step; the tensor type.
@@ -94,6 +95,19 @@ def _is_step_scalar(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.numel() == 1
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _step_scalars(result: Any, skip: Collection[str]) -> dict[str, Any]:
+    """The further scalars of a step's dict (``{'loss': ..., 'acc': ...}``): its entries
+    named by a string not in ``skip`` whose value ``_is_step_scalar``, as they are. What
+    ``Logger`` logs of a training step and ``Evaluate`` averages of a validation step."""
+    if not isinstance(result, Mapping) or len(result) <= 1:
+        return {}
+    return {
+        name: value
+        for name, value in result.items()
+        if isinstance(name, str) and name not in skip and _is_step_scalar(value)
+    }
 
 
 def _snapshot(metrics: Any) -> dict[str, Any]:

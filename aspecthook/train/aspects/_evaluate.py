@@ -14,7 +14,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
 from .._data import ShardPadding, planned_iters, shard_padding
-from .._steps import _as_float, _is_step_scalar
+from .._steps import _as_float, _step_scalars
 from ._options import check_count, check_flags
 
 __all__ = ["Evaluate"]
@@ -220,18 +220,13 @@ class Evaluate(Aspect):
         """The further scalars a ``val_step`` returns in its dict beside ``outputs``,
         ``targets`` and ``loss`` (``{'loss': ..., 'acc': ...}``): metrics of the batch,
         averaged as the loss is. A name ``metrics=`` has too is refused, as the loss is."""
-        if len(result) <= 1:
-            return {}
-        found: dict[str, Any] = {}
-        for name, value in result.items():
-            if name in _STEP_PARTS or not isinstance(name, str) or not _is_step_scalar(value):
-                continue
+        found = _step_scalars(result, _STEP_PARTS)
+        for name in found:
             if name in self.metrics:
                 raise RunnerError(
                     f"Evaluate: the step returns {name!r} and metrics= has one named {name!r} "
                     "too; both would be reported as the same metric: rename one of them"
                 )
-            found[name] = value
         return found
 
     def after_test_epoch(self, ctx: CallContext) -> None:

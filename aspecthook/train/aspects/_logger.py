@@ -19,7 +19,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from .._steps import _as_float, _is_step_scalar
+from .._steps import _as_float, _step_scalars
 from ._options import check_flags
 from ._timer import IterTimer
 
@@ -233,13 +233,9 @@ def _extra_scalars(outputs: Any, record: dict[str, Any]) -> dict[str, float]:
     """Further scalars a ``train_step`` returns beside its loss (``acc``, ``loss_cls``), at
     the logged iteration's value, as a step-level log of a single step is; read only on the
     iterations that log. A name the record has already (``lr``, ``iter``) is not taken."""
-    if type(outputs) is not dict or len(outputs) == 1:
-        return {}
     extra: dict[str, float] = {}
-    for key, value in outputs.items():
-        if key in _NOT_EXTRA or key in record or not isinstance(key, str):
-            continue
-        if not _is_step_scalar(value):
+    for key, value in _step_scalars(outputs, _NOT_EXTRA).items():
+        if key in record:
             continue
         if isinstance(value, torch.Tensor):
             value = value.detach()  # a part of the loss: read without its graph
