@@ -8,6 +8,7 @@ from collections import Counter
 from .. import before, on_error
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext
+from .._fork import reset_locks_after_fork
 from .._priority import Priority, PriorityLike
 from .._typing import Unpack
 
@@ -42,9 +43,14 @@ class Counted(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
-        self._lock = threading.Lock()
+        self._reset_locks()
+        reset_locks_after_fork(self)  # a fork while another thread counts: not held
         self._calls: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
+        self._lock = threading.Lock()
 
     @before()
     def count_call(self, ctx: CallContext) -> None:

@@ -26,6 +26,7 @@ from .. import around
 from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
+from .._fork import reset_locks_after_fork
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
 from .._rich import import_rich, render
@@ -150,13 +151,18 @@ class Timed(Aspect):
         self.trace = bool(trace)
         self.max_events = max_events
         self.dropped_events = 0
-        # Reentrant: a signal handler or a garbage-collected generator may record while
-        # this thread holds it; a plain Lock would deadlock there.
-        self._lock = threading.RLock()
+        self._reset_locks()
+        reset_locks_after_fork(self)  # a fork while another thread records: not held
         self._stats: dict[str, _Stats] = {}
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
         self._events: list[tuple[str, int, int, int, bool, bool]] = []
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
+        # Reentrant: a signal handler or a garbage-collected generator may record while
+        # this thread holds it; a plain Lock would deadlock there.
+        self._lock = threading.RLock()
 
     # -- the advice -------------------------------------------------------------------
 
