@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._context import CallContext, RunnerOnRead
+from ._context import CallContext, RunnerOnRead, skip_in_error_advice
 from .errors import UnsupportedAdviceError
 
 if TYPE_CHECKING:
@@ -139,6 +139,8 @@ def _handle_error(
             raise
         if ctx.recovered:
             return True
+        if ctx._skipped:  # only error advice can have set it: the target ran and raised
+            raise skip_in_error_advice(ctx.joinpoint.name, exc)
     return False
 
 
@@ -271,4 +273,6 @@ async def _handle_error_async(
             raise
         if ctx.recovered:
             return True
+        if ctx._skipped:  # as in _handle_error
+            raise skip_in_error_advice(ctx.joinpoint.name, exc)
     return False
