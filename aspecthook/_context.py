@@ -48,6 +48,7 @@ class CallContext:
         "_level",
         "_number",
         "_recovered",
+        "_settle",
         "_skipped",
         "instance",
         "joinpoint",
@@ -67,6 +68,9 @@ class CallContext:
     _data: dict[str, Any]
     _exception: BaseException | None
     _recovered: bool
+    #: What around advice left to do until error advice has decided how a failed call
+    #: ends (``_dispatch.after_error_advice``); unset until then, so it costs no call.
+    _settle: list[Callable[[bool], None]]
     _arounds: tuple[Callable[..., Any], ...]
     _level: int
     #: The call's number at a join point with a counter (see ``JoinPoint.counter``).
