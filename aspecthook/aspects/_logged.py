@@ -294,7 +294,9 @@ class Logged(Aspect):
 
     Context variables ``joinpoint`` (this call) and ``joinpoint_stack`` (the Logged calls
     in progress, outermost first) are bound while the call runs (a returned coroutine
-    included, while it is awaited), when ``level`` is enabled. With only ``error_level``
+    included, while it is awaited), when ``level`` is enabled. The stack is not capped:
+    a recursive join point adds a name per level (``docs/known-issues.md`` says how to
+    trim it where events are rendered; a cap would be a test on every logged call). With only ``error_level``
     enabled, failures are still logged; with neither, the call costs a cached level check.
 
     ``logger=`` is the structlog logger to write to (default: this module's).
