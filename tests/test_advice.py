@@ -225,9 +225,7 @@ def test_recover_suppresses_and_after_sees_the_value(weaver: ah.Weaver, point: s
 
 
 @pytest.mark.parametrize("stage", ["before", "after", "around"])
-def test_recover_outside_error_advice_is_refused(
-    weaver: ah.Weaver, point: str, stage: str
-) -> None:
+def test_recover_outside_error_advice_is_refused(weaver: ah.Weaver, point: str, stage: str) -> None:
     """ctx.recover() where no exception is being handled raises UnsupportedAdviceError
     saying what to call instead; it did nothing there (after advice: it set the result)."""
     add = _declare(weaver, point)
@@ -290,9 +288,7 @@ def test_skip_in_error_advice_is_refused_chained_to_the_exception(
     weaver.on_error(point)(lambda ctx: ctx.skip(0))
     message = r"ctx\.skip\(\) was called by error advice .*raised KeyError.*ctx\.recover\(value\)"
     with pytest.raises(UnsupportedAdviceError, match=message) as raised:
-        result = target(1)
-        if is_async:
-            asyncio.run(result)
+        asyncio.run(target(1)) if is_async else target(1)
     assert raised.value.__cause__ is original
     assert raised.value.kind == "skip"
 

@@ -284,20 +284,23 @@ class Logged(Aspect):
     (logged at ``error_level`` with ``exc_info``, the exception, so structlog renders its
     traceback), ``'recovered'`` for an exception that error advice recovered
     (``ctx.recover``: logged at ``level`` with the ``result`` the caller got and the
-    exception summarised as ``error``; this needs ``Logged`` to be the outermost around
-    advice at a synchronous join point, else the call is logged as what came out of
-    ``proceed()``, an error), or ``'cancelled'`` for ``asyncio.CancelledError`` (a cancelled task, an
-    expired ``asyncio.timeout``: logged at ``level``, without a traceback, as it is how
-    asyncio stops work, not a failure). An ``async`` call is logged when it completes, and
-    so is a coroutine a synchronous callable returns (an async function behind a plain
-    decorator); a generator function's call when it returns the generator.
+    exception summarised as ``error``; this needs every around advice outside ``Logged``
+    to be ``Timed`` or ``Logged``, at a synchronous join point, else the call is logged
+    as what came out of ``proceed()``, an error; ``docs/known-issues.md``), or
+    ``'cancelled'`` for ``asyncio.CancelledError`` (a cancelled task, an expired
+    ``asyncio.timeout``: logged at ``level``, without a traceback, as it is how asyncio
+    stops work, not a failure).
+    An ``async`` call is logged when it completes, and so is a coroutine a synchronous
+    callable returns (an async function behind a plain decorator); a generator
+    function's call when it returns the generator.
 
     Context variables ``joinpoint`` (this call) and ``joinpoint_stack`` (the Logged calls
     in progress, outermost first) are bound while the call runs (a returned coroutine
     included, while it is awaited), when ``level`` is enabled. The stack is not capped:
     a recursive join point adds a name per level (``docs/known-issues.md`` says how to
-    trim it where events are rendered; a cap would be a test on every logged call). With only ``error_level``
-    enabled, failures are still logged; with neither, the call costs a cached level check.
+    trim it where events are rendered; a cap would be a test on every logged call).
+    With only ``error_level`` enabled, failures are still logged; with neither, the call
+    costs a cached level check.
 
     ``logger=`` is the structlog logger to write to (default: this module's).
 

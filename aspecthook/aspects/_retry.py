@@ -13,6 +13,7 @@ import builtins
 import inspect
 import math
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
@@ -46,6 +47,18 @@ _JITTER = random.SystemRandom()
 # (``on=BaseException`` included), and refused when ``on=`` names one. Retrying them would
 # keep a program running after Ctrl-C or ``sys.exit()``, or a task after its cancellation.
 _STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
+# Exception groups: builtins from Python 3.11; before, the backport that anyio and trio
+# raise, where it is installed (else a Python 3.10 program has none to retry).
+if sys.version_info >= (3, 11):
+    _GROUPS: tuple[type[builtins.BaseExceptionGroup[Any]], ...] = (builtins.BaseExceptionGroup,)
+else:  # pragma: no cover - Python 3.10
+    try:
+        from exceptiongroup import BaseExceptionGroup as _Backport
+
+        _GROUPS = (_Backport,)
+    except ImportError:
+        _GROUPS = ()
 
 
 class Retry(Aspect):
@@ -204,7 +217,7 @@ class Retry(Aspect):
         """Whether ``exc`` is one of ``on`` and stops no work; an exception group is when
         every exception in it (``except*`` would handle it whole) is, or when it is one
         of ``on`` itself and holds nothing that stops work."""
-        if isinstance(exc, BaseExceptionGroup):
+        if isinstance(exc, _GROUPS):
             return exc.subgroup(_STOPS) is None and exc.split(self.on)[1] is None
         return isinstance(exc, self.on) and not isinstance(exc, _STOPS)
 

@@ -128,8 +128,9 @@ class Timed(Aspect):
     interrupted call is a call, not an error, as in ``Counted``). A call whose exception
     error advice recovers (``ctx.recover``) returned a value to its caller, and is no
     error when ``Timed`` is the outermost around advice at a synchronous join point (its
-    place by default); inside other around advice, or at an async join point, it counts
-    what came out of ``proceed()``. Quantiles come from a
+    place by default; ``Logged`` outside it is no obstacle); inside other around advice,
+    or at an async join point, it counts what came out of ``proceed()``
+    (``docs/known-issues.md``). Quantiles come from a
     ``QuantileSketch`` (1% relative error, bounded memory). ``trace=True`` also keeps up to
     ``max_events`` calls for ``export_chrome_trace``; later ones are counted in
     ``dropped_events``.
