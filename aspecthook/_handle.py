@@ -6,10 +6,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._fork import reinit_after_fork
+
 __all__ = ["Handle"]
 
 #: Guards ``_WAITING``: which handle's removal each waiting thread waits for.
-_WAITS = threading.Lock()
+_WAITS = reinit_after_fork(threading.Lock())
 _WAITING: dict[int, Handle] = {}
 
 

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._chain import order_stage
 from ._context import Event
+from ._fork import reinit_after_fork
 from ._log import get_logger, log_safely
 from ._pointcut import Glob, Name, NormalizedName, Pointcut, _And, _Or
 from ._registry import LOCK, REGISTRY
@@ -111,7 +112,7 @@ _POINTS = {name: Event(name, {}) for name in (PROCESS_START, PROCESS_EXIT, EXCEP
 _ANY_NAME = Event("aspecthook.probe.not-a-process-event", {})  # what broad pointcuts match
 _NO_NAMES: frozenset[str] = frozenset()
 
-_install_lock = threading.Lock()
+_install_lock = reinit_after_fork(threading.Lock())
 _installed: set[str] = set()
 #: How many times this module called ``sys.addaudithook``: 0, then 1 for good.
 audit_hooks_added = 0

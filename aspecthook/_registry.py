@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ._chain import build_chain, order_stage
 from ._context import Event
+from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from ._advice import Advice
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LOCK", "REGISTRY", "Registry"]
 
-LOCK = threading.RLock()
+LOCK = reinit_after_fork(threading.RLock())
 
 
 class Registry:

@@ -18,6 +18,7 @@ import structlog
 import structlog.tracebacks
 
 from .._handle import Handle
+from .._fork import reinit_after_fork
 from ..errors import InvalidOptionError
 
 __all__ = ["LEVELS", "configure_logging", "logger_settings"]
@@ -139,7 +140,7 @@ class _Configured:
 _CONFIGURED: list[_Configured] = []
 # The settings of a configure_logging configuration that are objects of its own.
 _SPLICED = ("processors", "wrapper_class", "logger_factory")
-_CONFIGURED_LOCK = threading.Lock()
+_CONFIGURED_LOCK = reinit_after_fork(threading.Lock())
 
 
 def logger_settings(format: str, level_name: str, stream: TextIO) -> dict[str, Any]:
