@@ -186,7 +186,7 @@ def test_a_loss_without_grad_fn_is_named_with_the_fix(step: Any, advised: bool) 
     runner = Runner(model, opt, loader, train_step=step, max_epochs=1, default_aspects=False)
     if advised:
         runner.weaver.before("backward")(lambda ctx: None)
-    with pytest.raises(RunnerError, match="loss has no grad_fn.*torch.no_grad") as caught:
+    with pytest.raises(RunnerError, match=r"loss has no grad_fn.*torch\.no_grad") as caught:
         runner.run()
     assert isinstance(caught.value.__cause__, RuntimeError)
 
