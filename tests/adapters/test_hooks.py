@@ -19,6 +19,7 @@ from aspecthook.adapters import (
     from_keras_callback,
     from_mmengine_hook,
 )
+from aspecthook.adapters._methods import MM_METHODS
 from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, RunnerError
 from aspecthook.train import Runner
 
@@ -505,6 +506,32 @@ def test_stop_training_in_a_batch_stops_after_that_iteration() -> None:
     runner = _runner([StopAtBatch()], max_epochs=10)
     runner.run()
     assert runner.iter == 2
+
+
+def _recording_hook(priority: str, calls: list[tuple[str, str]]) -> Any:
+    """A hook at ``priority`` with every OpenMMLab method, each recording (method, priority)."""
+
+    def record(method: str) -> Any:
+        return lambda self, *args, **kwargs: calls.append((method, priority))
+
+    methods = {method: record(method) for method in MM_METHODS}
+    return type(f"{priority.title()}Hook", (), {"priority": priority, **methods})()
+
+
+def test_hooks_of_priority_very_low_run_before_lowest_in_every_stage() -> None:
+    """OpenMMLab runs a VERY_LOW hook before a LOWEST one in each of its stages; given the
+    LOWEST hook first, the stages run for all hooks in turn (before_train, after_train,
+    before/after_val, before/after_test) ran it first: both fell in the last band."""
+    calls: list[tuple[str, str]] = []
+    hooks = [_recording_hook("LOWEST", calls), _recording_hook("VERY_LOW", calls)]
+    runner = _runner(hooks, max_epochs=1, test_loader=[(torch.randn(2, 4), torch.tensor([0, 1]))])
+    runner.run()
+    runner.test()
+    stages = {method for method, _ in calls}
+    assert stages == set(MM_METHODS)
+    for method in MM_METHODS:
+        order = [priority for name, priority in calls if name == method]
+        assert order[:2] == ["VERY_LOW", "LOWEST"], method
 
 
 def test_stop_training_in_on_train_begin_trains_one_batch_as_keras_fit() -> None:
