@@ -212,6 +212,11 @@ class GradAccumulation(Aspect):
         if self.steps_after(iteration):
             self._group_start = iteration + 1
 
+    def stepped_at(self, iterations: int) -> bool:
+        """Whether the iteration that made ``runner.iter`` reach ``iterations`` ended a
+        group (its optimizer step): read once the iteration is over, by ``LRSchedule``."""
+        return self._group_start == iterations
+
     def steps_after(self, iteration: int) -> bool:
         """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
         group, or the run's last iteration."""
