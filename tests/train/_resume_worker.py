@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy
+import structlog
 import torch
 from _fixtures import make_dataset, make_loader, make_model
 
@@ -398,9 +399,12 @@ def nan_guard_rank_main(rank: int, init_file: str, out_file: str) -> None:
             max_epochs=1,
             aspects=[guard],
         )
-        runner.run()
+        with structlog.testing.capture_logs() as logs:
+            runner.run()
+        events = [log["event"] for log in logs if log["event"].startswith("nan_guard.")]
         weights = [p.detach().clone() for p in model.module.parameters()]
-        torch.save({"skipped": guard.skipped, "weights": weights}, f"{out_file}.{rank}")
+        result = {"skipped": guard.skipped, "weights": weights, "logged": len(events)}
+        torch.save(result, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -455,8 +459,6 @@ def log_rank_main(rank: int, init_file: str, work_dir: str, out_file: str) -> No
     ``work_dir``, then again after rank 0 damaged the manifest: writes the events its
     ``checkpoint.*`` log records name and its warnings to ``OUT_FILE.<rank>`` (JSON)."""
     import warnings
-
-    import structlog
 
     dist = _gloo(rank, init_file)
     try:

@@ -529,7 +529,8 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank(
     tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
 ) -> None:
     """NaNGuard under DistributedDataParallel: a NaN loss on rank 1 only makes both ranks
-    skip that step, so their gradient all-reduces stay paired and the weights equal."""
+    skip that step, so their gradient all-reduces stay paired and the weights equal; rank
+    0 alone logs it (every rank did)."""
     args = (str(tmp_path / "init"), str(tmp_path / "out"))
     _two_ranks(forkserver, _resume_worker.nan_guard_rank_main, *args)
     got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
@@ -538,6 +539,7 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank(
     )  # the third iteration (runner.iter 2 as it starts)
     for a, b in zip(got[0]["weights"], got[1]["weights"], strict=True):
         assert torch.equal(a, b)
+    assert [g["logged"] for g in got] == [1, 0]
 
 
 @pytest.mark.skipif(

@@ -485,9 +485,10 @@ class NaNGuard(Aspect):
         # Counted from 1, as Logger's lines and metrics.jsonl count them (``runner.iter``
         # is the number of iterations done before this one).
         iteration, epoch = runner.iter + 1, runner.epoch + 1
-        get_logger().warning(
-            "nan_guard.non_finite_loss", iteration=iteration, epoch=epoch, action=self.action
-        )
+        if getattr(runner, "rank", 0) == 0:  # every rank skips or stops; rank 0 says so
+            get_logger().warning(
+                "nan_guard.non_finite_loss", iteration=iteration, epoch=epoch, action=self.action
+            )
         self.skipped.append(iteration)
         if self.action == "stop":
             runner.stop(f"non-finite loss in iteration {iteration} (epoch {epoch})")
