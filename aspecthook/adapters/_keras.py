@@ -7,7 +7,9 @@ keras.
 
 from __future__ import annotations
 
+import sys
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,7 +81,10 @@ class KerasCallback(_HookAdapter):
     that loader's steps, as Keras's ``evaluate()`` gives them. A callback that sets
     ``self.model.stop_training = True``, as Keras's ``EarlyStopping`` does, stops the run
     through ``runner.stop()`` after the current iteration (in a run: a test pass by itself
-    ignores it, as Keras's ``evaluate()`` does). ``on_predict_*`` have no join
+    ignores it, as Keras's ``evaluate()`` does); as in Keras's ``fit``, a stop asked for in
+    ``on_train_begin`` comes after the first batch, and an epoch stopped inside is
+    validated (when the runner's ``Evaluate`` validates that epoch) before
+    ``on_epoch_end``. ``on_predict_*`` have no join
     point here: a callback that defines them is warned about when adapted.
     """
 
@@ -144,7 +149,11 @@ class KerasCallback(_HookAdapter):
         plan: Plan = [("set_model", "before", "run", self._start_run)]
         c = self._calls
         if "on_train_begin" in c:
-            plan.append(("on_train_begin", "before", "run", self._call("on_train_begin")))
+            # As Keras's fit: a stop asked for here is seen at the end of the first batch
+            # (so that batch trains, as in Keras), not before the run has begun.
+            call = self._call("on_train_begin", check_stop=False)
+            plan.append(("on_train_begin", "before", "run", call))
+            plan.append(("train_begin_stop", "before", "train_epoch", self._stop_if_asked))
         # The epoch's logs feed on_epoch_end, and on_train_end gets the last epoch's; the
         # batch logs are the same running means, so one sum serves both.
         epoch_logs = "on_epoch_end" in c or "on_train_end" in c
@@ -156,6 +165,8 @@ class KerasCallback(_HookAdapter):
         if means:  # after advice of one aspect runs in plan order: before on_*batch_end
             plan.append(("batch_means", "after", "train_iter", self._add_outputs("train")))
         plan.extend(self._train_batches())
+        # Keras's fit validates the epoch a callback stopped, then calls on_epoch_end.
+        plan.append(("stopped_epoch_val", "after", "train_epoch", self._validate_stopped))
         if epoch_logs:
             plan.append(("validated", "after", "val_epoch", self._validated))
             plan.append(("on_epoch_end", "after", "train_epoch", self._end_epoch))
@@ -172,7 +183,10 @@ class KerasCallback(_HookAdapter):
         # Keras's fit validates before on_epoch_end; here the Evaluate aspect validates at
         # the epoch's end (ABOVE_NORMAL), so on_epoch_end never runs ahead of it.
         after_evaluate = int(Priority.ABOVE_NORMAL) + 1
-        return {"on_epoch_end": max(resolve_priority(self.priority), after_evaluate)}
+        return {
+            "stopped_epoch_val": after_evaluate,  # before every callback's on_epoch_end
+            "on_epoch_end": max(resolve_priority(self.priority), after_evaluate),
+        }
 
     def _train_batches(self) -> Plan:
         plan: Plan = []
@@ -242,14 +256,41 @@ class KerasCallback(_HookAdapter):
         if callable(getattr(callback, "set_params", None)):
             callback.set_params(params)
 
-    def _call(self, name: str) -> AdviceFn:
+    def _call(self, name: str, *, check_stop: bool = True) -> AdviceFn:
         method = self._calls[name]
 
         def call(ctx: CallContext) -> None:
             method({})
-            self._check_stop(ctx.runner)
+            if check_stop:
+                self._check_stop(ctx.runner)
 
         return call
+
+    def _stop_if_asked(self, ctx: CallContext) -> None:
+        """Before an epoch: a stop asked for in ``on_train_begin`` (or before) ends the run
+        after this epoch's first batch, as Keras's fit sees it at that batch's end."""
+        self._check_stop(ctx.runner)
+
+    def _validate_stopped(self, ctx: CallContext) -> None:
+        """Validate the epoch a callback stopped inside, as Keras's fit does (when the
+        runner's ``Evaluate`` would have validated that epoch at its end); the runner
+        leaves an epoch cut by ``stop()`` unvalidated. Once, whichever callback asked."""
+        runner = ctx.runner
+        model = self._model
+        if not (
+            model is not None
+            and getattr(model, "stop_training", False)
+            and getattr(runner, "stop_reason", None) is not None
+            and getattr(runner, "inner_iter", 0) > 0  # cut: an ended epoch was judged
+            and getattr(runner, "val_loader", None) is not None
+            and _STOPPED_VALIDATED.get(runner) != runner.iter
+        ):
+            return
+        evaluate = _evaluate_aspect(runner)
+        interval = getattr(evaluate, "interval", 0)
+        if getattr(evaluate, "by_epoch", False) and (runner.epoch + 1) % interval == 0:
+            _STOPPED_VALIDATED[runner] = runner.iter
+            runner.val_epoch()
 
     def _batch_begin(self, name: str) -> AdviceFn:
         method = self._calls[name]
@@ -375,6 +416,21 @@ class KerasCallback(_HookAdapter):
             runner.stop(f"{self.name}: {type(self.target).__name__} set model.stop_training")
 
 
+#: The iteration at which each runner's stopped epoch was validated (by the first of its
+#: callbacks' adapters to get there: the others then leave it).
+_STOPPED_VALIDATED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _evaluate_aspect(runner: Any) -> Any:
+    """The runner's ``Evaluate`` aspect, or None (looked up in ``sys.modules``, as
+    ``_metrics_prefix`` does: this module never imports torch)."""
+    module = sys.modules.get("aspecthook.train.aspects._evaluate")
+    get_aspect = getattr(runner, "get_aspect", None)
+    if module is None or not callable(get_aspect):
+        return None
+    return get_aspect(module.Evaluate)
+
+
 class _RunningMeans:
     """The running mean of each scalar output of the steps since ``reset()``: what Keras's
     logs hold (its metrics aggregate from the start of the epoch, or of an evaluation).
@@ -417,8 +473,16 @@ class _RunningMeans:
             counts[name] = counts.get(name, 0) + samples
 
     def means(self) -> dict[str, float]:
-        """Each output's mean so far, as a float (a fresh dict)."""
-        return {name: _float(total) / self._counts[name] for name, total in self._sums.items()}
+        """Each output's mean so far, as a float (a fresh dict); 0.0 for one that only
+        batches of no samples gave, as Keras's ``Mean`` divides (``divide_no_nan``)."""
+        counts = self._counts
+        try:  # no work per call in Python 3.11: the empty case is the exception's path
+            return {name: _float(total) / counts[name] for name, total in self._sums.items()}
+        except ZeroDivisionError:
+            return {
+                name: _float(total) / counts[name] if counts[name] else 0.0
+                for name, total in self._sums.items()
+            }
 
     def state_dict(self) -> dict[str, Any]:
         """The sums as floats (exactly the float32 or float64 sums) and the counts."""

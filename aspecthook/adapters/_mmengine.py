@@ -93,7 +93,8 @@ class MMHook(_HookAdapter):
     advice of priority VERY_HIGH and lower at their join point, every hook's
     ``before_*_epoch`` included) and ``after_val`` / ``after_test`` (after the advice of
     priority up to VERY_LOW). Among hooks they keep the hooks' priority order in ten bands
-    (priority // 10; ties in the order given). ``metrics`` are that pass's metrics without
+    (the tens up to 79, then 80 to 99, then 100: each named level in a band of its own;
+    ties in the order given). ``metrics`` are that pass's metrics without
     their prefix (``'val/acc'`` -> ``'acc'``; the runner's ``Evaluate`` prefix, ``'test/'``
     in a test pass), as OpenMMLab's evaluator returns them.
 
@@ -165,7 +166,7 @@ class MMHook(_HookAdapter):
         # (after_val after every after_val_epoch, the same for test). Here the stage that
         # must come last takes a priority above VERY_LOW (where Checkpoint resumes), the
         # one that must come first one below VERY_HIGH, each keeping the hooks' own order.
-        rank = min(resolve_priority(self.priority) // 10, 9)  # 0..9, in the hooks' order
+        rank = _band(resolve_priority(self.priority))  # 0..9, in the hooks' order
         first, last = int(Priority.HIGHEST) + rank, int(Priority.VERY_LOW) + 1 + rank
         return {
             "before_train": last,
@@ -182,6 +183,16 @@ class MMHook(_HookAdapter):
         if any(label == "after_train_epoch" for label, *_ in self._calls):
             plan.append(("epoch_index", "before", "train_epoch", _epoch_index))
         return plan + list(self._calls)
+
+
+def _band(priority: int) -> int:
+    """The hooks' order in the stages OpenMMLab runs for all hooks in turn, as one of the
+    ten priorities free there (0..9): the tens up to 79, then 80-99, then 100 (LOWEST). Each
+    named level has a band of its own (``priority // 10`` put VERY_LOW and LOWEST in one);
+    only ints between LOW and VERY_LOW share VERY_LOW's."""
+    if priority < 80:
+        return priority // 10
+    return 8 if priority < int(Priority.LOWEST) else 9
 
 
 class _MMRunner(wrapt.ObjectProxy[Any]):

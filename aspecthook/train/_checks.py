@@ -27,7 +27,9 @@ __all__ = [
     "_check_scheduler",
     "_check_settings",
     "_check_step_signatures",
+    "_check_trainable",
     "_check_work_dir",
+    "_explain_no_grad",
     "_on_device",
 ]
 
@@ -174,6 +176,47 @@ def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
             "so training would not change it: build it on model.parameters() of the model "
             "you pass as model="
         )
+
+
+def _check_trainable(optimizer: torch.optim.Optimizer) -> None:
+    """At the start of a run, some parameter the optimizer holds must require grad: with
+    none (a model frozen whole), the first ``backward()`` would fail deep inside torch."""
+    held = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
+    if held and not any(getattr(p, "requires_grad", True) for p in held):
+        raise RunnerError(_NO_TRAINABLE)
+
+
+_NO_TRAINABLE = (
+    "none of the optimizer's parameters requires grad (the model is frozen), so the loss "
+    "has no gradient to train with: unfreeze the parameters to train "
+    "(param.requires_grad_(True)) and build the optimizer on them"
+)
+
+#: How torch words the error of ``backward()`` on a tensor without ``grad_fn``.
+_TORCH_NO_GRAD = "does not require grad and does not have a grad_fn"
+
+
+def _explain_no_grad(exc: BaseException, loss: object, optimizer: Any) -> None:
+    """Raise a ``RunnerError`` saying why, when ``exc`` is torch's error for a ``backward()``
+    of the step's ``loss`` without ``grad_fn``; return for any other error.
+
+    Called only on the way out of a failed run, so it costs the loop nothing."""
+    if not (
+        isinstance(exc, RuntimeError)
+        and _TORCH_NO_GRAD in str(exc)
+        and isinstance(loss, torch.Tensor)
+        and not loss.requires_grad
+    ):
+        return
+    held = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
+    if held and not any(getattr(p, "requires_grad", True) for p in held):
+        raise RunnerError(_NO_TRAINABLE) from exc  # frozen after the run started
+    raise RunnerError(
+        "the step's loss has no grad_fn, so backward() cannot compute gradients: compute "
+        "it from the model's outputs with gradients on (not inside torch.no_grad() or "
+        "torch.inference_mode()) and keep it a tensor (not rebuilt from .item(), "
+        ".detach() or .tolist())"
+    ) from exc
 
 
 def _check_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:

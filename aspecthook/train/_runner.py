@@ -34,7 +34,9 @@ from ._checks import (
     _check_scheduler,
     _check_settings,
     _check_step_signatures,
+    _check_trainable,
     _check_work_dir,
+    _explain_no_grad,
     _on_device,
 )
 from ._data import epoch_batches, loader_length
@@ -233,6 +235,8 @@ class Runner:
                 "train_loader has no batches (len() == 0; with drop_last=True the dataset "
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
+        if not self.finished:
+            _check_trainable(self.optimizer)
         report_near_misses(self, JOINPOINTS)
         if self._interrupted:
             report_unfinished_stage(self)
@@ -241,8 +245,10 @@ class Runner:
         self._running = True
         try:
             return _snapshot(self._run_joinpoint())
-        except BaseException:
+        except BaseException as exc:
             self._interrupted = True
+            # A backward() of a loss without grad_fn: say why (only on this error path).
+            _explain_no_grad(exc, self.outputs.get("loss"), self.optimizer)
             raise
         finally:
             self._running = False

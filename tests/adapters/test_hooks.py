@@ -19,6 +19,7 @@ from aspecthook.adapters import (
     from_keras_callback,
     from_mmengine_hook,
 )
+from aspecthook.adapters._methods import MM_METHODS
 from aspecthook.errors import AdviceSignatureError, AspectDefinitionError, RunnerError
 from aspecthook.train import Runner
 
@@ -505,6 +506,108 @@ def test_stop_training_in_a_batch_stops_after_that_iteration() -> None:
     runner = _runner([StopAtBatch()], max_epochs=10)
     runner.run()
     assert runner.iter == 2
+
+
+def _recording_hook(priority: str, calls: list[tuple[str, str]]) -> Any:
+    """A hook at ``priority`` with every OpenMMLab method, each recording (method, priority)."""
+
+    def record(method: str) -> Any:
+        return lambda self, *args, **kwargs: calls.append((method, priority))
+
+    methods = {method: record(method) for method in MM_METHODS}
+    return type(f"{priority.title()}Hook", (), {"priority": priority, **methods})()
+
+
+def test_hooks_of_priority_very_low_run_before_lowest_in_every_stage() -> None:
+    """OpenMMLab runs a VERY_LOW hook before a LOWEST one in each of its stages; given the
+    LOWEST hook first, the stages run for all hooks in turn (before_train, after_train,
+    before/after_val, before/after_test) ran it first: both fell in the last band."""
+    calls: list[tuple[str, str]] = []
+    hooks = [_recording_hook("LOWEST", calls), _recording_hook("VERY_LOW", calls)]
+    runner = _runner(hooks, max_epochs=1, test_loader=[(torch.randn(2, 4), torch.tensor([0, 1]))])
+    runner.run()
+    runner.test()
+    stages = {method for method, _ in calls}
+    assert stages == set(MM_METHODS)
+    for method in MM_METHODS:
+        order = [priority for name, priority in calls if name == method]
+        assert order[:2] == ["VERY_LOW", "LOWEST"], method
+
+
+def test_stop_training_in_on_train_begin_trains_one_batch_as_keras_fit() -> None:
+    """Keras's fit sees the flag first at the end of a batch: a stop asked for in
+    on_train_begin trains one batch, validates that epoch and calls on_epoch_end with its
+    val_ logs, then ends the run (it used to train nothing and call no epoch method)."""
+
+    class StopAtOnce(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.epochs: list[tuple[int, dict[str, float]]] = []
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.model.stop_training = True
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.epochs.append((epoch, dict(logs)))
+
+    callback = StopAtOnce()
+    runner = _runner([callback], max_epochs=10)
+    runner.run()
+    assert runner.iter == 1
+    assert [(epoch, sorted(logs)) for epoch, logs in callback.epochs] == [(0, ["loss", "val_loss"])]
+
+
+def test_an_epoch_a_callback_stopped_inside_is_validated_as_keras_fit() -> None:
+    """Keras's fit validates the epoch in which a callback stopped training (when it
+    validates that epoch at all): on_epoch_end gets val_ logs, once, whichever of two
+    callbacks asked for the stop."""
+
+    class StopAtBatch(Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if batch == 1:
+                self.model.stop_training = True
+
+    class Epochs(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logs: list[dict[str, float]] = []
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.logs.append(dict(logs))
+
+    first, passes = Epochs(), []
+    runner = _runner([first, StopAtBatch()], max_epochs=10)
+    runner.weaver.before("val_epoch")(lambda ctx: passes.append(ctx.runner.iter))
+    runner.run()
+    assert (runner.iter, passes) == (2, [2])
+    assert [sorted(logs) for logs in first.logs] == [["loss", "val_loss"]]
+
+
+def test_epoch_logs_of_batches_without_samples_are_zero_as_keras_means() -> None:
+    """An epoch whose batches hold no samples gives loss 0.0 (Keras's Mean divides by
+    its count of samples with divide_no_nan); it raised ZeroDivisionError."""
+
+    class Epochs(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logs: list[dict[str, float]] = []
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.logs.append(dict(logs))
+
+    callback = Epochs()
+    model = torch.nn.Linear(4, 3)
+    empty = [(torch.randn(0, 4), torch.randint(0, 3, (0,)))] * 2
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        empty,
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_epochs=1,
+        aspects=[callback],
+    )
+    runner.run()
+    assert callback.logs == [{"loss": 0.0}]
 
 
 def test_plain_callback_with_a_model_attribute_gets_the_model() -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy
+import structlog
 import torch
 from _fixtures import make_dataset, make_loader, make_model
 
@@ -398,9 +399,12 @@ def nan_guard_rank_main(rank: int, init_file: str, out_file: str) -> None:
             max_epochs=1,
             aspects=[guard],
         )
-        runner.run()
+        with structlog.testing.capture_logs() as logs:
+            runner.run()
+        events = [log["event"] for log in logs if log["event"].startswith("nan_guard.")]
         weights = [p.detach().clone() for p in model.module.parameters()]
-        torch.save({"skipped": guard.skipped, "weights": weights}, f"{out_file}.{rank}")
+        result = {"skipped": guard.skipped, "weights": weights, "logged": len(events)}
+        torch.save(result, f"{out_file}.{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -446,5 +450,44 @@ def sampler_seed_rank_main(rank: int, init_file: str, out_file: str) -> None:
         aspect = runner.get_aspect(DistSamplerSeed)
         assert aspect is not None
         torch.save({"base_seed": aspect.base_seed, "batch": first[0]}, f"{out_file}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def log_rank_main(rank: int, init_file: str, work_dir: str, out_file: str) -> None:
+    """One of two gloo ranks that train with ``Checkpoint(resume='auto')`` in an empty
+    ``work_dir``, then again after rank 0 damaged the manifest: writes the events its
+    ``checkpoint.*`` log records name and its warnings to ``OUT_FILE.<rank>`` (JSON)."""
+    import warnings
+
+    dist = _gloo(rank, init_file)
+    try:
+        events: list[str] = []
+        with (
+            structlog.testing.capture_logs() as logs,
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("always")
+            for max_iters in (2, 4):
+                if max_iters == 4:
+                    dist.barrier()  # the first run's files are all written
+                    if rank == 0:
+                        (Path(work_dir) / "latest").write_text("{")
+                    dist.barrier()
+                model = make_model()
+                runner = Runner(
+                    model,
+                    torch.optim.SGD(model.parameters(), lr=0.1),
+                    make_loader(make_dataset(16)),
+                    loss_fn=torch.nn.functional.cross_entropy,
+                    max_iters=max_iters,
+                    work_dir=work_dir,
+                    aspects=[Checkpoint(by_epoch=False, resume="auto")],
+                    default_aspects=False,
+                )
+                runner.run()
+        events = [log["event"] for log in logs if log["event"].startswith("checkpoint.")]
+        said = [str(warning.message) for warning in caught]
+        Path(f"{out_file}.{rank}").write_text(json.dumps({"events": events, "warnings": said}))
     finally:
         dist.destroy_process_group()

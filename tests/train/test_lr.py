@@ -664,3 +664,110 @@ def test_a_plateau_watching_a_metric_validation_does_not_report_names_it() -> No
     assert "(['val/loss']): add Evaluate() or set LRSchedule(monitor=...)" in str(e.value)
     assert runner.epoch == 1  # the first epoch's validation is where it is found missing
     assert sorted(runner.metrics) == ["val/loss"]
+
+
+# -- with GradAccumulation: one scheduler step per optimizer step ----------------------
+
+
+def _accumulating_lrs(
+    aspect: LRSchedule, steps: int = 4, iters: int = 16, **runner: Any
+) -> tuple[list[float], Runner]:
+    """The LR of each optimizer step of a run accumulating ``steps`` batches a step."""
+    from aspecthook.train.aspects import GradAccumulation
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    run = Runner(
+        model,
+        opt,
+        _loader(),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=iters,
+        aspects=[GradAccumulation(steps), aspect],
+        default_aspects=False,
+        **runner,
+    )
+    seen: list[float] = []
+
+    def record(ctx: CallContext) -> None:
+        if not ctx.skipped:
+            seen.append(opt.param_groups[0]["lr"])
+
+    run.weaver.before("optimizer_step", priority="LOWEST")(record)
+    run.run()
+    return seen, run
+
+
+def test_a_per_iteration_schedule_steps_once_per_optimizer_step_when_accumulating() -> None:
+    """GradAccumulation(4) over 16 batches makes 4 optimizer steps: they use the
+    schedule's first 4 LRs, as torch's loop (scheduler.step() after optimizer.step())
+    gives them; stepped every batch, they used its 1st, 5th, 9th and 13th, and torch warned
+    that the scheduler stepped before the optimizer."""
+
+    def build(opt: torch.optim.Optimizer) -> Any:
+        return lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+
+    seen, _ = _accumulating_lrs(LRSchedule(build, by_epoch=False))
+    assert seen == _torch_lrs(build, iters=4)
+
+
+def test_a_schedule_sized_in_optimizer_steps_runs_to_the_end_when_accumulating() -> None:
+    """OneCycleLR(total_steps=the run's optimizer steps) fits a run accumulating batches,
+    as it does in a Lightning or hand-written loop; it raised 'Tried to step 5 times'."""
+
+    def build(opt: torch.optim.Optimizer) -> Any:
+        return lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=4)
+
+    seen, _ = _accumulating_lrs(LRSchedule(build, by_epoch=False))
+    assert seen == pytest.approx(_torch_lrs(build, iters=4))
+
+
+def test_a_warm_up_counts_optimizer_steps_when_accumulating() -> None:
+    """warmup_iters=3 in front of a per-epoch schedule ramps over 3 optimizer steps (12
+    batches with GradAccumulation(4)), then the LR is the base one."""
+
+    def build(opt: torch.optim.Optimizer) -> Any:
+        return lr_scheduler.StepLR(opt, step_size=100)
+
+    aspect = LRSchedule(build, warmup="linear", warmup_iters=3, warmup_ratio=0.25)
+    seen, _ = _accumulating_lrs(aspect, iters=20)
+    expected = _torch_lrs(
+        lambda opt: lr_scheduler.LinearLR(opt, start_factor=0.25, total_iters=3), iters=5
+    )
+    assert seen == pytest.approx(expected)
+    assert seen[3:] == [BASE_LR, BASE_LR]
+
+
+def test_a_run_resumed_inside_an_accumulated_warm_up_goes_on_with_it() -> None:
+    """The optimizer steps the warm-up counted are part of checkpoints: a runner loading
+    the state after 2 of 3 warm-up steps makes the third, then trains at the base LR."""
+
+    def aspect() -> LRSchedule:
+        build = lambda opt: lr_scheduler.StepLR(opt, step_size=100)  # noqa: E731
+        return LRSchedule(build, warmup="linear", warmup_iters=3, warmup_ratio=0.25)
+
+    whole, _ = _accumulating_lrs(aspect(), iters=20)
+    first, run = _accumulating_lrs(aspect(), iters=8)
+    state = run.state_dict()
+    assert state["aspects"]["lr_schedule"]["optimizer_steps"] == 2
+
+    from aspecthook.train.aspects import GradAccumulation
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+    resumed = Runner(
+        model,
+        opt,
+        _loader(),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_iters=20,
+        aspects=[GradAccumulation(4), aspect()],
+        default_aspects=False,
+    )
+    resumed.load_state_dict(state)
+    rest: list[float] = []
+    resumed.weaver.before("optimizer_step", priority="LOWEST")(
+        lambda ctx: None if ctx.skipped else rest.append(opt.param_groups[0]["lr"])
+    )
+    resumed.run()
+    assert first + rest == pytest.approx(whole)

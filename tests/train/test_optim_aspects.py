@@ -908,6 +908,34 @@ def test_ema_update_every_counts_optimizer_steps() -> None:
     assert ema.state_dict()["steps"] == 2
 
 
+def test_ema_update_every_updates_steps_1_n_plus_1_2n_plus_1_as_openmmlab() -> None:
+    """update_every=3 updates at the 1st, 4th and 7th optimizer step (OpenMMLab's
+    ExponentialMovingAverage(interval=3) phase: its 0th, 3rd, 6th calls), the first a
+    copy; in between the average stays as it was (it followed the live weights until a
+    first update at the 3rd step)."""
+    ema = EMA(0.5, update_every=3, use_buffers=False)
+    runner = _runner(batch_size=2, n=14, aspects=[ema])  # 7 iterations
+    counts: list[int] = []
+    averages: list[list[torch.Tensor]] = []
+    lives: list[list[torch.Tensor]] = []
+
+    @runner.weaver.after("train_iter")
+    def record(ctx: Any) -> None:
+        assert ema.averaged is not None
+        counts.append(int(ema.averaged.n_averaged))
+        averages.append([p.detach().clone() for p in ema.averaged.module.parameters()])
+        lives.append(_params(runner))
+
+    runner.run()
+    assert counts == [1, 1, 1, 2, 2, 2, 3]
+    for it in (1, 2):  # still the copy of the first step's weights
+        for a, first, live in zip(averages[it], lives[0], lives[it], strict=True):
+            assert torch.equal(a, first)
+            assert not torch.equal(a, live)
+    for a, before, live in zip(averages[3], averages[2], lives[3], strict=True):
+        assert torch.allclose(a, 0.5 * before + 0.5 * live)
+
+
 def test_ema_before_start_iter_follows_the_live_weights() -> None:
     """Before start_iter the EMA copy is the trained weights (validation sees those, not
     the initial ones), and averaging starts from them."""
@@ -1246,21 +1274,26 @@ def test_ema_refuses_a_bad_option_when_built(option: str, value: Any, message: s
         EMA(**{option: value})
 
 
-def test_ema_follows_the_live_weights_until_its_first_update() -> None:
-    """update_every=10 and an epoch of 4 steps: the validation at the epoch's end sees the
-    trained weights (the average starts from them at the 10th step), not the initial
-    model's, which no step of the run ever held."""
+def test_ema_starts_from_the_weights_of_its_first_step() -> None:
+    """update_every=10 and an epoch of 4 steps: the validation at the epoch's end sees
+    the average's first update, a copy of the weights after the first step (OpenMMLab's
+    averaged models copy at their first call), not the initial model's, which no step of
+    the run ever held."""
     runner = _runner(
         val_loader=DataLoader(_data(4), batch_size=4),
         aspects=[EMA(0.5, update_every=10, use_buffers=False)],
     )
     initial = _params(runner)
+    first: list[list[torch.Tensor]] = []
+    runner.weaver.after("train_iter")(
+        lambda ctx: first.append(_params(runner)) if not first else None
+    )
     validated: list[torch.Tensor] = []
     runner.weaver.before("val_iter")(lambda ctx: validated.extend(_params(runner)))
     runner.run()
-    for seen, live, first in zip(validated, _params(runner), initial, strict=True):
-        assert torch.equal(seen, live)
-        assert not torch.equal(seen, first)
+    for seen, stepped, start in zip(validated, first[0], initial, strict=True):
+        assert torch.equal(seen, stepped)
+        assert not torch.equal(seen, start)
 
 
 def test_grad_clip_clips_the_parameters_the_optimizer_steps() -> None:

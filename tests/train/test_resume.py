@@ -529,7 +529,8 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank(
     tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
 ) -> None:
     """NaNGuard under DistributedDataParallel: a NaN loss on rank 1 only makes both ranks
-    skip that step, so their gradient all-reduces stay paired and the weights equal."""
+    skip that step, so their gradient all-reduces stay paired and the weights equal; rank
+    0 alone logs it (every rank did)."""
     args = (str(tmp_path / "init"), str(tmp_path / "out"))
     _two_ranks(forkserver, _resume_worker.nan_guard_rank_main, *args)
     got = [torch.load(f"{args[1]}.{r}", weights_only=True) for r in (0, 1)]
@@ -538,6 +539,7 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank(
     )  # the third iteration (runner.iter 2 as it starts)
     for a, b in zip(got[0]["weights"], got[1]["weights"], strict=True):
         assert torch.equal(a, b)
+    assert [g["logged"] for g in got] == [1, 0]
 
 
 @pytest.mark.skipif(
@@ -554,6 +556,25 @@ def test_a_runner_built_before_the_process_group_sees_its_rank_when_it_runs(
     assert [(g["rank"], g["world"]) for g in got] == [(0, 2), (1, 2)]
     assert [g["val/r"] for g in got] == [0.5, 0.5]
     assert [g["saved"] for g in got] == [["epoch_1.pt"], []]
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or not torch.distributed.is_available(), reason="needs gloo"
+)
+def test_checkpoint_logs_and_warns_on_rank_0_only(
+    tmp_path: Path, forkserver: multiprocessing.context.ForkServerContext
+) -> None:
+    """Two ranks start, find nothing, save, then resume past a damaged manifest: rank 0
+    logs each of those once and warns about the manifest; rank 1 logs and warns nothing."""
+    args = (str(tmp_path / "init"), str(tmp_path / "run"), str(tmp_path / "out"))
+    _two_ranks(forkserver, _resume_worker.log_rank_main, *args)
+    got = [json.loads(Path(f"{args[2]}.{r}").read_text()) for r in (0, 1)]
+    assert got[1] == {"events": [], "warnings": []}
+    events = got[0]["events"]
+    assert {"checkpoint.start", "checkpoint.none_found", "checkpoint.unusable"} <= set(events)
+    assert "checkpoint.resumed" in events
+    assert events.count("checkpoint.start") == 2
+    assert any("unreadable manifest" in warning for warning in got[0]["warnings"])
 
 
 # -- RNG states --------------------------------------------------------------------------

@@ -155,6 +155,66 @@ def test_a_train_loader_without_batches_is_refused_before_training() -> None:
         assert runner.iter == 0
 
 
+def test_a_frozen_model_is_refused_before_training() -> None:
+    """No parameter of the optimizer requires grad: run() says so before any advice runs,
+    instead of torch's error from inside the first backward()."""
+    model, opt, loader = _parts()
+    model.requires_grad_(False)
+    seen: list[str] = []
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1, default_aspects=False)
+    runner.weaver.before("run")(lambda ctx: seen.append("before_run"))
+    with pytest.raises(RunnerError, match="none of the optimizer's parameters requires grad"):
+        runner.run()
+    assert (seen, runner.iter) == ([], 0)
+
+
+def _no_grad_step(runner: Runner, batch: Any) -> torch.Tensor:
+    with torch.no_grad():
+        return CE(runner.model(batch[0]), batch[1])
+
+
+def _item_step(runner: Runner, batch: Any) -> torch.Tensor:
+    return torch.tensor(CE(runner.model(batch[0]), batch[1]).item())
+
+
+@pytest.mark.parametrize("step", [_no_grad_step, _item_step], ids=["no_grad", "item"])
+@pytest.mark.parametrize("advised", [False, True], ids=["inlined", "backward_advised"])
+def test_a_loss_without_grad_fn_is_named_with_the_fix(step: Any, advised: bool) -> None:
+    """A step whose loss has no grad_fn (computed under no_grad, rebuilt from .item())
+    stops the run with a RunnerError that says so, torch's error kept as its cause."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, train_step=step, max_epochs=1, default_aspects=False)
+    if advised:
+        runner.weaver.before("backward")(lambda ctx: None)
+    with pytest.raises(RunnerError, match=r"loss has no grad_fn.*torch\.no_grad") as caught:
+        runner.run()
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_a_model_frozen_during_the_run_is_named_at_its_backward() -> None:
+    """Parameters frozen by advice after the run started: the failed backward() is
+    explained as a frozen model."""
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1, default_aspects=False)
+    runner.weaver.before("train_iter")(lambda ctx: model.requires_grad_(False))
+    with pytest.raises(RunnerError, match="none of the optimizer's parameters requires grad"):
+        runner.run()
+
+
+def test_other_runtime_errors_of_a_run_pass_unchanged() -> None:
+    """Only torch's no-grad_fn error is explained; another RuntimeError reaches the user
+    as raised."""
+    runner = _runner(max_epochs=1, default_aspects=False)
+
+    def fail(ctx: Any) -> None:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+
+    runner.weaver.before("optimizer_step")(fail)  # the loss itself has its grad_fn
+    with pytest.raises(RuntimeError, match="element 0") as caught:
+        runner.run()
+    assert not isinstance(caught.value, RunnerError)
+
+
 def test_an_epoch_that_yields_no_batch_is_an_error_not_a_hang() -> None:
     """A loader without a length that yields nothing stops the run with a RunnerError."""
     model, opt, _ = _parts()

@@ -195,7 +195,13 @@ class Checkpoint(Aspect):
         # Logged first, in every run: a process's first log call can import modules that
         # draw from python's random as they load (rich does). Done here, that draw comes
         # before any RNG state is restored, so it cannot shift a resumed run's numbers.
-        get_logger().info("checkpoint.start", folder=str(folder), resume=str(self.resume))
+        # Only rank 0 logs; the others build the logger all the same (bind() does what a
+        # first record would, without writing one), so their draws stay where rank 0's are.
+        logger = get_logger()
+        if runner.rank == 0:
+            logger.info("checkpoint.start", folder=str(folder), resume=str(self.resume))
+        else:
+            logger.bind()
         self._validated = False
         if runner.rank == 0:
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
@@ -492,9 +498,11 @@ class Checkpoint(Aspect):
         source = folder if self.resume == "auto" else Path(self.resume or folder)
         if source.name == LATEST and source.is_file():  # the manifest: its folder is meant
             source = source.parent
-        found = _find(source, _checkpoint_names(self.filename_tmpl))
+        rank0 = runner.rank == 0  # logs and warns; every rank resumes alike
+        found = _find(source, _checkpoint_names(self.filename_tmpl), quiet=not rank0)
         if found is None:
-            get_logger().info("checkpoint.none_found", folder=str(source))
+            if rank0:
+                get_logger().info("checkpoint.none_found", folder=str(source))
             return
         path, payload, manifest = found
         state = _runner_state(runner, payload)
@@ -510,9 +518,10 @@ class Checkpoint(Aspect):
         if scaler is not None and "grad_scaler" in payload:
             scaler.load_state_dict(payload["grad_scaler"])
         same_folder = path.parent.resolve() == folder.resolve()
-        self._adopt(folder, manifest if same_folder else None, path, runner.rank == 0)
+        self._adopt(folder, manifest if same_folder else None, path, rank0)
         self._saved_at = runner.iter
-        get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
+        if rank0:
+            get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
         _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
         # The RNGs come back last, once nothing of the resume itself can draw from them.
         # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
@@ -524,8 +533,16 @@ class Checkpoint(Aspect):
 
     def _restore_rng(self, runner: Any) -> None:
         states, self._pending_rng = self._pending_rng or [], None
-        if not restore_own_rank(states, runner.rank, _generators(runner)):
-            get_logger().warning("checkpoint.no_rng_state", rank=runner.rank, ranks=len(states))
+        restore_own_rank(states, runner.rank, _generators(runner))
+        # Said once, by rank 0, for every rank the checkpoint holds no RNG state for (they
+        # keep their own generators): the ranks from len(states) on.
+        world_size = runner.world_size
+        if runner.rank == 0 and len(states) < world_size:
+            get_logger().warning(
+                "checkpoint.no_rng_state",
+                ranks=list(range(len(states), world_size)),
+                saved=len(states),
+            )
 
     def _adopt(self, folder: Path, manifest: Any, path: Path, writer: bool) -> None:
         """Reconcile the restored kept/best lists with what the folder really holds."""

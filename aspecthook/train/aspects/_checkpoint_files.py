@@ -143,10 +143,10 @@ def _delete(folder: Path, names: list[str]) -> None:
 
 
 def _read_manifest(
-    folder: Path, action: str = "trying the checkpoint files in its folder"
+    folder: Path, action: str = "trying the checkpoint files in its folder", quiet: bool = False
 ) -> dict[str, Any] | None:
     """The folder's manifest; None if there is none, ``{}`` if unreadable (reported, with
-    ``action``: what is done instead)."""
+    ``action``: what is done instead, unless ``quiet``: a rank other than 0)."""
     path = folder / LATEST
     if not path.is_file():
         return None
@@ -155,7 +155,8 @@ def _read_manifest(
         if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
             raise ValueError("not a checkpoint manifest")
     except (OSError, ValueError) as exc:
-        _report(path, f"unreadable manifest: {exc}", action)
+        if not quiet:
+            _report(path, f"unreadable manifest: {exc}", action)
         return {}
     return manifest
 
@@ -181,8 +182,12 @@ def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
     return re.compile(rf"{template}|iter_\d+\.pt|best_.+\.pt")
 
 
-def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], Any] | None:
+def _find(
+    source: Path, names: re.Pattern[str], *, quiet: bool = False
+) -> tuple[Path, dict[str, Any], Any] | None:
     """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
+    The unusable files met are reported, unless ``quiet`` (ranks other than 0: every rank
+    looks, rank 0 says what it found).
 
     Without a readable ``latest`` (a first save cut short before it, files copied without
     it) the folder's checkpoint files (``names``) are all tried and the one furthest into
@@ -190,7 +195,7 @@ def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], A
     """
     if source.is_file():
         unchecked = "loading the named file without a size and checksum to check it against"
-        beside = _read_manifest(source.parent, unchecked) or {}
+        beside = _read_manifest(source.parent, unchecked, quiet) or {}
         record = (beside.get("checkpoints") or {}).get(source.name)
         try:
             return source, _load(source, record), beside
@@ -199,7 +204,7 @@ def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], A
                 f"cannot resume from {str(source)!r}: {exc}; give another checkpoint or "
                 "resume='auto' to use the newest good one in work_dir"
             ) from None
-    manifest = _read_manifest(source)
+    manifest = _read_manifest(source, quiet=quiet)
     if manifest is None:  # no manifest: the files themselves, as when it is unreadable
         manifest = {}
     candidates = _candidates(source, manifest, names)
@@ -208,7 +213,9 @@ def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], A
         try:
             payload = _load(path, record)
         except _Unusable as exc:
-            _report(path, str(exc), "trying the previous one" if manifest else "trying the others")
+            if not quiet:
+                action = "trying the previous one" if manifest else "trying the others"
+                _report(path, str(exc), action)
             continue
         if manifest:
             return path, payload, manifest
@@ -218,7 +225,7 @@ def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], A
             furthest = (progress, path, payload)
     if furthest is not None:
         return furthest[1], furthest[2], manifest
-    if candidates:
+    if candidates and not quiet:
         _report(source, "no usable checkpoint in this folder", "starting from scratch")
     return None
 

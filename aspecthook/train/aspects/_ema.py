@@ -22,12 +22,16 @@ __all__ = ["EMA"]
 class EMA(Aspect):
     """Keeps ``AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))`` updated.
 
-    Updated after every ``update_every``-th optimizer step (steps skipped by
-    ``GradAccumulation`` or ``NaNGuard`` do not count) from iteration ``start_iter`` on
-    (counted from 1, as ``Logger`` counts them and OpenMMLab's ``begin_iter`` does);
-    before that, and until its first update, the EMA weights follow the live ones (copied
-    after each step), so the average starts from the weights trained so far and an
-    evaluation before it sees them, not the initial ones. With ``use_for_eval`` (default)
+    Updated from iteration ``start_iter`` on (counted from 1, as ``Logger`` counts them and
+    OpenMMLab's ``begin_iter`` does) after the first optimizer step and every
+    ``update_every``-th one after it (steps skipped by ``GradAccumulation`` or ``NaNGuard``
+    do not count): steps 1, n + 1, 2n + 1 ... of the average, as OpenMMLab's
+    ``ExponentialMovingAverage(interval=n)`` updates; the first update copies the live
+    weights (``AveragedModel``'s), and between updates the average stays as it is. Before
+    ``start_iter`` the EMA weights follow the live ones (copied after each step), so the
+    average starts from the weights trained so far and an evaluation before it sees them,
+    not the initial ones. After the run the model holds the live weights, as after
+    OpenMMLab's; the EMA weights are in ``averaged.module``. With ``use_for_eval`` (default)
     validation and test run on the EMA weights: they are swapped into the model for the
     epoch and swapped back afterwards. Its state (the averaged weights, the update and step
     counts) is part of checkpoints. With ``use_for_eval``, a checkpoint's ``model`` holds
@@ -68,10 +72,7 @@ class EMA(Aspect):
         self.use_buffers = use_buffers
         self.use_for_eval = use_for_eval
         self.averaged: AveragedModel | None = None
-        self._steps = 0  # optimizer steps taken (update_every counts these)
-        # Whether the average was updated once (a bool, not a read of the average's
-        # ``n_averaged`` tensor each step: on an accelerator that read waits for the device).
-        self._updated = False
+        self._steps = 0  # optimizer steps since the average started (update_every's count)
         self._pending: dict[str, Any] | None = None  # loaded before the average was built
         self._loaded = False  # the average came from a checkpoint
         self._started = False  # the first epoch of this process began
@@ -106,18 +107,20 @@ class EMA(Aspect):
         runner = ctx.runner
         if self.averaged is None or ctx.skipped:
             return
-        self._steps += 1
         model = unwrapped(runner.model)
         # runner.iter is the iterations done before this one: this is iteration iter + 1,
         # counted from 1 as start_iter counts (OpenMMLab's begin_iter counts them so too).
-        started = runner.iter + 1 >= self.start_iter
-        if started and self._steps % self.update_every == 0:
-            self.averaged.update_parameters(model)
-            self._updated = True
-        elif not started or not self._updated:
-            # Not started, or no update yet (update_every > 1): follow the live weights, so
-            # a validation or checkpoint before the first update has no untrained model.
+        if runner.iter + 1 < self.start_iter:
+            # Not started: follow the live weights, so a validation or checkpoint before
+            # the average starts has no untrained model.
             _copy(self._tensors(self.averaged.module), self._tensors(model))
+            return
+        # The steps since the start, from 0, as OpenMMLab's averaged models count their
+        # calls: the 0th (a copy: AveragedModel's first update) and every
+        # update_every-th after it update; the average stays as it is in between.
+        if self._steps % self.update_every == 0:
+            self.averaged.update_parameters(model)
+        self._steps += 1
 
     def around_val_epoch(self, ctx: CallContext, proceed: Proceed) -> Any:
         """Validation on the EMA weights (``use_for_eval``); the live ones are back after
@@ -174,7 +177,6 @@ class EMA(Aspect):
         inner = dict(without_wrapper_prefix(inner, self.averaged.module))
         rest = {k: v for k, v in state.items() if not k.startswith("module.")}
         self.averaged.load_state_dict({**rest, **{f"module.{k}": v for k, v in inner.items()}})
-        self._updated = bool(int(self.averaged.n_averaged))
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The runner's state with the EMA weights as its ``model`` and the live weights in

@@ -24,6 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
+from ._optim import GradAccumulation
 from ._options import check_flags, is_integer, is_real
 from ._rules import infer_rule
 
@@ -42,6 +43,11 @@ class LRSchedule(Aspect):
     iterations. ``ReduceLROnPlateau`` steps after each validation, with
     ``runner.metrics[monitor]`` (so patience counts validations, whatever their interval).
     The composed scheduler becomes ``runner.scheduler``, so checkpoints save and restore it.
+    With ``GradAccumulation``, a per-iteration schedule (and the warm-up) steps once per
+    optimizer step, after it, as torch's schedulers expect and Lightning's
+    ``interval='step'`` does: ``warmup_iters`` and a scheduler's own length (``OneCycleLR``'s
+    ``total_steps``) count optimizer steps then. (OpenMMLab steps its per-iteration
+    schedulers every iteration, accumulating or not.)
     It is built once: a later ``run()`` of the same runner goes on with it, and a state
     loaded before the first ``run()`` (``runner.load_state_dict``) is applied to it then.
     """
@@ -76,8 +82,16 @@ class LRSchedule(Aspect):
         # (iteration, plateau steps) when this run's training began (after a resume): a
         # plateau that never stepped while the run trained is reported.
         self._plateau_start: tuple[int, int] | None = None
-        # The main scheduler's step when it is all an iteration does (set by before_run).
+        # What after_train_iter calls when it is all an iteration does (set by before_run):
+        # the main scheduler's step, or with GradAccumulation _group_step.
         self._iter_step: Callable[[], Any] | None = None
+        # What an iteration steps without GradAccumulation (the main scheduler's step, or
+        # None when after_train_iter works it out); with it, the run's GradAccumulation
+        # and the optimizer steps it let through (what the warm-up counts then).
+        self._plain_step: Callable[[], Any] | None = None
+        self._accumulation: Any = None
+        self._runner: Any = None
+        self._optimizer_steps = 0
         # What before_run made runner.scheduler (built once), and the scheduler states a
         # runner.load_state_dict() gave before it was built (applied once it is).
         self._installed: Any = None
@@ -95,8 +109,20 @@ class LRSchedule(Aspect):
     def before_run(self, ctx: CallContext) -> None:
         runner = ctx.runner
         self._plateau_start = None
-        if self._installed is not None and runner.scheduler is self._installed:
-            return  # a later run() of this runner: the schedule goes on where it is
+        # A later run() of this runner: the schedule goes on where it is.
+        if self._installed is None or runner.scheduler is not self._installed:
+            self._install(runner)
+        self._runner = runner
+        self._accumulation = next(
+            (a for a in runner.aspects if isinstance(a, GradAccumulation) and a.steps > 1), None
+        )
+        # Per-iteration work goes once per optimizer step under GradAccumulation.
+        per_iteration = self._plain_step is not None or self._warmup is not None
+        accumulating = self._accumulation is not None and per_iteration
+        self._iter_step = self._group_step if accumulating else self._plain_step
+
+    def _install(self, runner: Any) -> None:
+        """Build the schedule (once) and apply a state loaded before it was built."""
         # Building schedulers sets the LR (their step 0), and some the momentum too
         # (OneCycleLR), in place when they are tensors; a loaded state's values are the
         # optimizer's, already loaded, and come back once the schedule is built.
@@ -129,12 +155,12 @@ class LRSchedule(Aspect):
             )
         if self._plateau and getattr(runner, "rank", 0) == 0:  # every rank would say it
             _check_plateau_mode(main, self.monitor)
-        self._iter_step = None
+        self._plain_step = None
         if self.warmup is None:
             self._main = main
             runner.scheduler = main
             if not self.by_epoch and not self._plateau:
-                self._iter_step = main.step
+                self._plain_step = main.step
             return
         chained = self.by_epoch or self._plateau
         warm = _warmup_scheduler(
@@ -146,7 +172,7 @@ class LRSchedule(Aspect):
             )
             self._main, self._warmup = composed, None
             runner.scheduler = composed
-            self._iter_step = composed.step
+            self._plain_step = composed.step
         else:
             self._main, self._warmup = main, warm
             runner.scheduler = main
@@ -164,6 +190,18 @@ class LRSchedule(Aspect):
             self._warmup.step()
         if not self.by_epoch and self._main is not None and not self._plateau:
             self._main.step()
+
+    def _group_step(self) -> None:
+        """An iteration's work under GradAccumulation: only in one that stepped the
+        optimizer, and the warm-up counted in optimizer steps."""
+        if not self._accumulation.stepped_at(self._runner.iter):
+            return
+        self._optimizer_steps += 1
+        step = self._plain_step
+        if step is not None:
+            step()
+        elif self._warmup is not None and self._optimizer_steps <= self.warmup_iters:
+            self._warmup.step()
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         # Only an epoch that ended: a run cut inside one (max_iters) resumes it later.
@@ -195,8 +233,10 @@ class LRSchedule(Aspect):
 
     def state_dict(self) -> dict[str, Any]:
         if self._installed is None and self._pending is not None:  # loaded, not yet built
-            return {"warmup": self._pending.get("warmup")}
-        return {"warmup": self._warmup.state_dict() if self._warmup is not None else None}
+            pending = self._pending
+            return {"warmup": pending.get("warmup"), "optimizer_steps": _steps_in(pending)}
+        warmup = self._warmup.state_dict() if self._warmup is not None else None
+        return {"warmup": warmup, "optimizer_steps": self._optimizer_steps}
 
     def pack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state loaded before the schedule was built holds the schedule's progress
@@ -209,8 +249,10 @@ class LRSchedule(Aspect):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._installed is None:  # not built yet: applied by before_run
             self._pending = {**(self._pending or {}), **state}
-        elif self._warmup is not None and state.get("warmup") is not None:
-            self._warmup.load_state_dict(state["warmup"])
+        else:
+            if self._warmup is not None and state.get("warmup") is not None:
+                self._warmup.load_state_dict(state["warmup"])
+            self._optimizer_steps = _steps_in(state)
 
     def unpack_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Before the schedule is built, the runner's scheduler is not yet the one whose
@@ -257,6 +299,11 @@ class LRSchedule(Aspect):
                 f"({sorted(runner.metrics)}): add Evaluate() or set LRSchedule(monitor=...)"
             ) from None
         return float(value)
+
+
+def _steps_in(state: Mapping[str, Any]) -> int:
+    """The optimizer steps a saved state counted (0 in one saved before they were)."""
+    return int(state.get("optimizer_steps") or 0)
 
 
 def _check_options(

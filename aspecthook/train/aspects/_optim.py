@@ -212,6 +212,11 @@ class GradAccumulation(Aspect):
         if self.steps_after(iteration):
             self._group_start = iteration + 1
 
+    def stepped_at(self, iterations: int) -> bool:
+        """Whether the iteration that made ``runner.iter`` reach ``iterations`` ended a
+        group (its optimizer step): read once the iteration is over, by ``LRSchedule``."""
+        return self._group_start == iterations
+
     def steps_after(self, iteration: int) -> bool:
         """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
         group, or the run's last iteration."""
@@ -480,9 +485,10 @@ class NaNGuard(Aspect):
         # Counted from 1, as Logger's lines and metrics.jsonl count them (``runner.iter``
         # is the number of iterations done before this one).
         iteration, epoch = runner.iter + 1, runner.epoch + 1
-        get_logger().warning(
-            "nan_guard.non_finite_loss", iteration=iteration, epoch=epoch, action=self.action
-        )
+        if getattr(runner, "rank", 0) == 0:  # every rank skips or stops; rank 0 says so
+            get_logger().warning(
+                "nan_guard.non_finite_loss", iteration=iteration, epoch=epoch, action=self.action
+            )
         self.skipped.append(iteration)
         if self.action == "stop":
             runner.stop(f"non-finite loss in iteration {iteration} (epoch {epoch})")
