@@ -17,8 +17,8 @@ from typing import Any, TextIO
 import structlog
 import structlog.tracebacks
 
-from .._handle import Handle
 from .._fork import reinit_after_fork
+from .._handle import Handle
 from ..errors import InvalidOptionError
 
 __all__ = ["LEVELS", "configure_logging", "logger_settings"]
