@@ -21,6 +21,7 @@ CHECKED = {
     "train_keras_callback.py",
     "forward_hook.py",
     "weave_json.py",
+    "instrument_third_party.py",
 }
 OTHERS = sorted(p for p in EXAMPLES.glob("*.py") if p.name not in CHECKED)
 JOINPOINTS = {"run", "train_epoch", "train_iter", "forward", "backward", "optimizer_step"}
@@ -136,3 +137,21 @@ def test_weave_json_prints_describe_table_and_restores_originals() -> None:
     assert "timing.time_call" in out
     assert "calls= 1000" in out
     assert "original functions again" in out
+
+
+def test_instrument_third_party_counts_one_trace_event_per_call() -> None:
+    """The trace's complete events are the calls the summary counts, metadata apart."""
+    out = run_example("instrument_third_party.py", timeout=120)
+    assert 'saved: {"apple": 6, "pear": 6, "plum": 6}' in out
+    assert "loaded back: True" in out
+    stated = re.search(r"(\d+) complete events \('ph': 'X'\), one per call:\n((?:  .*\n)+)", out)
+    assert stated is not None, out
+    listed = dict(
+        (name, int(count))
+        for count, name in re.findall(r"^ +(\d+) x (\S+)$", stated.group(2), re.MULTILINE)
+    )
+    assert listed["inventory.Inventory.add"] == 9  # 3 restocks x 3 fruits
+    assert "json.dumps" in listed
+    assert all(name.startswith(("inventory.", "json.")) for name in listed)  # calls only
+    assert sum(listed.values()) == int(stated.group(1))
+    assert "process_name: app.py" in out
