@@ -98,3 +98,42 @@ def test_snippets_run(
         assert promised in text, f"{page.name} no longer quotes {promised!r}"
         assert promised in lines, f"{page.name}'s snippets did not print {promised!r}"
     CHECKS[page.name](namespace, out)
+
+
+PUBLIC_MODULES = [
+    "aspecthook",
+    "aspecthook.aspects",
+    "aspecthook.testing",
+    "aspecthook.registry",
+    "aspecthook.errors",
+    "aspecthook.train",
+    "aspecthook.train.aspects",
+    "aspecthook.adapters",
+]
+
+
+def _code_words(text: str) -> set[str]:
+    """The identifiers written inside the page's inline code spans."""
+    spans = re.findall(r"`([^`]+)`", text)  # a span may wrap onto the next line
+    return {word for span in spans for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_api_page_names_every_public_name(module: str) -> None:
+    """docs/api.md shows every name of each public module's ``__all__`` in code."""
+    import importlib
+
+    documented = _code_words((ROOT / "docs" / "api.md").read_text())
+    public = importlib.import_module(module).__all__
+    assert [name for name in public if name not in documented] == []
+
+
+def test_api_page_lists_the_row_fields_in_order() -> None:
+    """The fields api.md gives for describe()'s rows are Row's, in its order."""
+    import dataclasses
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    listed = re.search(r"list of `Row`s\s*\(([^)]*)\)", text)
+    assert listed is not None
+    names = re.findall(r"`(\w+)`", listed.group(1))
+    assert names == [field.name for field in dataclasses.fields(ah.Row)]

@@ -146,10 +146,10 @@ def test_instrument_third_party_counts_one_trace_event_per_call() -> None:
     assert "loaded back: True" in out
     stated = re.search(r"(\d+) complete events \('ph': 'X'\), one per call:\n((?:  .*\n)+)", out)
     assert stated is not None, out
-    listed = dict(
-        (name, int(count))
+    listed = {
+        name: int(count)
         for count, name in re.findall(r"^ +(\d+) x (\S+)$", stated.group(2), re.MULTILINE)
-    )
+    }
     assert listed["inventory.Inventory.add"] == 9  # 3 restocks x 3 fruits
     assert "json.dumps" in listed
     assert all(name.startswith(("inventory.", "json.")) for name in listed)  # calls only
