@@ -63,10 +63,10 @@ def check_curves(folder: Path) -> None:
         assert (folder / "curves.png").read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.parametrize("script", OTHERS, ids=[p.name for p in OTHERS])
-def test_example_runs(script: Path) -> None:
-    """Every other script in examples/ exits 0 when run directly."""
-    run_example(script.name)
+def test_other_examples_run() -> None:
+    """Every other script in examples/ (none at present) exits 0 when run directly."""
+    for script in OTHERS:
+        run_example(script.name)
 
 
 def test_demo_resumes_bit_for_bit_and_names_its_files(tmp_path: Path) -> None:
