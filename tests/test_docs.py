@@ -56,7 +56,7 @@ def _guide(namespace: dict[str, Any], out: str) -> None:
     (row,) = ah.describe("load_batch")
     assert (row.advice, row.calls) == ("check", 5)
     assert not hasattr(json.dumps, "__wrapped__")
-    assert namespace["rows"].advice_names("train_iter", "before") == []  # show was removed
+    assert "show" not in namespace["rows"].advice_names("train_iter", "before")  # removed
 
 
 def _training(namespace: dict[str, Any], out: str) -> None:
