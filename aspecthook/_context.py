@@ -19,6 +19,7 @@ __all__ = [
     "RunnerOnRead",
     "is_runners_own",
     "runner_of",
+    "skip_in_error_advice",
 ]
 
 #: The runner whose ``run()`` is in progress in this context (thread / task), if any.
@@ -47,6 +48,7 @@ class CallContext:
         "_level",
         "_number",
         "_recovered",
+        "_settle",
         "_skipped",
         "instance",
         "joinpoint",
@@ -66,6 +68,9 @@ class CallContext:
     _data: dict[str, Any]
     _exception: BaseException | None
     _recovered: bool
+    #: What around advice left to do until error advice has decided how a failed call
+    #: ends (``_dispatch.after_error_advice``); unset until then, so it costs no call.
+    _settle: list[Callable[[bool], None]]
     _arounds: tuple[Callable[..., Any], ...]
     _level: int
     #: The call's number at a join point with a counter (see ``JoinPoint.counter``).
@@ -224,12 +229,27 @@ class CallContext:
         return branch
 
     def skip(self, value: Any = None) -> None:
-        """From before advice: do not run the target; ``value`` becomes the result."""
+        """From before advice: do not run the target; ``value`` becomes the result.
+
+        From error advice it raises ``UnsupportedAdviceError`` (in place of the call's
+        exception, chained to it): ``recover(value)`` is what makes a value the result
+        there. From after advice, where the target has run, it only sets ``result`` (as
+        assigning ``ctx.result`` does): telling that stage apart here would cost every
+        skipped call a check, so it is not refused (``docs/known-issues.md``).
+        """
         self._skipped = True
         self.result = value
 
     def recover(self, value: Any = None) -> None:
-        """From error advice: suppress the exception; ``value`` becomes the result."""
+        """From error advice: suppress the exception; ``value`` becomes the result.
+
+        Anywhere no exception is being handled (before, around or after advice of a call
+        that did not fail) it raises ``UnsupportedAdviceError``: it used to do nothing
+        there, or, from before advice, to suppress a later exception that no error advice
+        recovered. In after advice of a call error advice recovered it sets ``result``.
+        """
+        if self.exception is None:  # set by the dispatcher before error advice runs
+            raise _not_in_error_advice(self.joinpoint.name)
         self._recovered = True
         self.result = value
 
@@ -275,6 +295,31 @@ def _not_around(name: str) -> UnsupportedAdviceError:
         kind="proceed",
         target=name,
     )
+
+
+def _not_in_error_advice(name: str) -> UnsupportedAdviceError:
+    """The error for ``ctx.recover()`` called where no exception is being handled."""
+    return UnsupportedAdviceError(
+        f"ctx.recover() was called at {name!r} where no exception is being handled: only "
+        "error advice (@on_error) recovers, from the exception in ctx.exception; before "
+        "advice calls ctx.skip(value) to give a result without running the target, after "
+        "advice assigns ctx.result",
+        kind="recover",
+        target=name,
+    )
+
+
+def skip_in_error_advice(name: str, exc: BaseException) -> UnsupportedAdviceError:
+    """The error for ``ctx.skip()`` called by error advice (raised in place of ``exc``)."""
+    error = UnsupportedAdviceError(
+        f"ctx.skip() was called by error advice at {name!r}, where the target has already "
+        f"raised {type(exc).__qualname__}: call ctx.recover(value) there to suppress the "
+        "exception and make value the result (ctx.skip(value) is for before advice)",
+        kind="skip",
+        target=name,
+    )
+    error.__cause__ = exc
+    return error
 
 
 class RunnerOnRead(CallContext):

@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._context import CallContext, RunnerOnRead
+from ._context import CallContext, RunnerOnRead, skip_in_error_advice
 from .errors import UnsupportedAdviceError
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ __all__ = [
     "_FastRunnerContext",
     "_make_async_dispatch",
     "_make_dispatch",
+    "after_error_advice",
+    "error_advice_follows",
     "new_context",
 ]
 
@@ -129,17 +131,70 @@ def _handle_error(
     handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
 ) -> bool:
     """Run error advice; True when one recovered. A raising handler replaces ``exc``
-    (chained to it, see ``_chain_to``)."""
+    (chained to it, see ``_chain_to``). Then what advice left for this moment runs
+    (``after_error_advice``), told whether the call was recovered."""
     ctx.exception = exc
-    for fn in handlers:
-        try:
-            fn(ctx)
-        except Exception as new:
-            _chain_to(new, exc)
-            raise
-        if ctx.recovered:
-            return True
-    return False
+    recovered = False
+    try:
+        for fn in handlers:
+            try:
+                fn(ctx)
+            except Exception as new:
+                _chain_to(new, exc)
+                raise
+            if ctx.recovered:
+                recovered = True
+                return True
+            if ctx._skipped:  # only error advice can have set it: the target ran and raised
+                raise skip_in_error_advice(ctx.joinpoint.name, exc)
+        return False
+    finally:
+        _settle(ctx, recovered)
+
+
+def error_advice_follows(ctx: CallContext) -> bool:
+    """Whether an ``Exception`` that leaves the around advice asking, now, goes straight to
+    this call's error advice, so that ``after_error_advice`` can wait for its outcome.
+
+    True at a synchronous call run by the general dispatcher with error advice (the chain
+    whose around advice the context holds is still the join point's, and has error
+    advice: only ``_make_dispatch`` runs such a chain) when every around advice outside
+    the asking one passes exceptions through as they came (``Timed``, ``Logged``: those
+    that run as layers, ``runs_as_layer``). Asked on error paths only: it costs a call
+    nothing.
+    """
+    from ._advice import LAYER  # here: _advice is built on this module's neighbours
+
+    try:
+        level, arounds = ctx._level, ctx._arounds
+    except AttributeError:  # no around chain on this context (an async join point)
+        return False
+    chain = ctx.joinpoint._chain
+    if chain.around is not arounds or not chain.on_error:
+        return False
+    usable = [a for a in chain.entries.get("around", ()) if a not in chain.skipped]
+    if len(usable) != len(arounds):
+        return False
+    return all(getattr(a.fn, LAYER, None) is not None for a in usable[: level - 1])
+
+
+def after_error_advice(ctx: CallContext, settle: Callable[[bool], None]) -> None:
+    """Call ``settle(recovered)`` once this call's error advice has run: from error advice
+    itself, or from around advice for which ``error_advice_follows(ctx)`` is true."""
+    try:
+        ctx._settle.append(settle)
+    except AttributeError:
+        ctx._settle = [settle]
+
+
+def _settle(ctx: CallContext, recovered: bool) -> None:
+    try:
+        settles = ctx._settle
+    except AttributeError:
+        return
+    del ctx._settle
+    for settle in settles:
+        settle(recovered)
 
 
 def _chain_to(new: Exception, exc: Exception) -> None:
@@ -263,12 +318,19 @@ async def _handle_error_async(
     handlers: tuple[Callable[..., Any], ...], ctx: CallContext, exc: Exception
 ) -> bool:
     ctx.exception = exc
-    for fn in handlers:
-        try:
-            await _maybe_await(fn(ctx))
-        except Exception as new:
-            _chain_to(new, exc)
-            raise
-        if ctx.recovered:
-            return True
-    return False
+    recovered = False
+    try:
+        for fn in handlers:
+            try:
+                await _maybe_await(fn(ctx))
+            except Exception as new:
+                _chain_to(new, exc)
+                raise
+            if ctx.recovered:
+                recovered = True
+                return True
+            if ctx._skipped:  # as in _handle_error
+                raise skip_in_error_advice(ctx.joinpoint.name, exc)
+        return False
+    finally:
+        _settle(ctx, recovered)

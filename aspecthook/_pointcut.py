@@ -7,6 +7,7 @@ given with ``weave(..., name=)``). A pointcut is an exact name, a glob, a predic
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable
 from fnmatch import fnmatchcase
@@ -215,6 +216,7 @@ class Predicate(Pointcut):
             raise InvalidPointcutError(
                 f"Predicate({fn!r}) needs a callable taking the join point and returning a bool"
             )
+        _check_takes_one(fn)
         self._init(fn=fn)
 
     def matches(self, point: Point) -> bool:
@@ -300,8 +302,46 @@ def as_pointcut(value: object) -> Pointcut:
             return Glob(value)
         return Name(value)
     if callable(value):
-        return Predicate(value)
+        woven = _woven_name(value)
+        return Name(woven) if woven is not None else Predicate(value)
     raise InvalidPointcutError(
         f"{value!r} ({type(value).__name__}) is not a pointcut: give a join point name, "
         "a glob ('train_*'), a Pointcut, or a predicate taking the join point"
     )
+
+
+def _woven_name(value: object) -> str | None:
+    """The join point name of a woven callable (``before(f)`` after ``weave(f)`` means the
+    advice goes where ``f`` is woven), or None for any other callable, a predicate.
+
+    Without this a woven function was taken for a predicate: called with every join point
+    (its advice running at registration) and matching wherever it returned something true.
+    """
+    from ._proxy import _BoundJoinPointProxy, find_proxy  # the proxy module needs this one
+
+    if type(value) is _BoundJoinPointProxy:  # ``obj.method`` of a woven method
+        value = value._self_parent
+    proxy = find_proxy(value)
+    if proxy is None:
+        return None
+    name: str = proxy._self_joinpoint.name
+    return name
+
+
+def _check_takes_one(fn: Callable[..., object]) -> None:
+    """Refuse, at registration, a predicate that cannot be called with one argument."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C callables have none: trust them
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        name = getattr(fn, "__name__", repr(fn))
+        params = signature.replace(return_annotation=inspect.Signature.empty)
+        raise InvalidPointcutError(
+            f"{name}{params} cannot be a pointcut: a callable given as a pointcut is a "
+            "predicate, called with one argument (the join point) and returning a bool; to "
+            "select a function's own calls, weave it (weave(f) or weave('module.f')) and "
+            "give it or its name"
+        ) from None

@@ -17,6 +17,7 @@ import inspect
 import itertools
 import pkgutil
 import re
+import reprlib
 import sys
 import types
 import typing
@@ -117,10 +118,24 @@ def _other_object(target: Any) -> list[tuple[Any, str]]:
         return [_locate(target)]
     if inspect.isbuiltin(target) or inspect.ismethoddescriptor(target):
         raise _built_in_error(target)
+    if isinstance(target, (list, tuple, set, frozenset)):
+        raise _many_targets_error(target)
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",
         target=repr(target),
+    )
+
+
+def _many_targets_error(targets: Any) -> WeaveTargetError:
+    """Why a list, tuple or set of targets is refused: ``weave`` takes one target and
+    gives one handle, so the way to weave several is one call each, or one glob."""
+    return WeaveTargetError(
+        f"cannot weave a {type(targets).__name__} of targets {reprlib.repr(targets)}: "
+        "weave() takes one target; weave each (handles = [weave(t, ...) for t in "
+        "targets]; one aspect instance may be woven into all of them), or give one dotted "
+        "path with a glob matching them all ('pkg.module.*', 'pkg.module.Class.get_*')",
+        target=repr(targets),
     )
 
 

@@ -138,8 +138,9 @@ class UnsupportedAdviceError(AspectHookError, TypeError):
     woven through torch's module hooks, which run before and after ``forward`` and
     ``backward`` but never around them, and for ``ctx.proceed()`` at an async join point
     (around advice there calls the ``proceed`` it receives) or from advice that is not
-    around advice (only around advice runs the target). ``kind`` is the advice kind
-    (or ``'skip'`` / ``'proceed'``) and ``target`` names the join point.
+    around advice (only around advice runs the target), ``ctx.skip()`` from error advice
+    and ``ctx.recover()`` where no exception is being handled. ``kind`` is the advice kind
+    (or ``'skip'`` / ``'proceed'`` / ``'recover'``) and ``target`` names the join point.
     """
 
     def __init__(self, message: str, *, kind: str, target: str) -> None:

@@ -269,9 +269,10 @@ class Registry:
         try:
             value = _import(entry) if isinstance(entry, str) else entry.load()
         except (ImportError, AttributeError) as exc:
-            raise self._unusable(
-                name, f"{self.kind} type {what} cannot be loaded: {exc}; {_load_advice(entry, exc)}"
-            ) from exc
+            advice = _load_advice(entry, exc)
+            detail = f"{exc}; {advice}" if advice else str(exc)
+            message = f"{self.kind} type {what} cannot be loaded: {detail}"
+            raise self._unusable(name, message) from exc
         except Exception as exc:  # the module's own top-level code failed (a plugin's bug)
             raise self._unusable(
                 name,
@@ -533,6 +534,8 @@ def _load_advice(entry: str | importlib.metadata.EntryPoint, exc: Exception) -> 
     module = path.partition(":")[0].strip()
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     if missing and not _own_module(missing, module):
+        if "pip install" in str(exc):  # the module said what to install (aspecthook.train)
+            return ""
         return f"it needs {missing!r}, which is not installed: install it"
     if isinstance(entry, str):
         return "check the path ('package.module:Name') or install the package that provides it"

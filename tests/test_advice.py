@@ -224,6 +224,75 @@ def test_recover_suppresses_and_after_sees_the_value(weaver: ah.Weaver, point: s
     assert ran == [(-1, True)]
 
 
+@pytest.mark.parametrize("stage", ["before", "after", "around"])
+def test_recover_outside_error_advice_is_refused(weaver: ah.Weaver, point: str, stage: str) -> None:
+    """ctx.recover() where no exception is being handled raises UnsupportedAdviceError
+    saying what to call instead; it did nothing there (after advice: it set the result)."""
+    add = _declare(weaver, point)
+
+    def advice(ctx: Any, proceed: Any = None) -> Any:
+        ctx.recover(-1)
+        return proceed() if proceed is not None else None
+
+    getattr(weaver, stage)(point)(advice)
+    with pytest.raises(UnsupportedAdviceError, match=r"ctx\.recover\(\) was called .*error advice"):
+        add(1)
+
+
+def test_recover_in_before_advice_does_not_swallow_a_later_exception(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """recover() in before advice armed the recovery: a target that then raised returned
+    the before advice's value once any error advice ran, though none recovered. Now the
+    before advice's call is refused and the target never runs."""
+    add = _declare(weaver, point, fail=KeyError("missing"))
+    weaver.before(point)(lambda ctx: ctx.recover("early"))
+    weaver.on_error(point)(lambda ctx: None)
+    with pytest.raises(UnsupportedAdviceError):
+        add(1)
+    assert add.calls == []
+
+
+def test_recover_in_after_advice_of_a_recovered_call_sets_the_result(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """Where an exception was handled (error advice recovered it), recover() in after
+    advice is not refused: it sets the result."""
+    add = _declare(weaver, point, fail=KeyError("missing"))
+    weaver.on_error(point)(lambda ctx: ctx.recover(1))
+    weaver.after(point)(lambda ctx: ctx.recover(ctx.result + 1))
+    assert add(1) == 2
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_skip_in_error_advice_is_refused_chained_to_the_exception(
+    weaver: ah.Weaver, point: str, is_async: bool
+) -> None:
+    """ctx.skip(value) in error advice did nothing: the exception propagated, the value was
+    dropped. It raises UnsupportedAdviceError saying to call recover(), chained to the
+    call's exception."""
+    original = KeyError("missing")
+
+    if is_async:
+
+        @weaver.joinpoint(point)
+        async def target(x: int) -> int:
+            raise original
+
+    else:
+
+        @weaver.joinpoint(point)
+        def target(x: int) -> int:
+            raise original
+
+    weaver.on_error(point)(lambda ctx: ctx.skip(0))
+    message = r"ctx\.skip\(\) was called by error advice .*raised KeyError.*ctx\.recover\(value\)"
+    with pytest.raises(UnsupportedAdviceError, match=message) as raised:
+        asyncio.run(target(1)) if is_async else target(1)
+    assert raised.value.__cause__ is original
+    assert raised.value.kind == "skip"
+
+
 def test_on_error_raising_replaces_the_exception_chained(weaver: ah.Weaver, point: str) -> None:
     """An on_error advice that raises replaces the exception, with __cause__ the original."""
     original = KeyError("missing")

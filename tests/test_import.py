@@ -50,3 +50,28 @@ def test_registry_import_and_listing_stay_light() -> None:
         ]
     )
     assert not set(HEAVY) & _modules_after(code)
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("import aspecthook.train", "ModuleNotFoundError"),
+        ("from aspecthook.train.aspects import Checkpoint", "ModuleNotFoundError"),
+        (
+            "from aspecthook.registry import ASPECTS; ASPECTS.build({'type': 'Checkpoint'})",
+            "aspecthook.errors.UnknownAspectError",
+        ),
+    ],
+)
+def test_training_without_torch_says_which_extra_to_install(code: str, error: str) -> None:
+    """Where torch is not installed, reaching for the runner says to install the extra,
+    not only that a module named torch is missing (torch is hidden from the child here)."""
+    script = f"import sys\nsys.modules['torch'] = None\n{code}"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{error}: ")
+    assert "aspecthook.train (the Runner and the training aspects) needs PyTorch" in last
+    assert last.endswith("pip install 'aspecthook[torch]'")

@@ -11,7 +11,7 @@ import pytest
 
 import aspecthook as ah
 from aspecthook import Glob, Name, Pointcut, Predicate
-from aspecthook._pointcut import NormalizedName
+from aspecthook._pointcut import NormalizedName, as_pointcut
 from aspecthook.errors import InvalidPointcutError
 
 
@@ -440,3 +440,68 @@ def test_a_pointcut_that_raises_for_one_join_point_matches_nothing_there(
     assert seen == ["test_registry.forward"]
     failed = [e for e in logs if e["event"] == "joinpoint.pointcut_failed"]
     assert [e["joinpoint"] for e in failed] == ["test_registry_plain"]
+
+
+# -- a woven callable given where a pointcut goes ---------------------------------------------
+
+
+_CALLS: list[int] = []
+
+
+def _pointcut_target(x: int) -> int:
+    _CALLS.append(x)
+    return x
+
+
+def _other_target(x: int) -> int:
+    return x
+
+
+def test_a_woven_function_given_as_pointcut_selects_its_own_join_point(
+    weaver: ah.Weaver,
+) -> None:
+    """``before(f)`` after ``weave(f)`` advises f's calls, and f is not called to decide."""
+    seen: list[str] = []
+    _CALLS.clear()
+    weaver.weave(_pointcut_target, before=lambda ctx: None)
+    weaver.weave(_other_target, before=lambda ctx: None)
+    weaver.before(_pointcut_target)(lambda ctx: seen.append(ctx.joinpoint.name))
+    _other_target(1)
+    _pointcut_target(2)
+    name = f"{__name__}._pointcut_target"
+    assert _CALLS == [2]
+    assert seen == [name]
+    assert [row.joinpoint for row in ah.describe(_pointcut_target, weaver=weaver)] == [name] * 2
+
+
+class _Woven:
+    def m(self) -> str:
+        return "m"
+
+
+def test_a_woven_method_given_bound_or_from_its_class_selects_its_join_point(
+    weaver: ah.Weaver,
+) -> None:
+    """``obj.m`` and ``Cls.m`` of a woven method both stand for the method's join point."""
+    weaver.weave(_Woven.m, before=lambda ctx: None)
+    obj = _Woven()
+    for given in (obj.m, _Woven.m):
+        assert as_pointcut(given) == Name(f"{__name__}._Woven.m")
+        rows = ah.describe(given, weaver=weaver)
+        assert {row.joinpoint for row in rows} == {f"{__name__}._Woven.m"}
+
+
+def test_a_callable_that_cannot_take_the_join_point_is_refused_as_a_pointcut(
+    weaver: ah.Weaver,
+) -> None:
+    """A zero-argument function given as a pointcut is refused at once, saying what a
+    callable pointcut is, instead of a TypeError from inside the first match."""
+
+    def g() -> None:
+        pass
+
+    with pytest.raises(InvalidPointcutError, match=r"g\(\) cannot be a pointcut.*weave it"):
+        ah.describe(g)  # type: ignore[arg-type]
+    with pytest.raises(InvalidPointcutError, match="cannot be a pointcut"):
+        weaver.before(g)  # type: ignore[arg-type]
+    assert Predicate(bool).matches(at("a"))  # a callable with no signature is taken on trust

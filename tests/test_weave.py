@@ -1752,6 +1752,22 @@ def test_unweavable_object_is_refused(target: Any) -> None:
     assert ah.default_weaver.registered == []
 
 
+@pytest.mark.parametrize(
+    "targets",
+    [["json.dumps", "json.loads"], ("json.dumps",), {"json.dumps"}],
+    ids=["list", "tuple", "set"],
+)
+def test_several_targets_at_once_are_refused_saying_to_weave_each(targets: Any) -> None:
+    """``weave(['a', 'b'], ...)`` got the refusal of an object of no known kind ("give a
+    function, method, class ..."); it says that weave takes one target, and to weave each
+    or give one glob."""
+    kind = type(targets).__name__
+    message = rf"cannot weave a {kind} of targets .*weave each .*for t in targets.*glob"
+    with pytest.raises(WeaveTargetError, match=message):
+        ah.weave(targets, before=lambda ctx: None)
+    assert ah.default_weaver.registered == []
+
+
 # -- failures leave nothing half-patched -------------------------------------------------------
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 
 from .. import before, on_error
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext
+from .._dispatch import after_error_advice
+from .._fork import reset_locks_after_fork
 from .._priority import Priority, PriorityLike
 from .._typing import Unpack
 
@@ -19,8 +22,9 @@ class Counted(Aspect):
 
     ``weave(target, Counted())`` counts a callable; ``register(Counted(pointcut='*'))``
     named join points. A call is counted when it starts (``HIGHEST`` before advice), an
-    exception when the call raises it (``on_error`` advice); the exception propagates
-    unchanged.
+    exception when the call raises it (``on_error`` advice) and no error advice recovers
+    it (``ctx.recover``: the caller got a value), whatever the order of the error advice;
+    the exception propagates unchanged.
 
     What ``error_counts`` leaves out, because on_error advice never sees it:
 
@@ -42,9 +46,14 @@ class Counted(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
-        self._lock = threading.Lock()
+        self._reset_locks()
+        reset_locks_after_fork(self)  # a fork while another thread counts: not held
         self._calls: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
+        self._lock = threading.Lock()
 
     @before()
     def count_call(self, ctx: CallContext) -> None:
@@ -54,9 +63,15 @@ class Counted(Aspect):
 
     @on_error()
     def count_error(self, ctx: CallContext) -> None:
-        """Count one exception (an ``Exception``) raised by a call of this join point."""
-        with self._lock:
-            self._errors[ctx.joinpoint.name] += 1
+        """Count one exception (an ``Exception``) raised by a call of this join point,
+        once the call's error advice has run, unless one recovered (the caller got a
+        value): whatever the order of the error advice."""
+        after_error_advice(ctx, functools.partial(self._count_error, ctx.joinpoint.name))
+
+    def _count_error(self, name: str, recovered: bool) -> None:
+        if not recovered:
+            with self._lock:
+                self._errors[name] += 1
 
     @property
     def counts(self) -> Counter[str]:

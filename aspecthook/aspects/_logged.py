@@ -31,6 +31,7 @@ whose events are rendered with ``json`` again, without end.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import logging
@@ -50,6 +51,7 @@ from .. import around
 from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
+from .._dispatch import after_error_advice, error_advice_follows
 from .._joinpoint import JoinPoint, new_context
 from .._typing import Unpack
 from ..errors import InvalidOptionError
@@ -280,16 +282,25 @@ class Logged(Aspect):
     ``outcome`` and ``duration_ms``. The outcome is ``'ok'`` (logged at ``level``),
     ``'error'`` for any exception, ``KeyboardInterrupt`` and ``SystemExit`` included
     (logged at ``error_level`` with ``exc_info``, the exception, so structlog renders its
-    traceback), or ``'cancelled'`` for ``asyncio.CancelledError`` (a cancelled task, an
-    expired ``asyncio.timeout``: logged at ``level``, without a traceback, as it is how
-    asyncio stops work, not a failure). An ``async`` call is logged when it completes, and
-    so is a coroutine a synchronous callable returns (an async function behind a plain
-    decorator); a generator function's call when it returns the generator.
+    traceback), ``'recovered'`` for an exception that error advice recovered
+    (``ctx.recover``: logged at ``level`` with the ``result`` the caller got and the
+    exception summarised as ``error``; this needs every around advice outside ``Logged``
+    to be ``Timed`` or ``Logged``, at a synchronous join point, else the call is logged
+    as what came out of ``proceed()``, an error; ``docs/known-issues.md``), or
+    ``'cancelled'`` for ``asyncio.CancelledError`` (a cancelled task, an expired
+    ``asyncio.timeout``: logged at ``level``, without a traceback, as it is how asyncio
+    stops work, not a failure).
+    An ``async`` call is logged when it completes, and so is a coroutine a synchronous
+    callable returns (an async function behind a plain decorator); a generator
+    function's call when it returns the generator.
 
     Context variables ``joinpoint`` (this call) and ``joinpoint_stack`` (the Logged calls
     in progress, outermost first) are bound while the call runs (a returned coroutine
-    included, while it is awaited), when ``level`` is enabled. With only ``error_level``
-    enabled, failures are still logged; with neither, the call costs a cached level check.
+    included, while it is awaited), when ``level`` is enabled. The stack is not capped:
+    a recursive join point adds a name per level (``docs/known-issues.md`` says how to
+    trim it where events are rendered; a cap would be a test on every logged call).
+    With only ``error_level`` enabled, failures are still logged; with neither, the call
+    costs a cached level check.
 
     ``logger=`` is the structlog logger to write to (default: this module's).
 
@@ -361,7 +372,7 @@ class Logged(Aspect):
             try:
                 result = proceed()
             except BaseException as exc:
-                self._emit(ctx, self._emit_error, exc, start)
+                self._emit_failure(ctx, exc, start, None)
                 raise
             if type(result) is CoroutineType:  # an async function behind a plain decorator
                 return self._log_async(ctx, result, mode, start)
@@ -432,7 +443,7 @@ class Logged(Aspect):
             try:
                 result = proceed()
             except BaseException as exc:
-                self._emit(ctx, self._emit_error, exc, start)
+                self._emit_failure(ctx, exc, start, _STACK.get() if entered else None)
                 raise
             if type(result) is CoroutineType:
                 return self._log_async(ctx, result, _FULL, start)
@@ -460,6 +471,38 @@ class Logged(Aspect):
             if entered is not None:
                 self._safely(ctx, self._exit, entered)
 
+    def _emit_failure(
+        self, ctx: CallContext, exc: BaseException, start: float, stack: tuple[str, ...] | None
+    ) -> None:
+        """Log a synchronous call that raised ``exc`` now, or, where error advice follows
+        (``error_advice_follows``), once it has run: as recovered if one recovered it.
+        ``stack`` is ``joinpoint_stack`` as bound for the call (None: not bound)."""
+        if isinstance(exc, Exception) and error_advice_follows(ctx):
+            end = time.perf_counter()
+            settle = functools.partial(self._emit_settled, ctx, exc, start, end, stack)
+            after_error_advice(ctx, settle)
+        else:
+            self._emit(ctx, self._emit_error, exc, start)
+
+    def _emit_settled(
+        self,
+        ctx: CallContext,
+        exc: BaseException,
+        start: float,
+        end: float,
+        stack: tuple[str, ...] | None,
+        recovered: bool,
+    ) -> None:
+        """Log a failed call once its error advice has run (``_emit_failure``), with the
+        context variables of the call bound again, and its duration until it raised."""
+        entered = None if stack is None else self._safely(ctx, self._enter_again, stack)
+        try:
+            step = self._emit_recovered if recovered else self._emit_error
+            self._emit(ctx, step, exc, start - (time.perf_counter() - end))
+        finally:
+            if entered is not None:
+                self._safely(ctx, self._exit, entered)
+
     # -- steps (each run through _safely) ----------------------------------------------
 
     def _enter(self, ctx: CallContext) -> tuple[Any, ...]:
@@ -467,6 +510,12 @@ class Logged(Aspect):
         stack = (*_STACK.get(), name)
         token = _STACK.set(stack)
         tokens = structlog.contextvars.bind_contextvars(joinpoint=name, joinpoint_stack=stack)
+        return token, tokens
+
+    def _enter_again(self, stack: tuple[str, ...]) -> tuple[Any, ...]:
+        """``_enter`` once the call has returned: ``stack`` as it was bound for it."""
+        token = _STACK.set(stack)
+        tokens = structlog.contextvars.bind_contextvars(joinpoint=stack[-1], joinpoint_stack=stack)
         return token, tokens
 
     def _exit(self, entered: tuple[Any, ...]) -> None:
@@ -503,6 +552,18 @@ class Logged(Aspect):
         fields = self._fields(ctx, start)
         fields["outcome"] = "error"
         getattr(self.logger, self.error_level)(self.event, exc_info=exc, **fields)
+
+    def _emit_recovered(self, ctx: CallContext, exc: BaseException, start: float) -> None:
+        """Log a call whose exception error advice recovered: the caller got ``result``,
+        so it is logged at ``level`` (when enabled), with the exception as ``error``."""
+        if self._ask_levels() != _FULL:  # level disabled (errors-only calls come here)
+            return
+        fields = self._fields(ctx, start)
+        if self.log_result:
+            fields["result"] = self._summary.summary(ctx.result)
+        fields["outcome"] = "recovered"
+        fields["error"] = self._summary.summary(exc)
+        getattr(self.logger, self.level)(self.event, **fields)
 
     def _fields(self, ctx: CallContext, start: float) -> dict[str, Any]:
         duration_ms = round((time.perf_counter() - start) * 1e3, 3)

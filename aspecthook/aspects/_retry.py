@@ -13,6 +13,7 @@ import builtins
 import inspect
 import math
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
@@ -47,6 +48,18 @@ _JITTER = random.SystemRandom()
 # keep a program running after Ctrl-C or ``sys.exit()``, or a task after its cancellation.
 _STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
 
+# Exception groups: builtins from Python 3.11; before, the backport that anyio and trio
+# raise, where it is installed (else a Python 3.10 program has none to retry).
+if sys.version_info >= (3, 11):
+    _GROUPS: tuple[type[builtins.BaseExceptionGroup[Any]], ...] = (builtins.BaseExceptionGroup,)
+else:  # pragma: no cover - Python 3.10
+    try:
+        from exceptiongroup import BaseExceptionGroup as _Backport
+
+        _GROUPS = (_Backport,)
+    except ImportError:
+        _GROUPS = ()
+
 
 class Retry(Aspect):
     """Retry the target when it raises one of ``on``: at most ``attempts`` calls in all.
@@ -61,6 +74,12 @@ class Retry(Aspect):
     one (chained to it). ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
     ``asyncio.CancelledError`` stop work, so they propagate at once even under
     ``on=BaseException``; ``on=`` naming one of them is refused.
+
+    An exception group (``ExceptionGroup``, e.g. from an ``asyncio.TaskGroup``) is retried
+    when every exception in it is one of ``on`` (as ``except*`` with those classes would
+    handle all of it), or when the group itself is (``on=ExceptionGroup``, or the default
+    ``on=Exception``); a group holding anything else, or anything that stops work, is
+    not retried.
 
     For a generator function the retried call is the one that creates the generator, not
     its iteration. A synchronous callable that returns a coroutine (an async function
@@ -146,8 +165,8 @@ class Retry(Aspect):
                 if attempt > 1:
                     _start_again(ctx, args, kwargs)
                 result = proceed()
-            except self.on as exc:
-                if isinstance(exc, _STOPS):
+            except BaseException as exc:
+                if not self._retryable(exc):
                     raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
@@ -185,14 +204,22 @@ class Retry(Aspect):
                 if attempt > 1:
                     _start_again(ctx, args, kwargs)
                 return await proceed()
-            except self.on as exc:
-                if isinstance(exc, _STOPS):
+            except BaseException as exc:
+                if not self._retryable(exc):
                     raise
                 if attempt >= self.attempts:
                     self._give_up(ctx, exc)
                     raise
                 await self._pause(self._next_delay(ctx, exc, attempt))
             attempt += 1
+
+    def _retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is one of ``on`` and stops no work; an exception group is when
+        every exception in it (``except*`` would handle it whole) is, or when it is one
+        of ``on`` itself and holds nothing that stops work."""
+        if isinstance(exc, _GROUPS):
+            return exc.subgroup(_STOPS) is None and exc.split(self.on)[1] is None
+        return isinstance(exc, self.on) and not isinstance(exc, _STOPS)
 
     def _pause(self, delay: float) -> Awaitable[Any]:
         """``async_sleep(delay)``, checked to be something to await."""

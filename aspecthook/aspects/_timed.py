@@ -11,6 +11,7 @@ The sketch lives in ``_sketch`` (re-exported here), the trace file's format in `
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -26,6 +27,8 @@ from .. import around
 from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
+from .._dispatch import after_error_advice, error_advice_follows
+from .._fork import reset_locks_after_fork
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
 from .._rich import import_rich, render
@@ -122,7 +125,12 @@ class Timed(Aspect):
     it is exhausted or closed (a generator returned by another callable, which may be
     shared, is not iterated through a timer: the call alone is timed). Calls that raise
     are timed too; ``errors`` counts those that raised an ``Exception`` (a cancelled or
-    interrupted call is a call, not an error, as in ``Counted``). Quantiles come from a
+    interrupted call is a call, not an error, as in ``Counted``). A call whose exception
+    error advice recovers (``ctx.recover``) returned a value to its caller, and is no
+    error when ``Timed`` is the outermost around advice at a synchronous join point (its
+    place by default; ``Logged`` outside it is no obstacle); inside other around advice,
+    or at an async join point, it counts what came out of ``proceed()``
+    (``docs/known-issues.md``). Quantiles come from a
     ``QuantileSketch`` (1% relative error, bounded memory). ``trace=True`` also keeps up to
     ``max_events`` calls for ``export_chrome_trace``; later ones are counted in
     ``dropped_events``.
@@ -150,13 +158,18 @@ class Timed(Aspect):
         self.trace = bool(trace)
         self.max_events = max_events
         self.dropped_events = 0
-        # Reentrant: a signal handler or a garbage-collected generator may record while
-        # this thread holds it; a plain Lock would deadlock there.
-        self._lock = threading.RLock()
+        self._reset_locks()
+        reset_locks_after_fork(self)  # a fork while another thread records: not held
         self._stats: dict[str, _Stats] = {}
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
         self._events: list[tuple[str, int, int, int, bool, bool]] = []
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
+        # Reentrant: a signal handler or a garbage-collected generator may record while
+        # this thread holds it; a plain Lock would deadlock there.
+        self._lock = threading.RLock()
 
     # -- the advice -------------------------------------------------------------------
 
@@ -171,7 +184,13 @@ class Timed(Aspect):
         try:
             result = proceed()
         except BaseException as exc:
-            self._record_safely(jp, start, _clock() - start, isinstance(exc, Exception))
+            elapsed = _clock() - start
+            if isinstance(exc, Exception) and error_advice_follows(ctx):
+                # An error only if no error advice recovers it (see the class docstring).
+                settle = functools.partial(self._record_failure, jp, start, elapsed)
+                after_error_advice(ctx, settle)
+            else:
+                self._record_safely(jp, start, elapsed, isinstance(exc, Exception))
             raise
         elapsed = _clock() - start
         if jp.is_generator and type(result) is GeneratorType:
@@ -244,6 +263,11 @@ class Timed(Aspect):
             raise
         self._record_safely(jp, start, _clock() - start, False, concurrent=True)
         return result
+
+    def _record_failure(self, jp: JoinPoint, start: int, elapsed: int, recovered: bool) -> None:
+        """Record a call that raised, once its error advice has run: an error unless one
+        recovered it."""
+        self._record_safely(jp, start, elapsed, not recovered)
 
     def _record_safely(
         self, jp: JoinPoint, start: int, duration: int, failed: bool, *, concurrent: bool = False

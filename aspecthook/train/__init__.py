@@ -10,6 +10,17 @@ mapping or a YAML / TOML file through the registries ``MODELS``, ``OPTIMIZERS``,
 
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401  (the one dependency of this package: said when missing)
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        "aspecthook.train (the Runner and the training aspects) needs PyTorch, which is not "
+        "installed: pip install 'aspecthook[torch]'",
+        name="torch",
+    ) from error
+
 from ._config import DATASETS, LOSSES, MODELS, OPTIMIZERS, SCHEDULERS
 from ._datasets import RandomClassification, RandomRegression
 from ._runner import JOINPOINTS, Runner, seed_everything

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import functools
 import multiprocessing
 import random
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -204,6 +206,93 @@ def test_an_async_call_interrupted_or_cancelled_is_never_retried(
     with ah.weave(astop, aspect), capture_logs() as logs, pytest.raises(kind):
         asyncio.run(astop(kind))
     assert (stopped_calls, slept, logs) == ([kind], [], [])
+
+
+# -- exception groups --------------------------------------------------------------------------
+
+group_calls: list[int] = []
+needs_groups = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="exception groups and asyncio.TaskGroup are Python 3.11+"
+)
+
+
+def _built(leaves: list[Any]) -> list[BaseException]:
+    """``leaves`` with each ``(message, exceptions)`` pair made an ExceptionGroup: made
+    only when a test runs (Python 3.10 has none)."""
+    return [builtins.ExceptionGroup(*leaf) if isinstance(leaf, tuple) else leaf for leaf in leaves]
+
+
+def fail_as_a_group(*leaves: BaseException) -> str:
+    """Raises a group of ``leaves`` on the first two calls, then returns 'done'."""
+    group_calls.append(1)
+    if len(group_calls) <= 2:
+        raise builtins.BaseExceptionGroup("several", list(leaves))
+    return "done"
+
+
+async def gather_in_a_task_group(failures: int) -> str:
+    """What an async join point running a TaskGroup raises: an ExceptionGroup of the
+    tasks' exceptions (here a ConnectionError, ``failures`` times)."""
+    group_calls.append(1)
+
+    async def connect() -> None:
+        if len(group_calls) <= failures:
+            raise ConnectionError("refused")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(connect())
+    return "done"
+
+
+@needs_groups
+def test_a_task_group_of_exceptions_in_on_is_retried_at_an_async_join_point() -> None:
+    """A TaskGroup raises ExceptionGroup([ConnectionError()]): Retry(on=ConnectionError)
+    let it through at once, as the group is no ConnectionError; every exception in it
+    is one, as ``except* ConnectionError`` would handle it whole, so it is retried."""
+    group_calls.clear()
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    aspect = Retry(attempts=3, on=ConnectionError, jitter=0, async_sleep=fake_sleep)
+    with ah.weave(gather_in_a_task_group, aspect), capture_logs() as logs:
+        assert asyncio.run(gather_in_a_task_group(2)) == "done"
+    assert len(group_calls) == 3
+    assert len(slept) == 2
+    assert logs[0]["error"].startswith("ExceptionGroup: unhandled errors in a TaskGroup")
+
+
+@pytest.mark.parametrize(
+    ("on", "leaves", "retried"),
+    [
+        (ConnectionError, [ConnectionError(), ConnectionError()], True),
+        ((ConnectionError, TimeoutError), [("inner", [TimeoutError()])], True),
+        ("ExceptionGroup", [KeyError()], True),  # the group itself is one of on=
+        (ConnectionError, [ConnectionError(), KeyError()], False),  # not all of it
+        (Exception, [ConnectionError(), asyncio.CancelledError()], False),
+        (BaseException, [KeyboardInterrupt()], False),  # stops work, whatever on= says
+    ],
+    ids=["all", "nested", "group-in-on", "mixed", "cancelled", "interrupt"],
+)
+@needs_groups
+def test_an_exception_group_is_retried_when_all_of_it_is_retryable(
+    on: Any, leaves: list[Any], retried: bool
+) -> None:
+    """A group is retried when every exception in it is one of on= and none stops work
+    (or when on= names the group's own class); otherwise it propagates at once, the
+    same object."""
+    group_calls.clear()
+    leaves = _built(leaves)
+    aspect, sleeps = retry(attempts=3, on=on)
+    with ah.weave(fail_as_a_group, aspect), capture_logs():
+        if retried:
+            assert fail_as_a_group(*leaves) == "done"
+        else:
+            with pytest.raises(builtins.BaseExceptionGroup) as raised:
+                fail_as_a_group(*leaves)
+            assert list(raised.value.exceptions) == leaves
+    assert (len(group_calls), len(sleeps)) == ((3, 2) if retried else (1, 0))
 
 
 def test_a_single_exception_class_is_a_filter_too(flaky: Flaky) -> None:
