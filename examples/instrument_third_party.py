@@ -100,11 +100,16 @@ def main() -> int:
 
         trace = json.loads((work / "trace.json").read_text())
         events = trace["traceEvents"]
+        calls = [e for e in events if e["ph"] == "X"]
+        metadata = [e for e in events if e["ph"] == "M"]  # process and thread names
         print("\n--- trace.json: Trace Event Format, open it in https://ui.perfetto.dev ---")
-        print(f"{len(events)} complete events ('ph': 'X'), one per call:")
-        for name, count in sorted(Counter(e["name"] for e in events).items()):
+        print(f"{len(calls)} complete events ('ph': 'X'), one per call:")
+        for name, count in sorted(Counter(e["name"] for e in calls).items()):
             print(f"  {count:3} x {name}")
-        print("first event:", json.dumps(events[0]))
+        print("first call:", json.dumps(calls[0]))
+        print(f"and {len(metadata)} metadata events ('ph': 'M'):")
+        for event in metadata:
+            print(f"  {event['name']}: {event['args']['name']}")
     return 0
 
 

@@ -158,9 +158,9 @@ _OPENMMLAB = {
     ("GradientCumulativeOptimizerHook", "cumulative_iters"): (
         "OpenMMLab's cumulative_iters is steps here: write steps: {value}"
     ),
-    ("CheckpointHook", "out_dir"): "checkpoints go to the run's folder: write work_dir: "
+    ("CheckpointHook", "out_dir"): "Checkpoints go to the run's folder: write work_dir: "
     "at the top level of the config",
-    ("EmptyCacheHook", "after_iter"): "the cache is emptied after every epoch; write "
+    ("EmptyCacheHook", "after_iter"): "The cache is emptied after every epoch; write "
     "interval: 1 to empty it after every iteration too",
     ("CheckpointHook", "save_begin"): "OpenMMLab's save_begin (the first epoch or "
     "iteration to save at) is not save_best, and has no counterpart here: checkpoints are "

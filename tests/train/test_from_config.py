@@ -573,6 +573,22 @@ def test_an_openmmlab_parameter_under_its_hook_name_says_what_to_write(
         Runner.from_config(_config(aspects=[entry]))
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "CheckpointHook", "out_dir": "ckpt"},
+        {"type": "EmptyCacheHook", "after_iter": True},
+        {"type": "EMAHook", "momentum": 0.0002},
+    ],
+    ids=["out_dir", "after_iter", "momentum"],
+)
+def test_what_to_write_for_an_openmmlab_parameter_is_a_sentence(entry: dict[str, Any]) -> None:
+    """The hint after the list of parameters starts a sentence of its own, capitalised."""
+    with pytest.raises(ConfigError) as caught:
+        Runner.from_config(_config(aspects=[entry]))
+    assert re.search(r"order_before\. [A-Z]", str(caught.value)), str(caught.value)
+
+
 def test_hook_objects_and_classes_are_aspects_in_a_config() -> None:
     """As Runner(aspects=[...]) takes them: a hook object, or its class by path."""
     _CountingHook.calls = 0
