@@ -19,6 +19,7 @@ from ._advice_checks import (
     _check_errors,
     _check_every,
     _check_name,
+    _check_once,
     _check_rank,
     _check_window,
     _names,
@@ -142,7 +143,7 @@ class Advice(Generic[P, R]):
         self.priority = resolve_priority(priority)
         self.every = _check_every(every)
         self.window = _check_window(window, self.every)
-        self.once = bool(once)
+        self.once = _check_once(once)
         self.when = _check_callable("when", when)
         self.rank = _check_rank(rank)
         self.errors = _check_errors(errors)

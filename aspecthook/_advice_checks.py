@@ -23,6 +23,7 @@ __all__ = [
     "_check_errors",
     "_check_every",
     "_check_name",
+    "_check_once",
     "_check_rank",
     "_check_window",
     "_names",
@@ -69,6 +70,17 @@ def _check_window(window: object, every: int | None) -> int:
         "ending at each n-th call, on which the advice runs",
         option="window",
         value=window,
+    )
+
+
+def _check_once(once: object) -> bool:
+    if isinstance(once, bool):
+        return once
+    raise InvalidOptionError(
+        f"once={once!r} is not a bool: give once=True to run the advice on the first call "
+        "only, or leave it out",
+        option="once",
+        value=once,
     )
 
 

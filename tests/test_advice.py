@@ -1194,6 +1194,13 @@ def test_compatible_signatures_are_accepted(
 # -- bad option values -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("once", ["yes", "no", 1, None])
+def test_once_that_is_not_a_bool_is_refused(weaver: ah.Weaver, point: str, once: Any) -> None:
+    """``once='no'`` ran the advice once (a non-empty string is true); only a bool is taken."""
+    with pytest.raises(InvalidOptionError, match=rf"once={once!r} is not a bool: give once=True"):
+        weaver.before(point, once=once)(lambda ctx: None)
+
+
 def test_a_window_longer_than_every_is_refused(weaver: ah.Weaver, point: str) -> None:
     """window= must be from 1 to every=; the message says so."""
     for window in (0, 4, 1.5):
