@@ -80,8 +80,11 @@ from ._checkpoint_files import (
     _delete,
     _digest,
     _find,
+    _read_latest,
     _record,
     _settled,
+    _undeletable_error,
+    _write_error,
     _write_manifest,
     _WriteJob,
 )
@@ -171,6 +174,10 @@ class Checkpoint(Aspect):
         self._resumed: weakref.WeakSet[Any] = weakref.WeakSet()
         # The write in flight on the background thread (rank 0), at most one.
         self._write_job: _WriteJob | None = None
+        # The bytes of 'latest' as this aspect last wrote or found them (None: no file),
+        # once known: another run writing to the folder changes them (_write_latest).
+        self._latest_bytes: bytes | None = None
+        self._latest_known = False
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -201,11 +208,14 @@ class Checkpoint(Aspect):
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
+        _check_alone(self, runner)
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
         if self.resume is not None and runner not in self._resumed:
             self._resume(runner, folder)
         self._resumed.add(runner)
+        if runner.rank == 0:
+            self._latest_bytes, self._latest_known = _read_latest(folder), True
         self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
@@ -411,6 +421,7 @@ class Checkpoint(Aspect):
         before using them."""
         try:
             folder = job.folder
+            self._check_latest(folder)  # before any file: another run's may have this name
             digest = _digest(job.data)
             for name in job.names:
                 listed = self._records.get(name)
@@ -422,13 +433,17 @@ class Checkpoint(Aspect):
                     # after the replace leaves a file it accepts, not one it calls corrupt.
                     following = {**digest, "epoch": job.epoch, "iter": job.iter}
                     self._records[name] = {**listed, "next": following}
-                    _write_manifest(folder, self._manifest(self._listed_best, []))
+                    job.step = LATEST
+                    self._write_latest(folder, self._manifest(self._listed_best, []))
+                job.step = name
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
                 self._latest = name
             for name in job.doomed:
                 self._records.pop(name, None)
-            _write_manifest(folder, self._manifest(job.best, job.doomed))
+            job.step = LATEST
+            self._write_latest(folder, self._manifest(job.best, job.doomed))
+            job.moved = True
             self._listed_best = job.best
             _delete(folder, job.doomed)
         except BaseException as exc:  # handed to the training thread (_finish_write)
@@ -436,6 +451,22 @@ class Checkpoint(Aspect):
         finally:
             job.data.release()
             job.done.set()
+
+    def _check_latest(self, folder: Path) -> None:
+        """Raise if ``latest`` is not as this aspect last wrote or found it: another run
+        writes checkpoints to the folder (a user mistake), which must not go unnoticed."""
+        if self._latest_known and _read_latest(folder) != self._latest_bytes:
+            raise RunnerError(
+                f"Checkpoint: {str(folder / LATEST)!r} changed since this run last wrote or "
+                "read it: another run writes checkpoints to this folder; give each run its "
+                "own work_dir, and resume this one from its own"
+            )
+
+    def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
+        """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
+        self._check_latest(folder)
+        self._latest_bytes = _write_manifest(folder, manifest)
+        self._latest_known = True
 
     def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
         """The ``latest`` manifest of the files written so far; ``delete``: the files it
@@ -454,14 +485,9 @@ class Checkpoint(Aspect):
         if job is None:
             return
         if job.error is not None:
-            if not isinstance(job.error, Exception):  # KeyboardInterrupt during a write
-                raise job.error
-            names = ", ".join(job.names)
-            raise RunnerError(
-                f"Checkpoint could not write {names} in {str(job.folder)!r} "
-                f"({type(job.error).__name__}: {job.error}); 'latest' still names the last "
-                "complete checkpoint: free space or fix the folder's permissions and resume"
-            ) from job.error
+            if not isinstance(job.error, Exception) or isinstance(job.error, RunnerError):
+                raise job.error  # KeyboardInterrupt during a write, or another run's folder
+            raise _write_error(job) from job.error
         for name in job.names:
             _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
 
@@ -549,10 +575,25 @@ class Checkpoint(Aspect):
         self._listed_best = self.best_file
         if writer:  # finish deletions a killed run decided on but did not get to
             pending = (manifest or {}).get("delete") or []
-            _delete(folder, [name for name in pending if name not in self._records])
+            try:
+                _delete(folder, [name for name in pending if name not in self._records])
+            except OSError as exc:
+                raise _undeletable_error(exc, path) from exc
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _check_alone(checkpoint: Checkpoint, runner: Any) -> None:
+    """Refuse a second ``Checkpoint`` on one runner: both would write ``work_dir/latest``,
+    each dropping the other's files from it."""
+    others = [a.name for a in runner.aspects if isinstance(a, Checkpoint) and a is not checkpoint]
+    if others:
+        raise RunnerError(
+            f"the runner has two Checkpoint aspects ({checkpoint.name!r} and {others[0]!r}), "
+            "which would both write the manifest 'latest' in work_dir: keep one (it saves "
+            "on its interval and keeps the best checkpoint too, with save_best=)"
+        )
 
 
 def _folder(runner: Any) -> Path:
