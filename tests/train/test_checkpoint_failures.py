@@ -261,3 +261,35 @@ def test_a_second_checkpoint_on_one_runner_is_refused_before_training(tmp_path: 
         runner.run()
     assert runner.iter == 0
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["with-latest", "without-latest"])
+def test_a_folder_whose_checkpoints_are_all_unusable_is_an_error_not_a_fresh_start(
+    tmp_path: Path, manifest: bool
+) -> None:
+    """Every checkpoint damaged (or the one ``latest`` names deleted, with no other): each
+    is reported, and the run stops before a fresh start writes over them."""
+    _runner(tmp_path, 4, max_keep=1).run()
+    (tmp_path / "iter_4.pt").write_bytes(b"half a checkpoint")
+    if not manifest:
+        (tmp_path / "latest").unlink()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    runner = _runner(tmp_path, 8, resume="auto")
+    with (
+        pytest.warns(RuntimeWarning, match=r"iter_4\.pt is unusable"),
+        pytest.raises(RunnerError, match=r"holds checkpoints, but none is usable.*out of the"),
+    ):
+        runner.run()
+    assert runner.iter == 0
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_latest_naming_a_deleted_file_resumes_from_the_one_before(tmp_path: Path) -> None:
+    """The file ``latest`` names was deleted by hand: reported by name, and the run
+    resumes from the newest file it still lists."""
+    _runner(tmp_path, 4).run()
+    (tmp_path / "iter_4.pt").unlink()
+    runner = _runner(tmp_path, 4, resume="auto")
+    with pytest.warns(RuntimeWarning, match=r"iter_4\.pt is unusable \(the file is missing\)"):
+        runner.run()
+    assert _latest_iter(tmp_path) == 4  # resumed at 2, trained to 4 and saved it again

@@ -275,7 +275,8 @@ def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
 
 
 def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], Any] | None:
-    """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
+    """(path, payload, manifest) of the checkpoint to resume from; None if there is none,
+    an error if there are some and none is usable.
 
     Without a readable ``latest`` (a first save cut short before it, files copied without
     it) the folder's checkpoint files (``names``) are all tried and the one furthest into
@@ -311,8 +312,12 @@ def _find(source: Path, names: re.Pattern[str]) -> tuple[Path, dict[str, Any], A
             furthest = (progress, path, payload)
     if furthest is not None:
         return furthest[1], furthest[2], manifest
-    if candidates:
-        _report(source, "no usable checkpoint in this folder", "starting from scratch")
+    if candidates:  # a fresh start would write over them (and over 'latest')
+        raise RunnerError(
+            f"cannot resume from {str(source)!r}: it holds checkpoints, but none is usable "
+            "(each is named in a warning above); move them and 'latest' out of the folder "
+            "to start afresh, or give resume= a checkpoint that is usable"
+        )
     return None
 
 
