@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from _fixtures import make_runner, one_thread
+from _fixtures import make_dataset, make_loader, make_model, make_runner, one_thread
 
 from aspecthook import Aspect, CallContext, Priority
 from aspecthook.errors import RunnerError
@@ -293,3 +293,26 @@ def test_latest_naming_a_deleted_file_resumes_from_the_one_before(tmp_path: Path
     with pytest.warns(RuntimeWarning, match=r"iter_4\.pt is unusable \(the file is missing\)"):
         runner.run()
     assert _latest_iter(tmp_path) == 4  # resumed at 2, trained to 4 and saved it again
+
+
+def test_save_optimizer_false_into_other_param_groups_says_what_differs(tmp_path: Path) -> None:
+    """A checkpoint without the optimizer, resumed into an optimizer with other param
+    groups: the LR each group reached cannot be carried over, so the resume stops saying
+    how many groups each has; it went on with the new groups' initial LRs."""
+    make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[Checkpoint(save_optimizer=False)]).run()
+    model = make_model()
+    groups = [{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.05}]
+    runner = Runner(
+        model,
+        torch.optim.SGD(groups, lr=0.1),
+        make_loader(make_dataset(N), BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        work_dir=tmp_path,
+        max_epochs=2,
+        aspects=[Checkpoint(resume="auto")],
+    )
+    with pytest.raises(
+        RunnerError, match=r"save_optimizer=False .*1 param group\(s\), this one has 2"
+    ):
+        runner.run()
+    assert runner.iter == 0

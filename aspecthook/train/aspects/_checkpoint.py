@@ -523,9 +523,8 @@ class Checkpoint(Aspect):
             get_logger().info("checkpoint.none_found", folder=str(source))
             return
         path, payload, manifest = found
-        state = _runner_state(runner, payload)
         try:
-            runner.load_state_dict(state)  # this aspect's kept/best come back through it too
+            runner.load_state_dict(_runner_state(runner, payload))  # this aspect's kept/best come back through it too
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise RunnerError(
                 f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
@@ -609,7 +608,15 @@ def _runner_state(runner: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
         fresh = runner.optimizer.state_dict()
         groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
-        if groups is not None and len(groups) == len(fresh["param_groups"]):
+        if groups is not None and len(groups) != len(fresh["param_groups"]):
+            # The LR each group reached (and a scheduler's per-group state) would not fit.
+            raise ValueError(
+                f"it was saved with save_optimizer=False from an optimizer with {len(groups)} "
+                f"param group(s), this one has {len(fresh['param_groups'])}: the learning "
+                "rates reached cannot be carried over group by group; build the optimizer "
+                "with the same groups"
+            )
+        if groups is not None:
             # The settings this optimizer has (another kind keeps its own: AdamW's
             # betas), and the schedulers' initial_lr.
             fresh["param_groups"] = [
