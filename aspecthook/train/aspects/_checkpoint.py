@@ -64,6 +64,7 @@ from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
 from ._checkpoint_checks import (
+    _check_alone,
     _check_storable,
     _max_keep,
     _positive,
@@ -80,6 +81,7 @@ from ._checkpoint_files import (
     _delete,
     _digest,
     _find,
+    _other_run_error,
     _read_latest,
     _record,
     _settled,
@@ -208,7 +210,7 @@ class Checkpoint(Aspect):
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
-        _check_alone(self, runner)
+        _check_alone(self, runner, Checkpoint)
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
         if self.resume is not None and runner not in self._resumed:
@@ -456,11 +458,7 @@ class Checkpoint(Aspect):
         """Raise if ``latest`` is not as this aspect last wrote or found it: another run
         writes checkpoints to the folder (a user mistake), which must not go unnoticed."""
         if self._latest_known and _read_latest(folder) != self._latest_bytes:
-            raise RunnerError(
-                f"Checkpoint: {str(folder / LATEST)!r} changed since this run last wrote or "
-                "read it: another run writes checkpoints to this folder; give each run its "
-                "own work_dir, and resume this one from its own"
-            )
+            raise _other_run_error(folder)
 
     def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
         """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
@@ -523,8 +521,8 @@ class Checkpoint(Aspect):
             get_logger().info("checkpoint.none_found", folder=str(source))
             return
         path, payload, manifest = found
-        try:
-            runner.load_state_dict(_runner_state(runner, payload))  # this aspect's kept/best come back through it too
+        try:  # this aspect's kept/best come back through it too
+            runner.load_state_dict(_runner_state(runner, payload))
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise RunnerError(
                 f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
@@ -581,18 +579,6 @@ class Checkpoint(Aspect):
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _check_alone(checkpoint: Checkpoint, runner: Any) -> None:
-    """Refuse a second ``Checkpoint`` on one runner: both would write ``work_dir/latest``,
-    each dropping the other's files from it."""
-    others = [a.name for a in runner.aspects if isinstance(a, Checkpoint) and a is not checkpoint]
-    if others:
-        raise RunnerError(
-            f"the runner has two Checkpoint aspects ({checkpoint.name!r} and {others[0]!r}), "
-            "which would both write the manifest 'latest' in work_dir: keep one (it saves "
-            "on its interval and keeps the best checkpoint too, with save_best=)"
-        )
 
 
 def _folder(runner: Any) -> Path:

@@ -1,8 +1,8 @@
 """The checks ``Checkpoint`` makes before anything is written.
 
-Its options, all at construction, and whether a state can be stored: at the start of a
-run (so a state a checkpoint cannot hold fails then, not at the first save) and in each
-save. Separate from ``_checkpoint`` because they only say what is wrong and what to give
+Its options, all at construction; whether a state can be stored: at the start of a run
+(so a state a checkpoint cannot hold fails then, not at the first save) and in each save;
+and that it is the runner's only ``Checkpoint``, at the start of a run. Separate from ``_checkpoint`` because they only say what is wrong and what to give
 instead; the aspect keeps the checked values.
 """
 
@@ -20,7 +20,15 @@ from ._checkpoint_files import LATEST
 from ._options import check_count
 from ._rules import infer_rule
 
-__all__ = ["_check_storable", "_max_keep", "_positive", "_resume_option", "_rule", "_template"]
+__all__ = [
+    "_check_alone",
+    "_check_storable",
+    "_max_keep",
+    "_positive",
+    "_resume_option",
+    "_rule",
+    "_template",
+]
 
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
@@ -60,6 +68,18 @@ def _unstorable(value: Any, where: str) -> str | None:
         if bad is not None:
             return bad
     return None
+
+
+def _check_alone(checkpoint: Any, runner: Any, kind: type) -> None:
+    """Refuse a second ``Checkpoint`` (``kind``) on one runner: both would write
+    ``work_dir/latest``, each dropping the other's files from it."""
+    others = [a.name for a in runner.aspects if isinstance(a, kind) and a is not checkpoint]
+    if others:
+        raise RunnerError(
+            f"the runner has two Checkpoint aspects ({checkpoint.name!r} and {others[0]!r}), "
+            "which would both write the manifest 'latest' in work_dir: keep one (it saves "
+            "on its interval and keeps the best checkpoint too, with save_best=)"
+        )
 
 
 # -- option checks (all at construction) ------------------------------------------------------

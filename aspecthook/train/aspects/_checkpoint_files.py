@@ -37,6 +37,7 @@ __all__ = [
     "_delete",
     "_digest",
     "_find",
+    "_other_run_error",
     "_read_latest",
     "_record",
     "_settled",
@@ -186,6 +187,15 @@ def _read_latest(folder: Path) -> bytes | None:
 def _delete(folder: Path, names: list[str]) -> None:
     for name in names:
         (folder / name).unlink(missing_ok=True)
+
+
+def _other_run_error(folder: Path) -> RunnerError:
+    """The error of a save that finds ``latest`` changed since this run wrote or read it."""
+    return RunnerError(
+        f"Checkpoint: {str(folder / LATEST)!r} changed since this run last wrote or read "
+        "it: another run writes checkpoints to this folder; give each run its own "
+        "work_dir, and resume this one from its own"
+    )
 
 
 def _undeletable_error(exc: OSError, resumed_from: Path) -> RunnerError:
