@@ -19,7 +19,7 @@ import torch
 from _fixtures import make_dataset, make_loader, make_model, make_runner, one_thread
 
 from aspecthook import Aspect, CallContext, Priority
-from aspecthook.errors import RunnerError
+from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
 from aspecthook.train.aspects import Checkpoint, _checkpoint
 
@@ -316,3 +316,19 @@ def test_save_optimizer_false_into_other_param_groups_says_what_differs(tmp_path
     ):
         runner.run()
     assert runner.iter == 0
+
+
+@pytest.mark.parametrize("name", ["latest", "sub/extra.pt", "../extra.pt"])
+def test_save_refuses_a_name_that_is_not_a_file_of_work_dir(tmp_path: Path, name: str) -> None:
+    """``save(runner, 'latest')`` would write the checkpoint over the manifest (and the
+    manifest over it), and a name with a folder is one no manifest may list: refused,
+    saying what to give; the folder is left as it was."""
+    checkpoint = Checkpoint()
+    runner = make_runner(tmp_path, n=N, batch_size=BATCH, aspects=[checkpoint])
+    runner.run()
+    (tmp_path / "sub").mkdir()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(InvalidOptionError, match=r"give the name of a file to write in work_dir"):
+        checkpoint.save(runner, name)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert not any((tmp_path / "sub").iterdir())

@@ -70,6 +70,7 @@ from ._checkpoint_checks import (
     _positive,
     _resume_option,
     _rule,
+    _save_name,
     _template,
 )
 from ._checkpoint_files import (
@@ -319,7 +320,7 @@ class Checkpoint(Aspect):
         Returns the file on rank 0 (written when this returns), None elsewhere. Training
         saves through the same path, without waiting for the write.
         """
-        name = name or self._last_name(runner)
+        name = _save_name(name) or self._last_name(runner)
         self._save(runner, name, background=False)
         return _folder(runner) / name if runner.rank == 0 else None
 

@@ -2,7 +2,8 @@
 
 Its options, all at construction; whether a state can be stored: at the start of a run
 (so a state a checkpoint cannot hold fails then, not at the first save) and in each save;
-and that it is the runner's only ``Checkpoint``, at the start of a run. Separate from ``_checkpoint`` because they only say what is wrong and what to give
+and that it is the runner's only ``Checkpoint``, at the start of a run.
+Separate from ``_checkpoint`` because they only say what is wrong and what to give
 instead; the aspect keeps the checked values.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
-from ._checkpoint_files import LATEST
+from ._checkpoint_files import LATEST, _plain_name
 from ._options import check_count
 from ._rules import infer_rule
 
@@ -27,6 +28,7 @@ __all__ = [
     "_positive",
     "_resume_option",
     "_rule",
+    "_save_name",
     "_template",
 ]
 
@@ -144,6 +146,19 @@ def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
             value=filename_tmpl,
         )
     return filename_tmpl
+
+
+def _save_name(name: Any) -> Any:
+    """``Checkpoint.save``'s ``name``: a file in work_dir, as the manifest lists only those
+    (and ``latest`` is the manifest itself)."""
+    if name and not _plain_name(name):  # None (or ''): the usual name
+        raise InvalidOptionError(
+            f"Checkpoint.save(runner, name={name!r}): give the name of a file to write in "
+            "work_dir, e.g. 'extra_4.pt' (no folder; 'latest' is the manifest's name)",
+            option="name",
+            value=name,
+        )
+    return name
 
 
 def _resume_option(resume: str | os.PathLike[str] | None) -> str | Path | None:

@@ -38,6 +38,7 @@ __all__ = [
     "_digest",
     "_find",
     "_other_run_error",
+    "_plain_name",
     "_read_latest",
     "_record",
     "_settled",
