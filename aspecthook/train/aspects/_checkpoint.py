@@ -20,6 +20,9 @@ naming a complete, verifiable file: the newest one whose write had finished (a k
 a write is in flight loses that save, not the one before). A save onto a name the manifest
 already lists (saved again at the same step) first writes a manifest that admits the new
 bytes too (``next`` in its record), so a kill after the replace leaves a file it accepts.
+Before a write's first file and before each manifest, the writer checks that ``latest``
+holds what this run last wrote or found there: another run writing checkpoints to the
+folder (a user's mistake) stops this run at its next save, before it writes over that run's.
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
