@@ -332,3 +332,40 @@ def test_save_refuses_a_name_that_is_not_a_file_of_work_dir(tmp_path: Path, name
         checkpoint.save(runner, name)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
     assert not any((tmp_path / "sub").iterdir())
+
+
+# -- interrupted while a write is in flight --------------------------------------------------
+
+
+def test_ctrl_c_while_waiting_for_a_write_lets_it_finish_and_run_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C arrives while the training thread waits for the write in flight (the next
+    save): ``run()`` raises it once that write is complete, with no writer left running,
+    no temp file, and ``latest`` naming the file, which a new run resumes from."""
+    real_join, real_replace = threading.Thread.join, os.replace
+    interrupted = threading.Event()
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "iter_2.pt":  # still in flight when the next save waits
+            assert interrupted.wait(30)
+        real_replace(src, dst)
+
+    def join(self: threading.Thread, timeout: float | None = None) -> None:
+        if self.name == "aspecthook-checkpoint-writer" and not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt  # as a signal does, while join() blocks
+        real_join(self, timeout)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(threading.Thread, "join", join)
+    with pytest.raises(KeyboardInterrupt):
+        _runner(tmp_path, 8).run()
+    monkeypatch.undo()
+    assert interrupted.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "aspecthook-checkpoint-writer"]
+    assert not list(tmp_path.glob(".*.ckpt-tmp"))
+    assert _latest_iter(tmp_path) == 2
+    resumed = _runner(tmp_path, 8, resume="auto")
+    resumed.run()
+    assert resumed.iter == 8
