@@ -369,3 +369,32 @@ def test_ctrl_c_while_waiting_for_a_write_lets_it_finish_and_run_returns(
     resumed = _runner(tmp_path, 8, resume="auto")
     resumed.run()
     assert resumed.iter == 8
+
+
+# -- a checkpoint of another model ---------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_model_says_which_keys_and_shapes_differ(tmp_path: Path) -> None:
+    """The error names the file and each difference: the keys one side lacks and the
+    shapes that differ, from both sides, so the user sees which change broke it."""
+    _runner(tmp_path, 4).run()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    model.add_module("3", torch.nn.Linear(3, 3))
+    runner = Runner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        make_loader(make_dataset(N), BATCH),
+        loss_fn=torch.nn.functional.cross_entropy,
+        work_dir=tmp_path,
+        max_iters=8,
+        aspects=[Checkpoint(2, by_epoch=False, resume="auto")],
+    )
+    with pytest.raises(RunnerError) as info:
+        runner.run()
+    message = str(info.value)
+    assert "iter_4.pt" in message
+    assert 'Missing key(s) in state_dict: "3.weight", "3.bias"' in message
+    assert "size mismatch for 0.weight" in message
+    assert "torch.Size([16, 4]) from checkpoint" in message
+    assert "torch.Size([8, 4])" in message
