@@ -398,3 +398,12 @@ def test_a_checkpoint_of_another_model_says_which_keys_and_shapes_differ(tmp_pat
     assert "size mismatch for 0.weight" in message
     assert "torch.Size([16, 4]) from checkpoint" in message
     assert "torch.Size([8, 4])" in message
+
+
+def test_a_newer_manifest_whose_fields_differ_is_still_refused_as_newer(tmp_path: Path) -> None:
+    """A newer format may lay its records out otherwise: it is refused as newer, not
+    reported unreadable and skipped for the files."""
+    _runner(tmp_path, 4).run()
+    (tmp_path / "latest").write_text(json.dumps({"format": 2, "checkpoints": {"a": [1]}}))
+    with pytest.raises(RunnerError, match=r"format 2, written by a newer aspecthook"):
+        _runner(tmp_path, 8, resume="auto").run()

@@ -218,13 +218,16 @@ def _read_manifest(
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_bytes())
+        manifest: dict[str, Any] = json.loads(path.read_bytes())
+        if isinstance(manifest, dict):  # a newer format first: its fields may differ
+            _check_format(path, manifest.get("format"), "manifest")
         _check_manifest(manifest)
+    except RunnerError:
+        raise  # a newer format (a ValueError too): an error, not a manifest to skip
     except (OSError, ValueError) as exc:
         _report(path, f"unreadable manifest: {exc}", action)
         return {}
-    _check_format(path, manifest.get("format"), "manifest")
-    return manifest  # type: ignore[no-any-return]  # checked by _check_manifest
+    return manifest
 
 
 def _check_manifest(manifest: Any) -> None:
