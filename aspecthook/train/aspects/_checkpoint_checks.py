@@ -72,7 +72,7 @@ def _unstorable(value: Any, where: str) -> str | None:
     return None
 
 
-def _check_alone(checkpoint: Any, runner: Any, kind: type) -> None:
+def _check_alone(checkpoint: Any, runner: Any, kind: type[Any]) -> None:
     """Refuse a second ``Checkpoint`` (``kind``) on one runner: both would write
     ``work_dir/latest``, each dropping the other's files from it."""
     others = [a.name for a in runner.aspects if isinstance(a, kind) and a is not checkpoint]
