@@ -407,3 +407,20 @@ def test_a_newer_manifest_whose_fields_differ_is_still_refused_as_newer(tmp_path
     (tmp_path / "latest").write_text(json.dumps({"format": 2, "checkpoints": {"a": [1]}}))
     with pytest.raises(RunnerError, match=r"format 2, written by a newer aspecthook"):
         _runner(tmp_path, 8, resume="auto").run()
+
+
+def test_one_checkpoint_given_to_runners_in_two_folders_refuses_to_mix_them(
+    tmp_path: Path,
+) -> None:
+    """A ``Checkpoint`` keeps the records of the folder it last saved to: saving another
+    runner's folder with it would write a manifest of the wrong files, so it is refused,
+    saying to give each runner its own; the first folder is left as it was."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    checkpoint = Checkpoint()
+    runner = make_runner(first, n=N, batch_size=BATCH, aspects=[checkpoint])
+    runner.run()
+    make_runner(second, n=N, batch_size=BATCH, lr=0.5, aspects=[checkpoint]).run()
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    with pytest.raises(RunnerError, match=r"last saved to '.*second'.*its own Checkpoint"):
+        checkpoint.save(runner, "extra_4.pt")
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before

@@ -85,6 +85,7 @@ from ._checkpoint_files import (
     _delete,
     _digest,
     _find,
+    _other_folder_error,
     _other_run_error,
     _read_latest,
     _record,
@@ -180,10 +181,10 @@ class Checkpoint(Aspect):
         self._resumed: weakref.WeakSet[Any] = weakref.WeakSet()
         # The write in flight on the background thread (rank 0), at most one.
         self._write_job: _WriteJob | None = None
-        # The bytes of 'latest' as this aspect last wrote or found them (None: no file),
-        # once known: another run writing to the folder changes them (_write_latest).
+        # The folder this aspect last wrote to or started a run in, and the bytes of its
+        # 'latest' then (None: no file): another run writing there changes them.
+        self._latest_folder: Path | None = None
         self._latest_bytes: bytes | None = None
-        self._latest_known = False
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -221,7 +222,7 @@ class Checkpoint(Aspect):
             self._resume(runner, folder)
         self._resumed.add(runner)
         if runner.rank == 0:
-            self._latest_bytes, self._latest_known = _read_latest(folder), True
+            self._latest_folder, self._latest_bytes = folder.resolve(), _read_latest(folder)
         self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
@@ -460,15 +461,20 @@ class Checkpoint(Aspect):
 
     def _check_latest(self, folder: Path) -> None:
         """Raise if ``latest`` is not as this aspect last wrote or found it: another run
-        writes checkpoints to the folder (a user mistake), which must not go unnoticed."""
-        if self._latest_known and _read_latest(folder) != self._latest_bytes:
+        writes checkpoints to the folder (a user mistake), which must not go unnoticed; or
+        if the aspect's records are another folder's (one aspect given to two runners)."""
+        if self._latest_folder is None:
+            return
+        if folder.resolve() != self._latest_folder:  # one folder, however it is spelt
+            raise _other_folder_error(folder, self._latest_folder)
+        if _read_latest(folder) != self._latest_bytes:
             raise _other_run_error(folder)
 
     def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
         """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
         self._check_latest(folder)
         self._latest_bytes = _write_manifest(folder, manifest)
-        self._latest_known = True
+        self._latest_folder = folder.resolve()
 
     def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
         """The ``latest`` manifest of the files written so far; ``delete``: the files it

@@ -37,6 +37,7 @@ __all__ = [
     "_delete",
     "_digest",
     "_find",
+    "_other_folder_error",
     "_other_run_error",
     "_plain_name",
     "_read_latest",
@@ -188,6 +189,15 @@ def _read_latest(folder: Path) -> bytes | None:
 def _delete(folder: Path, names: list[str]) -> None:
     for name in names:
         (folder / name).unlink(missing_ok=True)
+
+
+def _other_folder_error(folder: Path, known: Path) -> RunnerError:
+    """The error of a save to ``folder`` by a ``Checkpoint`` whose records are ``known``'s."""
+    return RunnerError(
+        f"Checkpoint: this aspect last saved to {str(known)!r} and keeps that folder's "
+        f"records, so it cannot write the manifest of {str(folder)!r}: give each runner its "
+        "own Checkpoint"
+    )
 
 
 def _other_run_error(folder: Path) -> RunnerError:
