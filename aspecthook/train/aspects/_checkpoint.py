@@ -20,6 +20,9 @@ naming a complete, verifiable file: the newest one whose write had finished (a k
 a write is in flight loses that save, not the one before). A save onto a name the manifest
 already lists (saved again at the same step) first writes a manifest that admits the new
 bytes too (``next`` in its record), so a kill after the replace leaves a file it accepts.
+Before a write's first file and before each manifest, the writer checks that ``latest``
+holds what this run last wrote or found there: another run writing checkpoints to the
+folder (a user's mistake) stops this run at its next save, before it writes over that run's.
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -64,11 +67,13 @@ from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import capture_all_ranks, restore_own_rank
 from ._checkpoint_checks import (
+    _check_alone,
     _check_storable,
     _max_keep,
     _positive,
     _resume_option,
     _rule,
+    _save_name,
     _template,
 )
 from ._checkpoint_files import (
@@ -80,8 +85,13 @@ from ._checkpoint_files import (
     _delete,
     _digest,
     _find,
+    _other_folder_error,
+    _other_run_error,
+    _read_latest,
     _record,
     _settled,
+    _undeletable_error,
+    _write_error,
     _write_manifest,
     _WriteJob,
 )
@@ -171,6 +181,10 @@ class Checkpoint(Aspect):
         self._resumed: weakref.WeakSet[Any] = weakref.WeakSet()
         # The write in flight on the background thread (rank 0), at most one.
         self._write_job: _WriteJob | None = None
+        # The folder this aspect last wrote to or started a run in, and the bytes of its
+        # 'latest' then (None: no file): another run writing there changes them.
+        self._latest_folder: Path | None = None
+        self._latest_bytes: bytes | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -207,11 +221,14 @@ class Checkpoint(Aspect):
             for stale in folder.glob(f".*{_TMP_SUFFIX}"):  # left by a write that was killed
                 stale.unlink(missing_ok=True)
         _check_storable(runner.state_dict(), "runner.state_dict()")  # fail now, not at save
+        _check_alone(self, runner, Checkpoint)
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
         if self.resume is not None and runner not in self._resumed:
             self._resume(runner, folder)
         self._resumed.add(runner)
+        if runner.rank == 0:
+            self._latest_folder, self._latest_bytes = folder.resolve(), _read_latest(folder)
         self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
@@ -313,7 +330,7 @@ class Checkpoint(Aspect):
         Returns the file on rank 0 (written when this returns), None elsewhere. Training
         saves through the same path, without waiting for the write.
         """
-        name = name or self._last_name(runner)
+        name = _save_name(name) or self._last_name(runner)
         self._save(runner, name, background=False)
         return _folder(runner) / name if runner.rank == 0 else None
 
@@ -417,6 +434,7 @@ class Checkpoint(Aspect):
         before using them."""
         try:
             folder = job.folder
+            self._check_latest(folder)  # before any file: another run's may have this name
             digest = _digest(job.data)
             for name in job.names:
                 listed = self._records.get(name)
@@ -428,13 +446,17 @@ class Checkpoint(Aspect):
                     # after the replace leaves a file it accepts, not one it calls corrupt.
                     following = {**digest, "epoch": job.epoch, "iter": job.iter}
                     self._records[name] = {**listed, "next": following}
-                    _write_manifest(folder, self._manifest(self._listed_best, []))
+                    job.step = LATEST
+                    self._write_latest(folder, self._manifest(self._listed_best, []))
+                job.step = name
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
                 self._latest = name
             for name in job.doomed:
                 self._records.pop(name, None)
-            _write_manifest(folder, self._manifest(job.best, job.doomed))
+            job.step = LATEST
+            self._write_latest(folder, self._manifest(job.best, job.doomed))
+            job.moved = True
             self._listed_best = job.best
             _delete(folder, job.doomed)
         except BaseException as exc:  # handed to the training thread (_finish_write)
@@ -442,6 +464,23 @@ class Checkpoint(Aspect):
         finally:
             job.data.release()
             job.done.set()
+
+    def _check_latest(self, folder: Path) -> None:
+        """Raise if ``latest`` is not as this aspect last wrote or found it: another run
+        writes checkpoints to the folder (a user mistake), which must not go unnoticed; or
+        if the aspect's records are another folder's (one aspect given to two runners)."""
+        if self._latest_folder is None:
+            return
+        if folder.resolve() != self._latest_folder:  # one folder, however it is spelt
+            raise _other_folder_error(folder, self._latest_folder)
+        if _read_latest(folder) != self._latest_bytes:
+            raise _other_run_error(folder)
+
+    def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
+        """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
+        self._check_latest(folder)
+        self._latest_bytes = _write_manifest(folder, manifest)
+        self._latest_folder = folder.resolve()
 
     def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
         """The ``latest`` manifest of the files written so far; ``delete``: the files it
@@ -460,14 +499,9 @@ class Checkpoint(Aspect):
         if job is None:
             return
         if job.error is not None:
-            if not isinstance(job.error, Exception):  # KeyboardInterrupt during a write
-                raise job.error
-            names = ", ".join(job.names)
-            raise RunnerError(
-                f"Checkpoint could not write {names} in {str(job.folder)!r} "
-                f"({type(job.error).__name__}: {job.error}); 'latest' still names the last "
-                "complete checkpoint: free space or fix the folder's permissions and resume"
-            ) from job.error
+            if not isinstance(job.error, Exception) or isinstance(job.error, RunnerError):
+                raise job.error  # KeyboardInterrupt during a write, or another run's folder
+            raise _write_error(job) from job.error
         for name in job.names:
             _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
 
@@ -505,9 +539,8 @@ class Checkpoint(Aspect):
                 get_logger().info("checkpoint.none_found", folder=str(source))
             return
         path, payload, manifest = found
-        state = _runner_state(runner, payload)
-        try:
-            runner.load_state_dict(state)  # this aspect's kept/best come back through it too
+        try:  # this aspect's kept/best come back through it too
+            runner.load_state_dict(_runner_state(runner, payload))
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise RunnerError(
                 f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
@@ -566,7 +599,10 @@ class Checkpoint(Aspect):
         self._listed_best = self.best_file
         if writer:  # finish deletions a killed run decided on but did not get to
             pending = (manifest or {}).get("delete") or []
-            _delete(folder, [name for name in pending if name not in self._records])
+            try:
+                _delete(folder, [name for name in pending if name not in self._records])
+            except OSError as exc:
+                raise _undeletable_error(exc, path) from exc
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -585,7 +621,15 @@ def _runner_state(runner: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
         fresh = runner.optimizer.state_dict()
         groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
-        if groups is not None and len(groups) == len(fresh["param_groups"]):
+        if groups is not None and len(groups) != len(fresh["param_groups"]):
+            # The LR each group reached (and a scheduler's per-group state) would not fit.
+            raise ValueError(
+                f"it was saved with save_optimizer=False from an optimizer with {len(groups)} "
+                f"param group(s), this one has {len(fresh['param_groups'])}: the learning "
+                "rates reached cannot be carried over group by group; build the optimizer "
+                "with the same groups"
+            )
+        if groups is not None:
             # The settings this optimizer has (another kind keeps its own: AdamW's
             # betas), and the schedulers' initial_lr.
             fresh["param_groups"] = [

@@ -1,8 +1,9 @@
 """The checks ``Checkpoint`` makes before anything is written.
 
-Its options, all at construction, and whether a state can be stored: at the start of a
-run (so a state a checkpoint cannot hold fails then, not at the first save) and in each
-save. Separate from ``_checkpoint`` because they only say what is wrong and what to give
+Its options, all at construction; whether a state can be stored: at the start of a run
+(so a state a checkpoint cannot hold fails then, not at the first save) and in each save;
+and that it is the runner's only ``Checkpoint``, at the start of a run.
+Separate from ``_checkpoint`` because they only say what is wrong and what to give
 instead; the aspect keeps the checked values.
 """
 
@@ -16,11 +17,20 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointNotFoundError, InvalidOptionError, RunnerError
-from ._checkpoint_files import LATEST
+from ._checkpoint_files import LATEST, _plain_name
 from ._options import check_count
 from ._rules import infer_rule
 
-__all__ = ["_check_storable", "_max_keep", "_positive", "_resume_option", "_rule", "_template"]
+__all__ = [
+    "_check_alone",
+    "_check_storable",
+    "_max_keep",
+    "_positive",
+    "_resume_option",
+    "_rule",
+    "_save_name",
+    "_template",
+]
 
 _PLAIN = frozenset((bool, int, float, complex, str, bytes, type(None)))
 
@@ -60,6 +70,18 @@ def _unstorable(value: Any, where: str) -> str | None:
         if bad is not None:
             return bad
     return None
+
+
+def _check_alone(checkpoint: Any, runner: Any, kind: type[Any]) -> None:
+    """Refuse a second ``Checkpoint`` (``kind``) on one runner: both would write
+    ``work_dir/latest``, each dropping the other's files from it."""
+    others = [a.name for a in runner.aspects if isinstance(a, kind) and a is not checkpoint]
+    if others:
+        raise RunnerError(
+            f"the runner has two Checkpoint aspects ({checkpoint.name!r} and {others[0]!r}), "
+            "which would both write the manifest 'latest' in work_dir: keep one (it saves "
+            "on its interval and keeps the best checkpoint too, with save_best=)"
+        )
 
 
 # -- option checks (all at construction) ------------------------------------------------------
@@ -124,6 +146,19 @@ def _template(filename_tmpl: str | None, by_epoch: bool) -> str:
             value=filename_tmpl,
         )
     return filename_tmpl
+
+
+def _save_name(name: Any) -> Any:
+    """``Checkpoint.save``'s ``name``: a file in work_dir, as the manifest lists only those
+    (and ``latest`` is the manifest itself)."""
+    if name and not _plain_name(name):  # None (or ''): the usual name
+        raise InvalidOptionError(
+            f"Checkpoint.save(runner, name={name!r}): give the name of a file to write in "
+            "work_dir, e.g. 'extra_4.pt' (no folder; 'latest' is the manifest's name)",
+            option="name",
+            value=name,
+        )
+    return name
 
 
 def _resume_option(resume: str | os.PathLike[str] | None) -> str | Path | None:

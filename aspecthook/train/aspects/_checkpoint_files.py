@@ -37,8 +37,14 @@ __all__ = [
     "_delete",
     "_digest",
     "_find",
+    "_other_folder_error",
+    "_other_run_error",
+    "_plain_name",
+    "_read_latest",
     "_record",
     "_settled",
+    "_undeletable_error",
+    "_write_error",
     "_write_manifest",
 ]
 
@@ -48,6 +54,8 @@ _FORMAT = 1
 _TMP_SUFFIX = ".ckpt-tmp"
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
+#: The fields of a manifest's record of one checkpoint and their types.
+_RECORD = {"size": int, "sha256": str, "iter": int}
 
 
 class _Unusable(Exception):
@@ -69,6 +77,35 @@ class _WriteJob:
     thread: threading.Thread = field(init=False)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    step: str = ""  # the file being written when it failed ("latest": the manifest)
+    moved: bool = False  # the manifest names the new files: only deletions were left
+
+
+def _write_error(job: _WriteJob) -> RunnerError:
+    """The error a failed write raises on the training thread: which file, and whether
+    ``latest`` still names the checkpoint before (it does unless only deletions failed)."""
+    cause = f"{type(job.error).__name__}: {job.error}"
+    folder = str(job.folder)
+    if job.moved:
+        return RunnerError(
+            f"Checkpoint wrote {', '.join(job.names)} in {folder!r} and 'latest' names it, "
+            f"but could not delete {', '.join(job.doomed)}, which it drops ({cause}): fix "
+            "the folder's permissions and resume (a resume deletes them)"
+        )
+    names = ", ".join(job.names)
+    what = f"the manifest 'latest' for {names}" if job.step == LATEST else job.step or names
+    error = job.error
+    if isinstance(error, FileNotFoundError) and str(error.filename).endswith(_TMP_SUFFIX):
+        return RunnerError(  # deleted as a killed run's by a run that started in the folder
+            f"Checkpoint could not write {what} in {folder!r}: its temp file was deleted "
+            "while it was written, as a run starting in a folder deletes those a killed run "
+            "left; another run writes checkpoints to this folder: give each run its own "
+            "work_dir, and resume this one from its own"
+        )
+    return RunnerError(
+        f"Checkpoint could not write {what} in {folder!r} ({cause}); 'latest' still names "
+        "the last complete checkpoint: free space or fix the folder's permissions and resume"
+    )
 
 
 def _atomic_write(path: Path, data: bytes | memoryview) -> None:
@@ -132,14 +169,54 @@ def _holds(path: Path, version: dict[str, Any]) -> bool:
     return _sha256(path) == version.get("sha256")
 
 
-def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> bytes:
+    """Write ``manifest`` as ``latest``; return the bytes written."""
     # One line: the C encoder (an indented dump runs the pure-Python one).
-    _atomic_write(folder / LATEST, json.dumps(manifest, sort_keys=True).encode())
+    data = json.dumps(manifest, sort_keys=True).encode()
+    _atomic_write(folder / LATEST, data)
+    return data
+
+
+def _read_latest(folder: Path) -> bytes | None:
+    """The bytes of the folder's ``latest``; None if there is none (or it cannot be read:
+    its reader reports that)."""
+    try:
+        return (folder / LATEST).read_bytes()
+    except OSError:
+        return None
 
 
 def _delete(folder: Path, names: list[str]) -> None:
     for name in names:
         (folder / name).unlink(missing_ok=True)
+
+
+def _other_folder_error(folder: Path, known: Path) -> RunnerError:
+    """The error of a save to ``folder`` by a ``Checkpoint`` whose records are ``known``'s."""
+    return RunnerError(
+        f"Checkpoint: this aspect last saved to {str(known)!r} and keeps that folder's "
+        f"records, so it cannot write the manifest of {str(folder)!r}: give each runner its "
+        "own Checkpoint"
+    )
+
+
+def _other_run_error(folder: Path) -> RunnerError:
+    """The error of a save that finds ``latest`` changed since this run wrote or read it."""
+    return RunnerError(
+        f"Checkpoint: {str(folder / LATEST)!r} changed since this run last wrote or read "
+        "it: another run writes checkpoints to this folder; give each run its own "
+        "work_dir, and resume this one from its own"
+    )
+
+
+def _undeletable_error(exc: OSError, resumed_from: Path) -> RunnerError:
+    """The error of a resume that cannot delete a file its manifest dropped."""
+    return RunnerError(
+        f"Checkpoint resumed from {str(resumed_from)!r} but could not delete "
+        f"{exc.filename!r}, which its manifest drops ({type(exc).__name__}: "
+        f"{exc.strerror or exc}): fix the folder's permissions, or delete the file, and "
+        "run again"
+    )
 
 
 def _read_manifest(
@@ -151,14 +228,54 @@ def _read_manifest(
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_bytes())
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
-            raise ValueError("not a checkpoint manifest")
+        manifest: dict[str, Any] = json.loads(path.read_bytes())
+        if isinstance(manifest, dict):  # a newer format first: its fields may differ
+            _check_format(path, manifest.get("format"), "manifest")
+        _check_manifest(manifest)
+    except RunnerError:
+        raise  # a newer format (a ValueError too): an error, not a manifest to skip
     except (OSError, ValueError) as exc:
         if not quiet:
             _report(path, f"unreadable manifest: {exc}", action)
         return {}
     return manifest
+
+
+def _check_manifest(manifest: Any) -> None:
+    """Raise ``ValueError`` unless ``manifest`` is one this version wrote (or one it may
+    read): its names are plain file names, as it deletes files by them and loads them."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), dict):
+        raise ValueError("not a checkpoint manifest")
+    records: dict[Any, Any] = manifest["checkpoints"]
+    delete = manifest.get("delete", [])
+    if not isinstance(delete, list):
+        raise ValueError(f"'delete' is {delete!r}, not a list of file names")
+    for name in [*records, *delete, manifest.get("latest"), manifest.get("best")]:
+        if name is not None and not _plain_name(name):
+            raise ValueError(f"{name!r} is not the name of a file in its folder")
+    for name, record in records.items():
+        if not isinstance(record, dict) or not all(
+            type(record.get(key)) is kind for key, kind in _RECORD.items()
+        ):
+            raise ValueError(f"the record of {name!r} is not a size, sha256 and iteration")
+
+
+def _plain_name(name: Any) -> bool:
+    """Whether ``name`` names a file in the folder itself (no path, not the manifest)."""
+    if not isinstance(name, str) or name in ("", ".", "..", LATEST):
+        return False
+    return not any(sep in name for sep in ("/", os.sep, os.altsep or "/"))
+
+
+def _check_format(path: Path, value: Any, what: str) -> None:
+    """A ``format`` newer than this version's is an error, not a file to skip: resuming
+    without it would start afresh and overwrite the newer version's checkpoints."""
+    if type(value) is int and value > _FORMAT:
+        raise RunnerError(
+            f"checkpoint {what} {str(path)!r} is of format {value}, written by a newer "
+            f"aspecthook (this one reads format {_FORMAT}): upgrade aspecthook to resume "
+            "from it, or give another work_dir"
+        )
 
 
 def _candidates(
@@ -185,9 +302,9 @@ def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
 def _find(
     source: Path, names: re.Pattern[str], *, quiet: bool = False
 ) -> tuple[Path, dict[str, Any], Any] | None:
-    """(path, payload, manifest) of the checkpoint to resume from; None if there is none.
-    The unusable files met are reported, unless ``quiet`` (ranks other than 0: every rank
-    looks, rank 0 says what it found).
+    """(path, payload, manifest) of the checkpoint to resume from; None if there is none,
+    an error if there are some and none is usable. The unusable files met are reported,
+    unless ``quiet`` (ranks other than 0: every rank looks, rank 0 says what it found).
 
     Without a readable ``latest`` (a first save cut short before it, files copied without
     it) the folder's checkpoint files (``names``) are all tried and the one furthest into
@@ -225,8 +342,12 @@ def _find(
             furthest = (progress, path, payload)
     if furthest is not None:
         return furthest[1], furthest[2], manifest
-    if candidates and not quiet:
-        _report(source, "no usable checkpoint in this folder", "starting from scratch")
+    if candidates:  # a fresh start would write over them (and over 'latest')
+        raise RunnerError(
+            f"cannot resume from {str(source)!r}: it holds checkpoints, but none is usable "
+            "(each is named in a warning above); move them and 'latest' out of the folder "
+            "to start afresh, or give resume= a checkpoint that is usable"
+        )
     return None
 
 
@@ -248,6 +369,8 @@ def _load(path: Path, record: Any) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise _Unusable(f"torch.load failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(payload, dict):
+        _check_format(path, payload.get("format"), "file")
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
         raise _Unusable("not an aspecthook checkpoint of this version")
     return payload
