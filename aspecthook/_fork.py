@@ -2,7 +2,8 @@
 
 A child has only the thread that forked; a lock another thread held at that moment stays
 held in the child, by a thread that no longer exists, and the child's first use of it
-waits for ever. Objects that keep a lock (``Timed``, ``Counted``) register here and are
+waits for ever. Objects that keep a lock (``Timed``, ``Counted``, ``Recorder``, each
+``aspecthook.registry.Registry``) register here and are
 given fresh locks in the child, as the standard library's ``logging`` handlers are; the
 module-level locks (the registry's, the handles' waits, the process hooks', the logging
 configuration's) are registered once and re-made in place (``_at_fork_reinit``, what

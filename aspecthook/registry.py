@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from ._fork import reset_locks_after_fork
 from .errors import AspectParameterError, InvalidOptionError, UnknownAspectError
 
 __all__ = ["ASPECTS", "ENTRY_POINT_GROUP", "Parameters", "Registry"]
@@ -89,6 +90,13 @@ class Registry:
         self._entries: dict[str, Any] = {}
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._plugins_read = group is None
+        self._reset_locks()
+        # A fork while another thread builds from a config (this lock is held while a
+        # plugin or torch is imported): the child gets the lock back unlocked.
+        reset_locks_after_fork(self)
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
         self._lock = threading.RLock()
 
     # -- registering -------------------------------------------------------------------

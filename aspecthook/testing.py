@@ -39,6 +39,7 @@ from typing import Any
 from ._advice import OrderNames
 from ._aspect import Aspect
 from ._context import CallContext
+from ._fork import reset_locks_after_fork
 from ._handle import Handle
 from ._pointcut import PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike
@@ -132,9 +133,14 @@ class Recorder(Aspect):
             order_after=order_after,
             order_before=order_before,
         )
-        self._lock = threading.Lock()
+        self._reset_locks()
+        reset_locks_after_fork(self)  # a fork while another thread records: not held
         self._calls: list[Call] = []
         self._order = itertools.count()
+
+    def _reset_locks(self) -> None:
+        """A new lock (also in a forked child, where another thread may have held it)."""
+        self._lock = threading.Lock()
 
     # -- the advice -----------------------------------------------------------------------
 

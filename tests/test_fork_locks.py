@@ -12,6 +12,7 @@ import pytest
 import aspecthook as ah
 from aspecthook import _handle, _process, _registry
 from aspecthook.aspects import _logging_config
+from aspecthook.registry import ASPECTS, Registry
 
 
 def add(x: int) -> int:
@@ -73,6 +74,39 @@ def test_a_child_forked_while_another_thread_holds_a_module_lock_can_weave(lock:
                 with lock:  # the lock itself is usable
                     pass
                 code = 0 if _weave_and_call() else 2
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        holder.join()
+    assert _exit_status(pid) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() does not exist on Windows")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_while_another_thread_uses_a_registry_can_look_names_up() -> None:
+    """A fork while another thread builds from a config (holds a registry's lock, as it
+    does while a plugin or torch is imported) left the child's copy held: its first
+    ``ASPECTS.get()`` or ``build()`` waited for ever. The child gets it back unlocked."""
+    mine = Registry("thing")
+    mine.register(dict, name="Dict")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ASPECTS._lock, mine._lock:
+            holding.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never return into pytest
+            code = 1
+            try:
+                found = ASPECTS.get("Timed").__name__ == "Timed" and mine.get("Dict") is dict
+                code = 0 if found else 2
             finally:
                 os._exit(code)
     finally:

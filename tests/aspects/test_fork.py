@@ -1,5 +1,5 @@
-"""``Timed`` and ``Counted`` in a child made by ``os.fork()`` while another thread holds
-their lock, and the fork hook keeping no aspect alive."""
+"""``Timed``, ``Counted`` and ``Recorder`` in a child made by ``os.fork()`` while another
+thread holds their lock, and the fork hook keeping no aspect alive."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import aspecthook as ah
 from aspecthook.aspects import Counted, Timed
+from aspecthook.testing import Recorder
 
 needs_fork = pytest.mark.skipif(
     not hasattr(os, "fork"), reason="os.fork() does not exist on this platform (Windows)"
@@ -37,9 +38,16 @@ def _use_counted(counted: Any) -> bool:
     return counted.counts[f"{__name__}.add"] == 2
 
 
+def _use_recorder(recorder: Any) -> bool:
+    with ah.weave(add, recorder):
+        add(2)
+    return [call.args for call in recorder.calls] == [(1,), (2,)]
+
+
 FLAVOURS: list[tuple[Callable[[], Any], Callable[[Any], bool]]] = [
     (Timed, _use_timed),
     (Counted, _use_counted),
+    (Recorder, _use_recorder),
 ]
 
 
@@ -59,7 +67,7 @@ def _exit_status(pid: int, *, give_up_after: float = 20.0) -> int | None:
 
 @needs_fork
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-@pytest.mark.parametrize(("make", "use"), FLAVOURS, ids=["Timed", "Counted"])
+@pytest.mark.parametrize(("make", "use"), FLAVOURS, ids=["Timed", "Counted", "Recorder"])
 def test_a_child_forked_while_another_thread_holds_the_lock_can_use_the_aspect(
     make: Callable[[], Any], use: Callable[[Any], bool]
 ) -> None:
@@ -93,7 +101,7 @@ def test_a_child_forked_while_another_thread_holds_the_lock_can_use_the_aspect(
     assert _exit_status(pid) == 0
 
 
-@pytest.mark.parametrize("make", [Timed, Counted], ids=["Timed", "Counted"])
+@pytest.mark.parametrize("make", [Timed, Counted, Recorder], ids=["Timed", "Counted", "Recorder"])
 def test_the_fork_hook_keeps_no_aspect_alive(make: Callable[[], Any]) -> None:
     """Each aspect is made known to the fork hook, weakly: a dropped one is collected."""
     ref = weakref.ref(make())
