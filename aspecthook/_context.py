@@ -302,8 +302,9 @@ def _not_in_error_advice(name: str) -> UnsupportedAdviceError:
     return UnsupportedAdviceError(
         f"ctx.recover() was called at {name!r} where no exception is being handled: only "
         "error advice (@on_error) recovers, from the exception in ctx.exception; before "
-        "advice calls ctx.skip(value) to give a result without running the target, after "
-        "advice assigns ctx.result",
+        "advice calls ctx.skip(value) to give a result without running the target, around "
+        "advice that catches the exception proceed() raised returns the value instead, "
+        "after advice assigns ctx.result",
         kind="recover",
         target=name,
     )

@@ -239,6 +239,25 @@ def test_recover_outside_error_advice_is_refused(weaver: ah.Weaver, point: str, 
         add(1)
 
 
+def test_recover_in_around_advice_that_caught_the_exception_says_to_return_the_value(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """Around advice that catches the exception ``proceed()`` raised and calls
+    ctx.recover() is told its own way to give a value: return it."""
+    add = _declare(weaver, point, fail=KeyError("missing"))
+
+    @weaver.around(point)
+    def fallback(ctx: Any, proceed: Any) -> Any:
+        try:
+            return proceed()
+        except KeyError:
+            ctx.recover(-1)
+            return -1
+
+    with pytest.raises(UnsupportedAdviceError, match=r"around advice .* returns the value"):
+        add(1)
+
+
 def test_recover_in_before_advice_does_not_swallow_a_later_exception(
     weaver: ah.Weaver, point: str
 ) -> None:
