@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,7 +23,7 @@ class Handle:
     target strongly, so targets can be garbage collected while a handle is alive.
     """
 
-    __slots__ = ("_done", "_lock", "_remover", "_undo", "description", "items")
+    __slots__ = ("_done", "_lock", "_remover", "_remover_pid", "_undo", "description", "items")
 
     def __init__(
         self,
@@ -36,6 +37,8 @@ class Handle:
         #: when it has finished (what a ``remove()`` from another thread waits for).
         self._remover: int | None = None
         self._done: threading.Event | None = None
+        #: The process that runs the undo: a child forked meanwhile has not that thread.
+        self._remover_pid = 0
         self.description = description
         self.items: tuple[Any, ...] = tuple(items)
 
@@ -58,6 +61,7 @@ class Handle:
             undo, self._undo = self._undo, None
             if undo is not None:
                 self._remover, self._done = me, threading.Event()
+                self._remover_pid = os.getpid()
             remover, done = self._remover, self._done
         if undo is None:
             if done is not None and remover is not None and remover != me:
@@ -84,11 +88,16 @@ class Handle:
 def _wait(handle: Handle, done: threading.Event, me: int) -> None:
     """Wait until another thread has finished removing ``handle``, unless that could
     deadlock: that thread waits (directly or through others) for a removal this thread
-    is running, or this thread holds the registry lock that the removal takes."""
+    is running, this thread holds the registry lock that the removal takes, or that
+    thread is in the parent of this forked child."""
     from ._registry import LOCK
 
     # RLock._is_owned (what threading.Condition uses) is missing from the type stubs.
     if LOCK._is_owned():  # type: ignore[attr-defined]
+        return
+    if handle._remover_pid != os.getpid():
+        # A child forked while another thread removed it: that thread is not in this
+        # process, so the removal never finishes here; waiting would never end.
         return
     with _WAITS:
         if _waits_for(handle, me):

@@ -113,3 +113,34 @@ def test_a_child_forked_while_another_thread_uses_a_registry_can_look_names_up()
         release.set()
         holder.join()
     assert _exit_status(pid) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() does not exist on Windows")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_while_another_thread_removes_a_handle_does_not_wait_for_it() -> None:
+    """A fork while another thread removes a handle (its undo running) left the child's
+    ``remove()`` of that handle waiting for a thread the child does not have, for ever.
+    The child's ``remove()`` returns."""
+    undoing, release = threading.Event(), threading.Event()
+
+    def undo() -> None:
+        undoing.set()
+        release.wait()
+
+    handle = ah.Handle(undo, "slow removal")
+    remover = threading.Thread(target=handle.remove)
+    remover.start()
+    undoing.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never return into pytest
+            code = 1
+            try:
+                handle.remove()
+                code = 0 if _weave_and_call() else 2
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        remover.join()
+    assert _exit_status(pid) == 0
