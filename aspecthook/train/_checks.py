@@ -27,7 +27,6 @@ __all__ = [
     "_check_scheduler",
     "_check_settings",
     "_check_step_signatures",
-    "_check_trainable",
     "_check_work_dir",
     "_explain_no_grad",
     "_on_device",
@@ -178,14 +177,6 @@ def _check_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
         )
 
 
-def _check_trainable(optimizer: torch.optim.Optimizer) -> None:
-    """At the start of a run, some parameter the optimizer holds must require grad: with
-    none (a model frozen whole), the first ``backward()`` would fail deep inside torch."""
-    held = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
-    if held and not any(getattr(p, "requires_grad", True) for p in held):
-        raise RunnerError(_NO_TRAINABLE)
-
-
 _NO_TRAINABLE = (
     "none of the optimizer's parameters requires grad (the model is frozen), so the loss "
     "has no gradient to train with: unfreeze the parameters to train "
@@ -200,7 +191,9 @@ def _explain_no_grad(exc: BaseException, loss: object, optimizer: Any) -> None:
     """Raise a ``RunnerError`` saying why, when ``exc`` is torch's error for a ``backward()``
     of the step's ``loss`` without ``grad_fn``; return for any other error.
 
-    Called only on the way out of a failed run, so it costs the loop nothing."""
+    Called only on the way out of a failed run, so it costs the loop nothing. A frozen
+    model is named here, at its first ``backward()``, not refused when ``run()`` starts:
+    advice may unfreeze it before then (``before_run``, ``before_train_epoch``)."""
     if not (
         isinstance(exc, RuntimeError)
         and _TORCH_NO_GRAD in str(exc)
@@ -210,7 +203,7 @@ def _explain_no_grad(exc: BaseException, loss: object, optimizer: Any) -> None:
         return
     held = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
     if held and not any(getattr(p, "requires_grad", True) for p in held):
-        raise RunnerError(_NO_TRAINABLE) from exc  # frozen after the run started
+        raise RunnerError(_NO_TRAINABLE) from exc
     raise RunnerError(
         "the step's loss has no grad_fn, so backward() cannot compute gradients: compute "
         "it from the model's outputs with gradients on (not inside torch.no_grad() or "

@@ -34,7 +34,6 @@ from ._checks import (
     _check_scheduler,
     _check_settings,
     _check_step_signatures,
-    _check_trainable,
     _check_work_dir,
     _explain_no_grad,
     _on_device,
@@ -235,8 +234,6 @@ class Runner:
                 "train_loader has no batches (len() == 0; with drop_last=True the dataset "
                 "must hold at least one full batch): give it data or a smaller batch_size"
             )
-        if not self.finished:
-            _check_trainable(self.optimizer)
         report_near_misses(self, JOINPOINTS)
         if self._interrupted:
             report_unfinished_stage(self)

@@ -155,17 +155,29 @@ def test_a_train_loader_without_batches_is_refused_before_training() -> None:
         assert runner.iter == 0
 
 
-def test_a_frozen_model_is_refused_before_training() -> None:
-    """No parameter of the optimizer requires grad: run() says so before any advice runs,
-    instead of torch's error from inside the first backward()."""
+def test_a_frozen_model_is_named_at_its_first_backward() -> None:
+    """No parameter of the optimizer requires grad: the run stops at the first
+    backward() with a RunnerError that says so, instead of torch's error from inside it."""
     model, opt, loader = _parts()
     model.requires_grad_(False)
-    seen: list[str] = []
     runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1, default_aspects=False)
-    runner.weaver.before("run")(lambda ctx: seen.append("before_run"))
     with pytest.raises(RunnerError, match="none of the optimizer's parameters requires grad"):
         runner.run()
-    assert (seen, runner.iter) == ([], 0)
+    assert runner.iter == 0
+
+
+@pytest.mark.parametrize("stage", ["run", "train_epoch"])
+def test_a_model_frozen_until_advice_unfreezes_it_trains(stage: str) -> None:
+    """A model built frozen and unfrozen by advice as the run starts (a fine-tuning
+    policy) trains: it was refused when run() began, before that advice ran."""
+    model, opt, loader = _parts()
+    model.requires_grad_(False)
+    before = [p.detach().clone() for p in model.parameters()]
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=1, default_aspects=False)
+    runner.weaver.before(stage)(lambda ctx: model.requires_grad_(True))
+    runner.run()
+    assert runner.iter == len(loader)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
 
 
 def _no_grad_step(runner: Runner, batch: Any) -> torch.Tensor:
