@@ -131,12 +131,29 @@ def _many_targets_error(targets: Any) -> WeaveTargetError:
     """Why a list, tuple or set of targets is refused: ``weave`` takes one target and
     gives one handle, so the way to weave several is one call each, or one glob."""
     return WeaveTargetError(
-        f"cannot weave a {type(targets).__name__} of targets {reprlib.repr(targets)}: "
+        f"cannot weave a {type(targets).__name__} of targets {_labels(targets)}: "
         "weave() takes one target; weave each (handles = [weave(t, ...) for t in "
         "targets]; one aspect instance may be woven into all of them), or give one dotted "
         "path with a glob matching them all ('pkg.module.*', 'pkg.module.Class.get_*')",
         target=repr(targets),
     )
+
+
+def _labels(targets: Any) -> str:
+    """The first few ``targets`` by name (a function as ``module.qualname``, which its
+    repr, a proxy's or a function's address, would cut short), for an error message."""
+    items = list(targets)
+    shown = [_label(t) for t in items[:4]]
+    more = f", ... {len(items)} in all" if len(items) > 4 else ""
+    return f"[{', '.join(shown)}{more}]"
+
+
+def _label(target: Any) -> str:
+    qualname = getattr(target, "__qualname__", None)
+    module = getattr(target, "__module__", None)
+    if isinstance(target, str) or not isinstance(qualname, str):
+        return reprlib.repr(target)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
 
 
 def _built_in_error(target: Any) -> WeaveTargetError:

@@ -1768,6 +1768,19 @@ def test_several_targets_at_once_are_refused_saying_to_weave_each(targets: Any) 
     assert ah.default_weaver.registered == []
 
 
+def test_several_woven_functions_at_once_are_named_in_the_refusal() -> None:
+    """The refusal of a list of functions names them (``module.qualname``): it showed their
+    reprs cut short, ``[<JoinPointPro...x7f...>]`` for a woven one."""
+    with ah.weave(_plain_function, before=lambda ctx: None):
+        names = re.escape(f"[{__name__}._plain_function, json.dumps]")
+        with pytest.raises(WeaveTargetError, match=names):
+            ah.weave([_plain_function, json.dumps], before=lambda ctx: None)
+
+
+def _plain_function(x: int) -> int:
+    return x
+
+
 # -- failures leave nothing half-patched -------------------------------------------------------
 
 
