@@ -135,6 +135,8 @@ def _handle_error(
     (``after_error_advice``), told whether the call was recovered."""
     ctx.exception = exc
     recovered = False
+    # The target ran, so before advice did not skip; around advice may have (not refused).
+    skipped = ctx._skipped
     try:
         for fn in handlers:
             try:
@@ -145,7 +147,7 @@ def _handle_error(
             if ctx.recovered:
                 recovered = True
                 return True
-            if ctx._skipped:  # only error advice can have set it: the target ran and raised
+            if ctx._skipped and not skipped:  # error advice called ctx.skip()
                 raise skip_in_error_advice(ctx.joinpoint.name, exc)
         return False
     finally:
@@ -319,6 +321,7 @@ async def _handle_error_async(
 ) -> bool:
     ctx.exception = exc
     recovered = False
+    skipped = ctx._skipped  # as in _handle_error
     try:
         for fn in handlers:
             try:
@@ -329,7 +332,7 @@ async def _handle_error_async(
             if ctx.recovered:
                 recovered = True
                 return True
-            if ctx._skipped:  # as in _handle_error
+            if ctx._skipped and not skipped:  # as in _handle_error
                 raise skip_in_error_advice(ctx.joinpoint.name, exc)
         return False
     finally:

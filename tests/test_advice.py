@@ -312,6 +312,43 @@ def test_skip_in_error_advice_is_refused_chained_to_the_exception(
     assert raised.value.kind == "skip"
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_skip_in_around_advice_is_not_blamed_on_error_advice(
+    weaver: ah.Weaver, point: str, is_async: bool
+) -> None:
+    """Around advice that called ctx.skip() before a proceed() that raised: error advice
+    that recovers nothing lets the call's own exception through. It was replaced by an
+    UnsupportedAdviceError saying the error advice had called skip()."""
+    original = KeyError("missing")
+
+    if is_async:
+
+        @weaver.joinpoint(point)
+        async def target(x: int) -> int:
+            raise original
+
+        @weaver.around(point)
+        async def marks(ctx: Any, proceed: Any) -> Any:
+            ctx.skip(0)
+            return await proceed()
+
+    else:
+
+        @weaver.joinpoint(point)
+        def target(x: int) -> int:
+            raise original
+
+        @weaver.around(point)
+        def marks(ctx: Any, proceed: Any) -> Any:
+            ctx.skip(0)
+            return proceed()
+
+    weaver.on_error(point)(lambda ctx: None)
+    with pytest.raises(KeyError) as raised:
+        asyncio.run(target(1)) if is_async else target(1)
+    assert raised.value is original
+
+
 def test_on_error_raising_replaces_the_exception_chained(weaver: ah.Weaver, point: str) -> None:
     """An on_error advice that raises replaces the exception, with __cause__ the original."""
     original = KeyError("missing")
