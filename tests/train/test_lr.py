@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -771,3 +772,32 @@ def test_a_run_resumed_inside_an_accumulated_warm_up_goes_on_with_it() -> None:
     )
     resumed.run()
     assert first + rest == pytest.approx(whole)
+
+
+def test_a_runner_of_the_protocol_alone_gets_its_per_iteration_schedule() -> None:
+    """A runner with only the runner protocol (no Runner's ``aspects`` list) steps a
+    per-iteration schedule: looking for a GradAccumulation among its aspects raised
+    AttributeError when the run began."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    runner = types.SimpleNamespace(
+        model=model,
+        optimizer=opt,
+        scheduler=None,
+        rank=0,
+        world_size=1,
+        iter=0,
+        epoch=0,
+        inner_iter=0,
+        max_epochs=None,
+        max_iters=4,
+        train_loader=[0] * 4,
+        metrics={},
+    )
+    ctx: Any = types.SimpleNamespace(runner=runner)  # what the schedule reads of a context
+    schedule = LRSchedule(lr_scheduler.StepLR(opt, step_size=1, gamma=0.5), by_epoch=False)
+    schedule.before_run(ctx)
+    opt.step()
+    runner.iter = 1
+    schedule.after_train_iter(ctx)
+    assert opt.param_groups[0]["lr"] == 0.5

@@ -112,14 +112,21 @@ class LRSchedule(Aspect):
         # A later run() of this runner: the schedule goes on where it is.
         if self._installed is None or runner.scheduler is not self._installed:
             self._install(runner)
-        self._runner = runner
+        # ``aspects`` is the Runner's, not the runner protocol's: a runner without it has
+        # no GradAccumulation to find.
         self._accumulation = next(
-            (a for a in runner.aspects if isinstance(a, GradAccumulation) and a.steps > 1), None
+            (
+                a
+                for a in getattr(runner, "aspects", ())
+                if isinstance(a, GradAccumulation) and a.steps > 1
+            ),
+            None,
         )
         # Per-iteration work goes once per optimizer step under GradAccumulation.
         per_iteration = self._plain_step is not None or self._warmup is not None
         accumulating = self._accumulation is not None and per_iteration
         self._iter_step = self._group_step if accumulating else self._plain_step
+        self._runner = runner if accumulating else None  # what _group_step reads
 
     def _install(self, runner: Any) -> None:
         """Build the schedule (once) and apply a state loaded before it was built."""
