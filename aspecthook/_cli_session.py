@@ -19,6 +19,7 @@ from ._cli_report import (
     PROG,
     _flush_stdout,
     _is_timer,
+    _overridden,
     _print_summary,
     _say,
     _trace_problem,
@@ -175,6 +176,7 @@ class Session:
         # Read while the weaves are in place (they leave describe() with their handles);
         # printed after unweaving, so rendering it runs no advice of the config.
         rows = describe() if self.describe else None
+        overridden = _overridden()  # why a timer may have seen no call, said with its summary
         if self.tracking is not None:
             self.tracking.__exit__(None, None, None)
         ending = ENDING.set(True)  # an idle proxy left under a wrapper no longer matters
@@ -195,7 +197,7 @@ class Session:
             _say(rows)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
-            _print_summary(timers)
+            _print_summary(timers, overridden)
         if self.trace is not None:
             _write_trace(timers, self.trace)
         return self.strict and bool(problems)

@@ -514,6 +514,45 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     assert "Timed recorded no calls" in done.stderr  # not an empty table
 
 
+def test_no_calls_at_a_method_its_subclasses_override_says_what_to_weave(tmp_path: Path) -> None:
+    """A base method woven by path whose subclasses define their own (as optimizers do
+    ``step``) times nothing; the summary says why and names the weave that reaches them."""
+    write(
+        tmp_path,
+        "shapes.py",
+        """\
+        class Shape:
+            def area(self):
+                raise NotImplementedError
+
+        class Square(Shape):
+            def area(self):
+                return 4
+
+        class Circle(Shape):
+            def area(self):
+                return 3
+        """,
+    )
+    write(tmp_path, "main.py", "import shapes\nprint(shapes.Square().area())\n")
+    write(tmp_path, "base.yaml", "weave:\n  - target: shapes.Shape.area\n    aspects: [Timed]\n")
+    done = run(tmp_path, "--aspects", "base.yaml", "main.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "4\n"
+    assert "aspecthook: Timed recorded no calls\n" in done.stderr
+    assert (
+        "aspecthook: shapes.Shape.area is overridden in 2 loaded subclasses (Circle, Square), "
+        "whose calls reach it only through super(): weave 'shapes.Shape+.area' to reach "
+        "theirs too"
+    ) in done.stderr
+
+    write(tmp_path, "all.yaml", "weave:\n  - target: shapes.Shape+.area\n    aspects: [Timed]\n")
+    done = run(tmp_path, "--aspects", "all.yaml", "main.py")
+    assert done.returncode == 0, done.stderr
+    assert "shapes.Square.area" in done.stderr
+    assert "overridden" not in done.stderr
+
+
 def test_version_guard_skips_even_with_strict(program: Path) -> None:
     """A requires: guard that does not hold is a skip with a warning, even with --strict:
     the program runs with json.dumps unwoven (woven when the guard is left out)."""
