@@ -165,7 +165,7 @@ def _loaded_subclasses(cls: type) -> list[type]:
     todo = [cls]
     while todo:
         try:
-            subs = type.__subclasses__(todo.pop())
+            subs: list[type] = type.__subclasses__(todo.pop())
         except TypeError:  # a metaclass's odd __subclasses__: nothing more from there
             continue
         for sub in subs:
