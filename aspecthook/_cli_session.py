@@ -139,12 +139,12 @@ class Session:
             self.records.append((key, record))
             if record.status == "skipped" and strict:
                 raise WeaveTargetError(
-                    f"{self.config.file}: {key}: cannot weave {target}: {record.reason} "
+                    f"{self.config.file}: {key}: cannot weave {target}: {_reason(record)} "
                     "(strict mode; drop --strict to skip it)",
                     target=target,
                 )
             if record.status == "skipped":
-                _warn(f"{self.config.file}: {key}: {target} skipped: {record.reason}")
+                _warn(f"{self.config.file}: {key}: {target} skipped: {_reason(record)}")
 
     def _guard_fails(self, spec: WeaveSpec) -> bool:
         """Whether ``spec.requires`` is given and not met; ``ConfigError`` if malformed."""
@@ -205,7 +205,7 @@ class Session:
     def _problem(self, record: Any) -> str | None:
         """Why ``record``'s weave never took effect (failed, or still waiting), or None."""
         if record.status == "failed":
-            return f"{record.target} failed: {record.reason}"
+            return f"{record.target} failed: {_reason(record)}"
         if record.status != "pending import":
             return None
         if record.reason:  # a glob that matched nothing so far
@@ -299,3 +299,10 @@ def _first_unimported(target: str) -> str:
         if ".".join(parts[:i]) not in sys.modules:
             return ".".join(parts[:i])
     return module
+
+
+def _reason(record: Any) -> str:
+    """A weave record's reason without the target it may start with (the lines that
+    show it name the target already)."""
+    reason: str = record.reason
+    return reason.removeprefix(f"{record.target}: ")

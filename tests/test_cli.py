@@ -502,7 +502,7 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     write(program, "late.yaml", body)
     done = run(program, "--aspects", "late.yaml", "prog.py", "6")
     assert done.returncode == 6
-    assert "weave[0]: helper.no_such_function failed:" in done.stderr
+    assert "weave[0]: helper.no_such_function failed: helper has no attribute path" in done.stderr
 
     write(program, "late_strict.yaml", "strict: true\n" + textwrap.dedent(body))
     done = run(program, "--aspects", "late_strict.yaml", "prog.py")
