@@ -163,8 +163,7 @@ _OPENMMLAB = {
     "start_iter: (begin_epoch times the iterations of an epoch)",
     ("EMAHook", "ema_type"): "The average here is OpenMMLab's ExponentialMovingAverage "
     "(torch's AveragedModel with get_ema_multi_avg_fn); remove ema_type",
-    ("EMAHook", "strict_load"): "A checkpoint's average loads strictly here; remove "
-    "strict_load",
+    ("EMAHook", "strict_load"): "A checkpoint's average loads strictly here; remove strict_load",
     ("GradientCumulativeOptimizerHook", "cumulative_iters"): (
         "OpenMMLab's cumulative_iters is steps here: write steps: {value}"
     ),
