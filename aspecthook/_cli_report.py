@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
     "PROG",
     "_flush_stdout",
     "_is_timer",
+    "_overridden",
     "_print_summary",
     "_say",
     "_trace_problem",
@@ -57,18 +59,33 @@ def _is_timer(aspect: Any) -> bool:
     )
 
 
-def _print_summary(timers: list[Any]) -> None:
-    """One table over every Timed instance (rows of all, slowest total first)."""
+def _print_summary(timers: list[Any], overridden: Sequence[tuple[str, str]] = ()) -> None:
+    """One table over every Timed instance (rows of all, slowest total first); without
+    any call, the ``overridden`` woven methods (``_overridden``), a likely reason."""
     summaries = [t.summary() for t in timers]
     _flush_stdout()
     if not any(len(summary) for summary in summaries):  # no woven call ran: no empty table
         _say(f"{PROG}: Timed recorded no calls")
+        for name, note in overridden:
+            _say(f"{PROG}: {name} is {note}")
         return
     table = summaries[0]
     if len(summaries) > 1:
         rows = sorted(_labelled(timers, summaries), key=lambda r: -r.total_s)
         table = type(summaries[0])(rows)
     _say(table)
+
+
+def _overridden() -> list[tuple[str, str]]:
+    """The woven methods that loaded subclasses override (a likely reason for no calls:
+    ``'torch.optim.Optimizer.step'`` woven, ``SGD.step`` called), with what to weave."""
+    from ._registry import LOCK, REGISTRY
+    from ._subtypes import overridden_note
+
+    with LOCK:
+        points = [jp for jp in REGISTRY.joinpoints if jp.advice]
+    found = [(jp.name, overridden_note(jp)) for jp in points]
+    return sorted((name, note) for name, note in found if note)
 
 
 def _labelled(timers: list[Any], summaries: list[Any]) -> list[Any]:

@@ -19,6 +19,7 @@ from ._cli_report import (
     PROG,
     _flush_stdout,
     _is_timer,
+    _overridden,
     _print_summary,
     _say,
     _trace_problem,
@@ -138,12 +139,12 @@ class Session:
             self.records.append((key, record))
             if record.status == "skipped" and strict:
                 raise WeaveTargetError(
-                    f"{self.config.file}: {key}: cannot weave {target}: {record.reason} "
+                    f"{self.config.file}: {key}: cannot weave {target}: {_reason(record)} "
                     "(strict mode; drop --strict to skip it)",
                     target=target,
                 )
             if record.status == "skipped":
-                _warn(f"{self.config.file}: {key}: {target} skipped: {record.reason}")
+                _warn(f"{self.config.file}: {key}: {target} skipped: {_reason(record)}")
 
     def _guard_fails(self, spec: WeaveSpec) -> bool:
         """Whether ``spec.requires`` is given and not met; ``ConfigError`` if malformed."""
@@ -175,6 +176,7 @@ class Session:
         # Read while the weaves are in place (they leave describe() with their handles);
         # printed after unweaving, so rendering it runs no advice of the config.
         rows = describe() if self.describe else None
+        overridden = _overridden()  # why a timer may have seen no call, said with its summary
         if self.tracking is not None:
             self.tracking.__exit__(None, None, None)
         ending = ENDING.set(True)  # an idle proxy left under a wrapper no longer matters
@@ -195,7 +197,7 @@ class Session:
             _say(rows)
         timers = [a for a in self.aspects if _is_timer(a)]
         if self.summary and timers:
-            _print_summary(timers)
+            _print_summary(timers, overridden)
         if self.trace is not None:
             _write_trace(timers, self.trace)
         return self.strict and bool(problems)
@@ -203,7 +205,7 @@ class Session:
     def _problem(self, record: Any) -> str | None:
         """Why ``record``'s weave never took effect (failed, or still waiting), or None."""
         if record.status == "failed":
-            return f"{record.target} failed: {record.reason}"
+            return f"{record.target} failed: {_reason(record)}"
         if record.status != "pending import":
             return None
         if record.reason:  # a glob that matched nothing so far
@@ -297,3 +299,10 @@ def _first_unimported(target: str) -> str:
         if ".".join(parts[:i]) not in sys.modules:
             return ".".join(parts[:i])
     return module
+
+
+def _reason(record: Any) -> str:
+    """A weave record's reason without the target it may start with (the lines that
+    show it name the target already)."""
+    reason: str = record.reason
+    return reason.removeprefix(f"{record.target}: ")

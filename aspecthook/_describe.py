@@ -313,8 +313,11 @@ def _selects_event(selected: Any, pattern: str, pointcut: Pointcut) -> bool:
 
 
 def _joinpoint_rows(jp: Any) -> list[Row]:
+    from ._subtypes import overridden_note
+
     chain = jp.chain
     aliases = f"aliases: {', '.join(jp.aliases)}" if jp.aliases else ""
+    aliases = "; ".join(n for n in (aliases, overridden_note(jp)) if n)
     rows = []
     for stage in STAGES:
         for i, advice in enumerate(chain.entries.get(stage, ()), 1):

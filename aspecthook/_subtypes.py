@@ -23,6 +23,7 @@ import wrapt
 from ._install import _install_all, _release
 from ._joinpoint import JoinPointProxy
 from ._log import get_logger
+from ._proxy import find_proxy
 from ._registry import LOCK
 from ._targets import _own_sites, _resolve_path, _subtype_class, _subtype_parts
 from .errors import WeaveTargetError
@@ -128,6 +129,51 @@ def waiting_note(record: WeaveRecord) -> str:
         f"nothing matches yet: woven when a subclass of {base_path} that defines {pattern} "
         "is created"
     )
+
+
+def overridden_note(jp: Any) -> str:
+    """What ``describe()`` says of a method woven on a class whose loaded subclasses
+    define their own (``'torch.optim.Optimizer.step'``: ``SGD.step`` is another function,
+    which calls to an ``SGD`` run without reaching the woven one), or ``""``: the
+    overrides that are woven themselves (``'Base+.m'``) are not counted."""
+    if jp.declared or jp.site is None:
+        return ""
+    holder, attr = jp.site[0](), jp.site[1]
+    if not isinstance(holder, type) or attr.startswith("__"):
+        return ""
+    overriding = [
+        sub
+        for sub in _loaded_subclasses(holder)
+        if attr in vars(sub) and find_proxy(vars(sub)[attr]) is None
+    ]
+    if not overriding:
+        return ""
+    names = ", ".join(sorted({sub.__qualname__ for sub in overriding})[:4])
+    more = ", ..." if len(overriding) > 4 else ""
+    path = f"{holder.__module__}.{holder.__qualname__}"
+    return (
+        f"overridden in {len(overriding)} loaded subclass{'es' if len(overriding) > 1 else ''}"
+        f" ({names}{more}), whose calls reach it only through super(): weave "
+        f"'{path}+.{attr}' to reach theirs too"
+    )
+
+
+def _loaded_subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` now in the process (subclasses of subclasses too)."""
+    found: list[type] = []
+    seen: set[int] = set()
+    todo = [cls]
+    while todo:
+        try:
+            subs: list[type] = type.__subclasses__(todo.pop())
+        except TypeError:  # a metaclass's odd __subclasses__: nothing more from there
+            continue
+        for sub in subs:
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                found.append(sub)
+                todo.append(sub)
+    return found
 
 
 def unfollow(record: WeaveRecord) -> None:

@@ -502,7 +502,7 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     write(program, "late.yaml", body)
     done = run(program, "--aspects", "late.yaml", "prog.py", "6")
     assert done.returncode == 6
-    assert "weave[0]: helper.no_such_function failed:" in done.stderr
+    assert "weave[0]: helper.no_such_function failed: helper has no attribute path" in done.stderr
 
     write(program, "late_strict.yaml", "strict: true\n" + textwrap.dedent(body))
     done = run(program, "--aspects", "late_strict.yaml", "prog.py")
@@ -512,6 +512,45 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     assert "(strict mode)" in done.stderr
     assert done.stderr.count("failed:") == 1  # the error is not repeated as a warning
     assert "Timed recorded no calls" in done.stderr  # not an empty table
+
+
+def test_no_calls_at_a_method_its_subclasses_override_says_what_to_weave(tmp_path: Path) -> None:
+    """A base method woven by path whose subclasses define their own (as optimizers do
+    ``step``) times nothing; the summary says why and names the weave that reaches them."""
+    write(
+        tmp_path,
+        "shapes.py",
+        """\
+        class Shape:
+            def area(self):
+                raise NotImplementedError
+
+        class Square(Shape):
+            def area(self):
+                return 4
+
+        class Circle(Shape):
+            def area(self):
+                return 3
+        """,
+    )
+    write(tmp_path, "main.py", "import shapes\nprint(shapes.Square().area())\n")
+    write(tmp_path, "base.yaml", "weave:\n  - target: shapes.Shape.area\n    aspects: [Timed]\n")
+    done = run(tmp_path, "--aspects", "base.yaml", "main.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "4\n"
+    assert "aspecthook: Timed recorded no calls\n" in done.stderr
+    assert (
+        "aspecthook: shapes.Shape.area is overridden in 2 loaded subclasses (Circle, Square), "
+        "whose calls reach it only through super(): weave 'shapes.Shape+.area' to reach "
+        "theirs too"
+    ) in done.stderr
+
+    write(tmp_path, "all.yaml", "weave:\n  - target: shapes.Shape+.area\n    aspects: [Timed]\n")
+    done = run(tmp_path, "--aspects", "all.yaml", "main.py")
+    assert done.returncode == 0, done.stderr
+    assert "shapes.Square.area" in done.stderr
+    assert "overridden" not in done.stderr
 
 
 def test_version_guard_skips_even_with_strict(program: Path) -> None:

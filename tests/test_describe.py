@@ -622,3 +622,36 @@ def test_table_keeps_long_names_and_every_column(weaver: ah.Weaver, point: str) 
     for column in ("stage", "priority", "aspect", "filters", "status", "calls", "time"):
         assert column in text
     assert "every=2" in text
+
+
+class _Shape:
+    def area(self) -> int:
+        raise NotImplementedError
+
+    def name(self) -> str:
+        return "shape"
+
+
+class _Square(_Shape):
+    def area(self) -> int:
+        return 4
+
+
+def test_a_method_that_loaded_subclasses_override_is_noted_with_what_to_weave(
+    weaver: ah.Weaver,
+) -> None:
+    """Weaving ``Base.m`` does not reach a subclass's own ``m`` (the optimizers' ``step``):
+    the row says so and names the ``Base+.m`` weave that does; once that weave is in place,
+    or for a method no subclass overrides, there is no such note."""
+    weaver.weave(f"{__name__}._Shape.area", before=lambda ctx: None)
+    weaver.weave(f"{__name__}._Shape.name", before=lambda ctx: None)
+    notes = {row.joinpoint: row.note for row in ah.describe(weaver=weaver)}
+    assert notes[f"{__name__}._Shape.area"] == (
+        "overridden in 1 loaded subclass (_Square), whose calls reach it only through "
+        f"super(): weave '{__name__}._Shape+.area' to reach theirs too"
+    )
+    assert notes[f"{__name__}._Shape.name"] == ""
+    weaver.weave(f"{__name__}._Shape+.area", before=lambda ctx: None)
+    notes = {row.joinpoint: row.note for row in ah.describe(weaver=weaver)}
+    assert "overridden" not in notes[f"{__name__}._Shape.area"]
+    assert "overridden" not in notes[f"{__name__}._Square.area"]

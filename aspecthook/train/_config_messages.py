@@ -155,6 +155,15 @@ _OPENMMLAB = {
         "EMAHook",
         "begin_iter",
     ): "OpenMMLab's begin_iter is start_iter here: write start_iter: {value}",
+    ("EMAHook", "interval"): "OpenMMLab's interval (update the average every n "
+    "iterations) is update_every here: write update_every: {value}",
+    ("EMAHook", "update_buffers"): "OpenMMLab's update_buffers is use_buffers here: write "
+    "use_buffers: {value}",
+    ("EMAHook", "begin_epoch"): "The average starts at an iteration here: write "
+    "start_iter: (begin_epoch times the iterations of an epoch)",
+    ("EMAHook", "ema_type"): "The average here is OpenMMLab's ExponentialMovingAverage "
+    "(torch's AveragedModel with get_ema_multi_avg_fn); remove ema_type",
+    ("EMAHook", "strict_load"): "A checkpoint's average loads strictly here; remove strict_load",
     ("GradientCumulativeOptimizerHook", "cumulative_iters"): (
         "OpenMMLab's cumulative_iters is steps here: write steps: {value}"
     ),

@@ -22,7 +22,10 @@ __all__ = ["report_finished", "report_near_misses", "report_unfinished_stage"]
 def report_finished(runner: Runner) -> None:
     """``run()`` with nothing left to do (called by the loop once ``before_run`` advice,
     a resume included, has run): after the end, after ``stop()``, or resumed from a
-    checkpoint of a finished or stopped run. Say why it returns at once."""
+    checkpoint of a finished or stopped run. Say why it returns at once (rank 0 says it
+    for every rank, as it logs)."""
+    if runner.rank != 0:
+        return
     # Only what would let it go on: a stopped run stays stopped with larger limits, and
     # one at its limits gains nothing from clearing stop_reason.
     stopped = runner.stop_reason is not None
@@ -46,7 +49,9 @@ def report_unfinished_stage(runner: Runner) -> None:
     (Ctrl-C during validation at an epoch's end, say): the counters had moved on, so
     that iteration or epoch is not trained again, and the advice after the one that
     raised (an LR step, a checkpoint, a log line) never ran for it. Say so, with the
-    way to an exact continuation."""
+    way to an exact continuation (rank 0 says it for every rank)."""
+    if runner.rank != 0:
+        return
     for stage, done, settled in (
         ("train_iter", runner.iter, runner.settled_iter),
         ("train_epoch", runner.epoch, runner.settled_epoch),

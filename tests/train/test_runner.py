@@ -1343,6 +1343,32 @@ def test_run_again_after_a_break_in_the_advice_after_a_stage_says_what_did_not_r
         assert "resume from the last checkpoint" in report["hint"]
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_what_run_says_as_it_starts_comes_from_rank_0_only(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run with nothing left to do, and one after a break in the advice after an
+    iteration, is the same on every rank: rank 0 says it once for all of them."""
+    monkeypatch.setattr(Runner, "rank", property(lambda runner: rank))
+    model, opt, loader = _parts()
+    runner = Runner(model, opt, loader, loss_fn=CE, max_epochs=2)
+    fired: list[bool] = []
+
+    def ctrl_c(ctx: ah.CallContext) -> None:
+        if not fired and ctx.runner.iter == 3:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    runner.weaver.after("train_iter")(ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+        runner.run()
+    said = sorted(e["event"] for e in logs if e["event"].startswith("runner."))
+    assert said == (["runner.finished", "runner.stage_unfinished"] if rank == 0 else [])
+
+
 def test_evaluate_weights_batches_by_their_size_when_the_targets_are_a_dict() -> None:
     """Multi-task style targets ({'cls': y}): batches of 8, 8 and 2 count 8, 8 and 2."""
     torch.manual_seed(0)

@@ -241,6 +241,8 @@ class GradAccumulation(Aspect):
             return False
         if runner.iter <= self._start(runner.iter):
             return True  # the group's first iteration: no gradient of the group is lost
+        if getattr(runner, "rank", 0) != 0:  # every rank drops alike; rank 0 says it
+            return True
         get_logger().warning(
             "grad_accumulation.group_dropped",
             iteration=runner.iter,
@@ -278,6 +280,8 @@ class GradAccumulation(Aspect):
             return False  # at a group boundary: nothing accumulated to keep
         if self._backward_at != runner.iter:
             return True
+        if getattr(runner, "rank", 0) != 0:  # every rank drops alike; rank 0 says it
+            return False
         get_logger().warning(
             "grad_accumulation.group_dropped",
             iteration=runner.iter,
