@@ -85,6 +85,7 @@ def _snapshot() -> dict[str, object]:
         "Base.cm": vars(Base)["cm"],
         "Base.sm": vars(Base)["sm"],
         "Sub.m": vars(Sub)["m"],
+        "Solo.m": vars(Solo)["m"],
         "Sub.__dict__": sorted(vars(Sub)),
         "Base.__dict__": sorted(vars(Base)),
         "SOLO.__dict__": sorted(vars(SOLO)),

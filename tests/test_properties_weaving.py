@@ -107,14 +107,17 @@ class Live:
     order: tuple[str, str] | None = None  # ('order_after' | 'order_before', name)
     labels: frozenset[str] = frozenset()
     calls: dict[str, int] = field(default_factory=dict)  # matching calls per join point
+    fired: dict[str, int] = field(default_factory=dict)  # calls every= let by, per point
     alive: bool = True
 
     def passes(self, point: str) -> bool:
-        """Count one matching call at ``point``; whether the filters let the advice run."""
+        """Count one matching call at ``point``; whether the filters let the advice run:
+        ``every=n`` on each n-th call, ``once=True`` on the first call every= lets by."""
         n = self.calls[point] = self.calls.get(point, 0) + 1
-        if self.once and n > 1:
+        if self.every and n % self.every:
             return False
-        return not (self.every and n % self.every)
+        fired = self.fired[point] = self.fired.get(point, 0) + 1
+        return not self.once or fired == 1
 
 
 @dataclass(eq=False)
@@ -709,3 +712,25 @@ def test_filters_of_an_aspect_woven_through_two_weavers_survive_removing_one() -
         second.remove()
     finally:
         private.close()
+
+
+def test_an_instance_weave_keeps_the_class_proxy_it_was_put_around() -> None:
+    """As docs/known-issues.md says: the class unwoven and woven again while an instance
+    weave lasts, that instance runs its own advice only; removing it brings the class's."""
+    first = ah.weave(mod.Solo.m, before=lambda ctx: LOG.append("class 1"))
+    mine = ah.weave(mod.SOLO.m, before=lambda ctx: LOG.append("instance"))
+    first.remove()
+    again = ah.weave(mod.Solo.m, before=lambda ctx: LOG.append("class 2"))
+    try:
+        assert mod.SOLO.m(1) == 31
+        assert mod.Solo().m(1) == 31
+        assert LOG == ["instance", "target", "class 2", "target"]
+        mine.remove()
+        LOG.clear()
+        assert mod.SOLO.m(1) == 31
+        assert LOG == ["class 2", "target"]
+    finally:
+        mine.remove()
+        again.remove()
+    assert vars(mod.Solo)["m"] is mod.ORIGINALS["Solo.m"]
+    assert "m" not in vars(mod.SOLO)
