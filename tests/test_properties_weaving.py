@@ -5,6 +5,7 @@ model says, in the documented order, and leaves the originals in place when it i
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import inspect
 import os
@@ -400,28 +401,29 @@ class WeavingMachine(RuleBasedStateMachine):
     @rule()
     def make_subclass(self) -> None:
         """A subclass of Base with its own m, created between the steps (type(...))."""
-        if len(self.made) < 3:
+        if len(self.made) < 4:
             self.made.append(_subclass(len(self.made)))
 
-    @rule(index=st.integers(0, 2), x=st.integers(-3, 3))
+    @rule(index=st.integers(0, 3), x=st.integers(-3, 3))
     def call_subclass(self, index: int, x: int) -> None:
         """A call of a subclass made later: Base+.m weaves reach it, whenever made."""
         if self.made:
             cls = self.made[index % len(self.made)]
-            self.check_call(
-                cls.__name__, x, (f"{M}.{cls.__name__}", lambda x: cls().m(x), lambda x: x + 60)
-            )
+            own = "m" in vars(cls)  # else it runs the m it inherits, Base's
+            point = f"{M}.{cls.__name__}" if own else "Base.m"
+            offset = 60 if own else 10
+            made = (point, lambda x: cls().m(x), lambda x: x + offset)
+            self.check_call(cls.__name__, x, made, reach="made later" if own else "Base.m")
 
     def check_call(
         self,
         call: str,
         x: int,
         made: tuple[str, Callable[[int], Any], Callable[[int], Any]] | None = None,
+        reach: str | None = None,
     ) -> None:
         point, make, result = made or CALLS[call]
-        here = [a for a in self._live() if point in a.points]
-        if made is not None:
-            here = [a for a in self._live() if "made later" in a.points]
+        here = [a for a in self._live() if (reach or point) in a.points]
         expected, outcome = self._expected(point, here, x, result(x))
         LOG.clear()
         try:
@@ -512,9 +514,20 @@ class WeavingMachine(RuleBasedStateMachine):
                 mod.ORIGINALS[name]  # type: ignore[arg-type]
             )
         for cls in self.made:
+            if "m" not in vars(cls):
+                continue
             woven_here = any(w.alive and w.site == "Base+.m" for w in self.weaves)
             m = vars(cls)["m"]
             assert (m.__wrapped__ is cls.original) if woven_here else (m is cls.original)
+        solo = mod.Solo()
+        for now_, then in [
+            (mod.Base.m, mod.ORIGINALS["Base.m"]),
+            (mod.Base().m, functools.partial(mod.ORIGINALS["Base.m"], None)),  # type: ignore[arg-type]
+            (mod.SOLO.m, solo.m),
+            (mod.Base.cm, mod.ORIGINALS["Base.cm"].__get__(None, mod.Base)),  # type: ignore[attr-defined]
+            (mod.Base.sm, mod.ORIGINALS["Base.sm"].__get__(None, mod.Base)),  # type: ignore[attr-defined]
+        ]:
+            assert inspect.signature(now_) == inspect.signature(then)
         assert inspect.iscoroutinefunction(mod.coro)
         assert inspect.isgeneratorfunction(mod.gen)
 
@@ -557,7 +570,9 @@ def _subclass(n: int) -> Any:
         mod._body(x)
         return x + 60
 
-    cls: Any = type(f"Made{n}", (mod.Base,), {"m": m, "__module__": M})
+    # Made0 and Made3 are Base's, Made1 Sub's, with an m of their own; Made2 inherits m.
+    parent, body = [(mod.Base, {"m": m}), (mod.Sub, {"m": m}), (mod.Base, {})][n % 3]
+    cls: Any = type(f"Made{n}", (parent,), {**body, "__module__": M})
     cls.original = m
     return cls
 
