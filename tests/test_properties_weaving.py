@@ -50,6 +50,7 @@ SITES: dict[str, tuple[Callable[[], Any], tuple[str, ...]]] = {
     "gen": (lambda: mod.gen, ("gen",)),
     "declared": (lambda: mod.declared, ("declared",)),
     "class": (lambda: mod.Base, ("Base.m", "cm", "sm")),
+    "subclass": (lambda: mod.Sub, ("Sub.m",)),  # its own methods only
     "whole instance": (lambda: mod.SOLO, ("solo",)),
     "module": (lambda: mod, ("plain", "coro", "gen", "declared")),
 }
