@@ -9,6 +9,7 @@ import functools
 import gc
 import inspect
 import os
+import traceback
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -437,6 +438,9 @@ class WeavingMachine(RuleBasedStateMachine):
         if outcome == "raise":
             assert isinstance(got, ValueError), (call, got)
             assert str(got) == f"bad {x}", (call, got)
+            # The target's own exception, unchanged: raised where it was, nothing chained.
+            assert traceback.extract_tb(got.__traceback__)[-1].name in ("_body", "gen")
+            assert got.__context__ is None, (call, got.__context__)
         else:
             assert got == outcome, (call, got, outcome)
         assert sorted(log, key=repr) == sorted(expected, key=repr), (call, log, expected)
