@@ -77,11 +77,14 @@ def _run_coro(x: int) -> Any:
 #: Each call: (join point it reaches, how to make it, its result for argument x).
 CALLS: dict[str, tuple[str, Callable[[int], Any], Callable[[int], Any]]] = {
     "plain": ("plain", lambda x: mod.plain(x), lambda x: x + 1),
+    "plain(x=)": ("plain", lambda x: mod.plain(x=x), lambda x: x + 1),
     "Base().m": ("Base.m", lambda x: mod.Base().m(x), lambda x: x + 10),
+    "Base().m(x=)": ("Base.m", lambda x: mod.Base().m(x=x), lambda x: x + 10),
     "Sub().m": ("Sub.m", lambda x: mod.Sub().m(x), lambda x: x + 20),
     "Base.cm": ("cm", lambda x: mod.Base.cm(x), lambda x: ("Base", x)),
     "Sub.cm": ("cm", lambda x: mod.Sub.cm(x), lambda x: ("Sub", x)),
     "Base.sm": ("sm", lambda x: mod.Base.sm(x), lambda x: -x),
+    "Base().sm(x=)": ("sm", lambda x: mod.Base().sm(x=x), lambda x: -x),
     "SOLO.m": ("solo", lambda x: mod.SOLO.m(x), lambda x: x + 30),
     "other Solo().m": ("", lambda x: mod.Solo().m(x), lambda x: x + 30),
     "coro": ("coro", _run_coro, lambda x: x + 40),
