@@ -555,6 +555,12 @@ class WeavingMachine(RuleBasedStateMachine):
                 assert sorted(listed) == sorted(names), (point, stage, listed, names)
                 by_name = {a.name: a.number for a in here}
                 _check_order([by_name[n] for n in listed], here, stage)
+        # A global weaver reaches every join point: its describe() shows what runs there,
+        # other weavers' advice included (docs/api.md).
+        everything = [(r.joinpoint, r.stage, r.advice) for r in rows if r.joinpoint]
+        for weaver in self.weavers:
+            mine = [(r.joinpoint, r.stage, r.advice) for r in ah.describe(weaver=weaver)]
+            assert [row for row in mine if row[0]] == everything
 
     def teardown(self) -> None:
         self.logs.__exit__(None, None, None)
