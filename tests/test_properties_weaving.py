@@ -227,13 +227,27 @@ class WeavingMachine(RuleBasedStateMachine):
         self.logs.__enter__()
 
     @initialize()
-    def private_weaver(self) -> None:
-        self.weavers.append(ah.Weaver("props"))
+    def private_weaverss(self) -> None:
+        """Weaver 1 is private and global, weaver 2 private and local."""
+        self.weavers += [ah.Weaver("props"), ah.Weaver("props-local", local=True)]
 
     # -- model helpers ---------------------------------------------------------------------
 
     def _live(self) -> list[Live]:
-        return [a for w in self.weaves if w.alive for a in w.advice if a.alive]
+        """The advice in force. The local weaver's advice registered by name reaches the
+        declared join point only while a weave through that weaver reaches it."""
+        local = any(
+            w.alive and w.weaver == 2 and "declared" in w.points
+            for w in self.weaves
+            if not isinstance(w.handle, ah.Advice)
+        )
+        return [
+            a
+            for w in self.weaves
+            if w.alive and (local or w.weaver != 2 or not isinstance(w.handle, ah.Advice))
+            for a in w.advice
+            if a.alive
+        ]
 
     def _woven_points(self) -> set[str]:
         return {
@@ -292,7 +306,7 @@ class WeavingMachine(RuleBasedStateMachine):
         target=handles,
         site=st.sampled_from(sorted(SITES)),
         spec=advice_spec,
-        weaver=st.integers(0, 1),
+        weaver=st.integers(0, 2),
     )
     def weave_advice(self, site: str, spec: dict[str, Any], weaver: int) -> Weave:
         """weave(target, <kind>=fn, **options) on the default or the private weaver."""
@@ -308,7 +322,7 @@ class WeavingMachine(RuleBasedStateMachine):
         target=handles,
         site=st.sampled_from(sorted(SITES)),
         priority=st.sampled_from(PRIORITIES),
-        weaver=st.integers(0, 1),
+        weaver=st.integers(0, 2),
     )
     def weave_aspect(self, site: str, priority: int | str, weaver: int) -> Weave:
         """weave(target, aspect) with an aspect whose advice runs at three stages."""
@@ -336,7 +350,7 @@ class WeavingMachine(RuleBasedStateMachine):
         handle = ah.weave(where(), aspect, weaver=self.weavers[weaver])
         return self._added(Weave(handle, lives, points, weaver, site))
 
-    @rule(target=handles, spec=advice_spec, weaver=st.integers(0, 1))
+    @rule(target=handles, spec=advice_spec, weaver=st.integers(0, 2))
     def register_by_name(self, spec: dict[str, Any], weaver: int) -> Weave:
         """weaver.<kind>('props.declared', **options)(fn): advice on the declared point."""
         live = self._new_live(spec, weaver, ("declared",))
@@ -362,17 +376,17 @@ class WeavingMachine(RuleBasedStateMachine):
         weave.alive = False
         ah.unweave(weave.handle)
 
-    @rule()
-    def close_private_weaver(self) -> None:
+    @rule(index=st.integers(1, 2))
+    def close_private_weaver(self, index: int) -> None:
         """Weaver.close(): everything through it comes off; a new private one replaces it."""
-        self.weavers[1].close()
+        self.weavers[index].close()
         for weave in self.weaves:
-            if weave.weaver == 1:
+            if weave.weaver == index:
                 weave.alive = False
                 weave.weaver = -1
-        self.weavers[1] = ah.Weaver("props")
+        self.weavers[index] = ah.Weaver(self.weavers[index].name, local=index == 2)
 
-    @rule(weaver=st.integers(0, 1))
+    @rule(weaver=st.integers(0, 2))
     def clear_weaver(self, weaver: int) -> None:
         """Weaver.clear(): everything through that weaver comes off; it stays usable."""
         self.weavers[weaver].clear()
@@ -558,7 +572,7 @@ class WeavingMachine(RuleBasedStateMachine):
         # A global weaver reaches every join point: its describe() shows what runs there,
         # other weavers' advice included (docs/api.md).
         everything = [(r.joinpoint, r.stage, r.advice) for r in rows if r.joinpoint]
-        for weaver in self.weavers:
+        for weaver in self.weavers[:2]:
             mine = [(r.joinpoint, r.stage, r.advice) for r in ah.describe(weaver=weaver)]
             assert [row for row in mine if row[0]] == everything
 
