@@ -289,6 +289,21 @@ class Advice(Generic[P, R]):
         factory: Callable[..., Any] | None = getattr(getattr(self.fn, "__self__", None), name, None)
         return factory
 
+    def share_filters(self, repeat: Advice, key: object) -> None:
+        """Share this advice's filter state at join point ``key`` with ``repeat``: another
+        registration of the same aspect method, left out of the chain there in favour of
+        this one. Whichever of the two has counted the calls there so far lends its count,
+        so the one that runs counts on from it: ``once=True`` stays once and ``every=``
+        keeps its beat when the other is removed."""
+        if not (self.every or self.once) or isinstance(key, str):
+            return
+        mine, theirs = self._counters.get(key), repeat._counters.get(key)
+        counters = mine or theirs or _Counters()
+        for advice, had in ((self, mine), (repeat, theirs)):
+            if had is not counters:
+                advice._counters[key] = counters
+                advice.recompile(key)
+
     def forget(self, key: object) -> None:
         """Drop everything kept for ``key``: the advice left that join point (or event)."""
         self.recompile(key)

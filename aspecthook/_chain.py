@@ -164,15 +164,19 @@ def _find_cycle(successors: dict[int, list[int]], remaining: list[int]) -> list[
         path.append(node)
 
 
-def _once_per_aspect(advices: list[Advice]) -> list[Advice]:
+def _once_per_aspect(advices: list[Advice], key: object) -> list[Advice]:
     """``advices`` less the repeats of one aspect's method: two weaves that overlap (a glob
     and a name in it) each register the aspect's advice, and the aspect should run once
-    per call (both registrations stay, so removing either keeps the other's advice)."""
-    seen: set[tuple[Any, ...]] = set()
+    per call (both registrations stay, so removing either keeps the other's advice).
+
+    A repeat shares the filter state (``every=`` / ``once=`` counters) of the advice kept
+    at join point ``key``, so when that one is removed the repeat takes over its count:
+    ``once=True`` does not run again, ``every=`` keeps its beat."""
+    seen: dict[tuple[Any, ...], Advice] = {}
     kept = []
     for advice in advices:
         if advice.aspect is not None:
-            key = (  # the same method with the same options: one mark, registered twice
+            mark = (  # the same method with the same options: one mark, registered twice
                 id(advice.aspect),
                 getattr(advice.fn, "__func__", advice.fn),
                 advice.priority,
@@ -188,9 +192,11 @@ def _once_per_aspect(advices: list[Advice]) -> list[Advice]:
                 advice.order_after,
                 advice.order_before,
             )
-            if key in seen:
+            first = seen.get(mark)
+            if first is not None:
+                first.share_filters(advice, key)
                 continue
-            seen.add(key)
+            seen[mark] = advice
         kept.append(advice)
     return kept
 
@@ -204,7 +210,7 @@ def build_chain(key: object, advices: Sequence[Advice], *, is_async: bool) -> Ch
     compiled: dict[str, tuple[Callable[..., Any], ...]] = {}
     skipped: dict[Advice, str] = {}
     for stage in STAGES:
-        stage_advice = _once_per_aspect([a for a in advices if a.kind == stage])
+        stage_advice = _once_per_aspect([a for a in advices if a.kind == stage], key)
         if not stage_advice:
             continue
         ordered = order_stage(stage_advice)
