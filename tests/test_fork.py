@@ -1,0 +1,214 @@
+"""Fork safety: a child made by ``os.fork()`` while another thread holds a lock of the
+engine (the registry's, the handles', the process hooks', the logging configuration's,
+a ``Registry``'s) or of an aspect (``Timed``, ``Counted``, ``Recorder``) gets it back
+unlocked, and the fork hook keeps no aspect alive."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import aspecthook as ah
+from aspecthook import _handle, _process, _registry
+from aspecthook.aspects import Counted, Timed, _logging_config
+from aspecthook.registry import ASPECTS, Registry
+from aspecthook.testing import Recorder
+
+needs_fork = pytest.mark.skipif(
+    not hasattr(os, "fork"), reason="os.fork() does not exist on this platform (Windows)"
+)
+multi_threaded_fork = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded:DeprecationWarning"
+)
+
+
+def add(x: int) -> int:
+    return x + 1
+
+
+def _exit_status(pid: int, *, give_up_after: float = 20.0) -> int | None:
+    """The child's exit code, or None (and the child killed) if it has not ended by then:
+    a child stuck on a lock never ends by itself."""
+    deadline = time.monotonic() + give_up_after
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def _fork_while(hold: Callable[[], Any], check: Callable[[], bool]) -> int | None:
+    """Fork while another thread is inside ``with hold():``; the child's exit status:
+    0 when ``check()`` is true in the child, None when the child never ended."""
+    holding, release = threading.Event(), threading.Event()
+
+    def keep() -> None:
+        with hold():
+            holding.set()
+            release.wait()
+
+    holder = threading.Thread(target=keep)
+    holder.start()
+    holding.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never return into pytest
+            code = 1
+            try:
+                code = 0 if check() else 2
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        holder.join()
+    return _exit_status(pid)
+
+
+def _weave_and_call() -> bool:
+    seen: list[int] = []
+    with ah.weave(add, before=lambda ctx: seen.append(ctx.args[0])):
+        add(1)
+    return seen == [1]
+
+
+# -- the engine's locks ----------------------------------------------------------------------
+
+
+@needs_fork
+@multi_threaded_fork
+@pytest.mark.parametrize(
+    "lock",
+    [
+        _registry.LOCK,
+        _handle._WAITS,
+        _process._install_lock,
+        _logging_config._CONFIGURED_LOCK,
+    ],
+    ids=["registry", "handle-waits", "process-hooks", "logging-config"],
+)
+def test_a_child_forked_while_another_thread_holds_a_module_lock_can_weave(lock: Any) -> None:
+    """A fork while another thread weaves (holds the registry's lock) left the child's
+    copy held by a thread the child does not have: its first weave, or its first handle
+    removal, waited for ever. The child gets the engine's locks back unlocked."""
+
+    def check() -> bool:
+        with lock:  # the lock itself is usable
+            pass
+        return _weave_and_call()
+
+    assert _fork_while(lambda: lock, check) == 0
+
+
+@needs_fork
+@multi_threaded_fork
+def test_a_child_forked_while_another_thread_uses_a_registry_can_look_names_up() -> None:
+    """A fork while another thread builds from a config (holds a registry's lock, as it
+    does while a plugin or torch is imported) left the child's copy held: its first
+    ``ASPECTS.get()`` or ``build()`` waited for ever. The child gets it back unlocked."""
+    mine = Registry("thing")
+    mine.register(dict, name="Dict")
+
+    def both() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(ASPECTS._lock)
+        stack.enter_context(mine._lock)
+        return stack
+
+    def check() -> bool:
+        return ASPECTS.get("Timed").__name__ == "Timed" and mine.get("Dict") is dict
+
+    assert _fork_while(both, check) == 0
+
+
+@needs_fork
+@multi_threaded_fork
+def test_a_child_forked_while_another_thread_removes_a_handle_does_not_wait_for_it() -> None:
+    """A fork while another thread removes a handle (its undo running) left the child's
+    ``remove()`` of that handle waiting for a thread the child does not have, for ever.
+    The child's ``remove()`` returns."""
+    undoing, release = threading.Event(), threading.Event()
+
+    def undo() -> None:
+        undoing.set()
+        release.wait()
+
+    handle = ah.Handle(undo, "slow removal")
+    remover = threading.Thread(target=handle.remove)
+    remover.start()
+    undoing.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never return into pytest
+            code = 1
+            try:
+                handle.remove()
+                code = 0 if _weave_and_call() else 2
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        remover.join()
+    assert _exit_status(pid) == 0
+
+
+# -- the aspects' locks ----------------------------------------------------------------------
+
+
+def _use_timed(timed: Any) -> bool:
+    with ah.weave(add, timed):
+        add(1)
+    return [row.count for row in timed.summary()] == [2]
+
+
+def _use_counted(counted: Any) -> bool:
+    with ah.weave(add, counted):
+        add(1)
+    return counted.counts[f"{__name__}.add"] == 2
+
+
+def _use_recorder(recorder: Any) -> bool:
+    with ah.weave(add, recorder):
+        add(2)
+    return [call.args for call in recorder.calls] == [(1,), (2,)]
+
+
+FLAVOURS: list[tuple[Callable[[], Any], Callable[[Any], bool]]] = [
+    (Timed, _use_timed),
+    (Counted, _use_counted),
+    (Recorder, _use_recorder),
+]
+
+
+@needs_fork
+@multi_threaded_fork
+@pytest.mark.parametrize(("make", "use"), FLAVOURS, ids=["Timed", "Counted", "Recorder"])
+def test_a_child_forked_while_another_thread_holds_the_lock_can_use_the_aspect(
+    make: Callable[[], Any], use: Callable[[Any], bool]
+) -> None:
+    """A fork while another thread records (holds the aspect's lock) left the child's
+    copy of the lock held by a thread the child does not have: the child's first call of
+    a woven function waited for ever. The child gets the lock back unlocked."""
+    aspect = make()
+    with ah.weave(add, aspect):
+        add(1)
+    assert _fork_while(lambda: aspect._lock, lambda: use(aspect)) == 0
+
+
+@pytest.mark.parametrize("make", [Timed, Counted, Recorder], ids=["Timed", "Counted", "Recorder"])
+def test_the_fork_hook_keeps_no_aspect_alive(make: Callable[[], Any]) -> None:
+    """Each aspect is made known to the fork hook, weakly: a dropped one is collected."""
+    ref = weakref.ref(make())
+    for _ in range(3):
+        gc.collect()
+    assert ref() is None
