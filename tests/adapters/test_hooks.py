@@ -557,6 +557,17 @@ def test_stop_training_in_on_train_begin_trains_one_batch_as_keras_fit() -> None
     assert [(epoch, sorted(logs)) for epoch, logs in callback.epochs] == [(0, ["loss", "val_loss"])]
 
 
+class _EpochLogs(Callback):
+    """Keeps the logs each on_epoch_end is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logs: list[dict[str, float]] = []
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.logs.append(dict(logs))
+
+
 def test_an_epoch_a_callback_stopped_inside_is_validated_as_keras_fit() -> None:
     """Keras's fit validates the epoch in which a callback stopped training (when it
     validates that epoch at all): on_epoch_end gets val_ logs, once, whichever of two
@@ -567,15 +578,7 @@ def test_an_epoch_a_callback_stopped_inside_is_validated_as_keras_fit() -> None:
             if batch == 1:
                 self.model.stop_training = True
 
-    class Epochs(Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.logs: list[dict[str, float]] = []
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.logs.append(dict(logs))
-
-    first, passes = Epochs(), []
+    first, passes = _EpochLogs(), []
     runner = _runner([first, StopAtBatch()], max_epochs=10)
     runner.weaver.before("val_epoch")(lambda ctx: passes.append(ctx.runner.iter))
     runner.run()
@@ -587,15 +590,7 @@ def test_epoch_logs_of_batches_without_samples_are_zero_as_keras_means() -> None
     """An epoch whose batches hold no samples gives loss 0.0 (Keras's Mean divides by
     its count of samples with divide_no_nan); it raised ZeroDivisionError."""
 
-    class Epochs(Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.logs: list[dict[str, float]] = []
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.logs.append(dict(logs))
-
-    callback = Epochs()
+    callback = _EpochLogs()
     model = torch.nn.Linear(4, 3)
     empty = [(torch.randn(0, 4), torch.randint(0, 3, (0,)))] * 2
     runner = Runner(
