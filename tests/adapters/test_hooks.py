@@ -557,7 +557,7 @@ def test_stop_training_in_on_train_begin_trains_one_batch_as_keras_fit() -> None
     assert [(epoch, sorted(logs)) for epoch, logs in callback.epochs] == [(0, ["loss", "val_loss"])]
 
 
-class _EpochLogs(Callback):
+class _EpochEnds(Callback):
     """Keeps the logs each on_epoch_end is given."""
 
     def __init__(self) -> None:
@@ -578,7 +578,7 @@ def test_an_epoch_a_callback_stopped_inside_is_validated_as_keras_fit() -> None:
             if batch == 1:
                 self.model.stop_training = True
 
-    first, passes = _EpochLogs(), []
+    first, passes = _EpochEnds(), []
     runner = _runner([first, StopAtBatch()], max_epochs=10)
     runner.weaver.before("val_epoch")(lambda ctx: passes.append(ctx.runner.iter))
     runner.run()
@@ -590,7 +590,7 @@ def test_epoch_logs_of_batches_without_samples_are_zero_as_keras_means() -> None
     """An epoch whose batches hold no samples gives loss 0.0 (Keras's Mean divides by
     its count of samples with divide_no_nan); it raised ZeroDivisionError."""
 
-    callback = _EpochLogs()
+    callback = _EpochEnds()
     model = torch.nn.Linear(4, 3)
     empty = [(torch.randn(0, 4), torch.randint(0, 3, (0,)))] * 2
     runner = Runner(
