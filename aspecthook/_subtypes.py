@@ -25,7 +25,7 @@ from ._joinpoint import JoinPointProxy
 from ._log import get_logger
 from ._proxy import find_proxy
 from ._registry import LOCK
-from ._targets import _own_sites, _resolve_path, _subtype_class, _subtype_parts
+from ._targets import _own_sites, _resolve_path, _subclasses, _subtype_class, _subtype_parts
 from .errors import WeaveTargetError
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def overridden_note(jp: Any) -> str:
         return ""
     overriding = [
         sub
-        for sub in _loaded_subclasses(holder)
+        for sub in _subclasses(holder)
         if attr in vars(sub) and find_proxy(vars(sub)[attr]) is None
     ]
     if not overriding:
@@ -156,24 +156,6 @@ def overridden_note(jp: Any) -> str:
         f" ({names}{more}), whose calls reach it only through super(): weave "
         f"'{path}+.{attr}' to reach theirs too"
     )
-
-
-def _loaded_subclasses(cls: type) -> list[type]:
-    """Every subclass of ``cls`` now in the process (subclasses of subclasses too)."""
-    found: list[type] = []
-    seen: set[int] = set()
-    todo = [cls]
-    while todo:
-        try:
-            subs: list[type] = type.__subclasses__(todo.pop())
-        except TypeError:  # a metaclass's odd __subclasses__: nothing more from there
-            continue
-        for sub in subs:
-            if id(sub) not in seen:
-                seen.add(id(sub))
-                found.append(sub)
-                todo.append(sub)
-    return found
 
 
 def unfollow(record: WeaveRecord) -> None:
