@@ -20,6 +20,7 @@ from ._advice_checks import (
     _check_every,
     _check_name,
     _check_once,
+    _check_order_self,
     _check_rank,
     _check_window,
     _names,
@@ -154,6 +155,7 @@ class Advice(Generic[P, R]):
         self.order_before = _names("order_before", order_before)
         self.aspect = aspect
         self.aspect_name: str | None = _check_name("name", aspect_name)
+        _check_order_self(self.name, self.aspect_name, self.order_after, self.order_before)
         self.is_async = is_coroutine_function(fn)
         self._init_state()
         check_signature(fn, kind, self.describe_target())

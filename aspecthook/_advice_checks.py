@@ -24,6 +24,7 @@ __all__ = [
     "_check_every",
     "_check_name",
     "_check_once",
+    "_check_order_self",
     "_check_rank",
     "_check_window",
     "_names",
@@ -154,6 +155,30 @@ def _names(option: str, names: object) -> tuple[str, ...]:
             value=names,
         )
     return tuple(str(n) for n in result)
+
+
+def _check_order_self(
+    name: str, aspect_name: str | None, order_after: tuple[str, ...], order_before: tuple[str, ...]
+) -> None:
+    """Refuse ``order_after=`` / ``order_before=`` naming the advice itself (its name or
+    its aspect's): ordering never compares advice with itself, so the name did nothing."""
+    for option, names in (("order_after", order_after), ("order_before", order_before)):
+        own = [n for n in names if n in (name, aspect_name)]
+        if not own:
+            continue
+        whose = f"its aspect {aspect_name!r}" if own[0] == aspect_name else "the advice itself"
+        hint = (
+            f"; to order it among its aspect's other advice, name that advice "
+            f"({option}='{aspect_name}.<method>')"
+            if aspect_name
+            else "; if you mean other advice of that name, give this one another name="
+        )
+        raise InvalidOptionError(
+            f"{option}={names!r} of advice {name!r} names {whose}, which it cannot run "
+            f"before or after: remove {own[0]!r} from {option}{hint}",
+            option=option,
+            value=names,
+        )
 
 
 def is_coroutine_function(fn: Any) -> bool:

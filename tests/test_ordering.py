@@ -10,7 +10,7 @@ import pytest
 
 import aspecthook as ah
 from aspecthook import Aspect, Priority, after, before
-from aspecthook.errors import OrderingCycleError, UnknownPriorityError
+from aspecthook.errors import InvalidOptionError, OrderingCycleError, UnknownPriorityError
 
 ALL_NAMES = (
     "HIGHEST",
@@ -372,6 +372,63 @@ def test_aspect_constraint_applies_to_all_its_advice(weaver: ah.Weaver, point: s
     weaver.register(Ema())
     work()
     assert ran == ["ema.before", "checkpoint.before", "ema.after", "checkpoint.after"]
+
+
+@pytest.mark.parametrize("option", ["order_after", "order_before"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_advice_naming_itself_in_its_order_is_refused(
+    weaver: ah.Weaver, point: str, stage: str, option: str
+) -> None:
+    """order_after= / order_before= naming the advice itself did nothing, silently: it is
+    refused at registration, saying to remove the name, and nothing is registered."""
+    ran: list[str] = []
+    refused = r"names the advice itself.*remove 'clip'"
+    with pytest.raises(InvalidOptionError, match=refused) as info:
+        _register(weaver, stage, point, "clip", ran, **{option: ("scale", "clip")})
+    assert (info.value.option, info.value.value) == (option, ("scale", "clip"))
+    assert weaver.registered == []
+
+
+@pytest.mark.parametrize("option", ["order_after", "order_before"])
+def test_an_aspect_naming_itself_in_its_order_is_refused(
+    weaver: ah.Weaver, point: str, option: str
+) -> None:
+    """Aspect(name='ema', order_after='ema') ordered none of its advice: it is refused when
+    registered, naming the aspect, and leaves nothing registered."""
+    ran: list[str] = []
+    with pytest.raises(InvalidOptionError, match=rf"{option}=\('ema',\) .* its aspect 'ema'"):
+        weaver.register(Tagged(ran, pointcut=point, name="ema", **{option: "ema"}))
+    assert weaver.registered == []
+
+
+def test_advice_ordered_after_another_advice_of_its_own_aspect(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """An aspect's method may name another method's advice of the same aspect (by its
+    advice name, '<aspect>.<method>'); naming the aspect itself from a method is refused."""
+    work = _declare(weaver, point)
+    ran: list[str] = []
+
+    class Pair(Aspect):
+        @before(point, order_after="pair.first")
+        def second(self, ctx: Any) -> None:
+            ran.append("second")
+
+        @before(point)
+        def first(self, ctx: Any) -> None:
+            ran.append("first")
+
+    class Whole(Aspect):
+        @before(point, order_after="whole")
+        def alone(self, ctx: Any) -> None:
+            ran.append("alone")
+
+    weaver.register(Pair())
+    work()
+    assert ran == ["first", "second"]
+    refused = r"its aspect 'whole'.*order_after='whole\.<method>'"
+    with pytest.raises(InvalidOptionError, match=refused):
+        weaver.register(Whole())
 
 
 # -- cycles ------------------------------------------------------------------------------------
