@@ -117,6 +117,10 @@ class Advice(Generic[P, R]):
     not registered), and ``with advice:`` removes it at the end of the block. For type
     checkers it is generic in the function's parameters and result (``Advice[P, R]``), so a
     call is checked as a call of the function; a bare ``Advice`` is ``Advice[..., Any]``.
+
+    The filters narrow one another in turn, per join point: ``every=`` counts the calls
+    that ``rank=`` and ``when=`` let by, and ``once=True`` runs the advice on the first call
+    all of them let by, so ``every=3, once=True`` runs on the 3rd call only.
     """
 
     def __init__(

@@ -79,7 +79,7 @@ def _check_once(once: object) -> bool:
         return once
     raise InvalidOptionError(
         f"once={once!r} is not a bool: give once=True to run the advice on the first call "
-        "only, or leave it out",
+        "its other filters let by (with every=n, the n-th call) only, or leave it out",
         option="once",
         value=once,
     )

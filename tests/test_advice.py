@@ -865,6 +865,26 @@ def test_once_runs_only_on_the_first_call(weaver: ah.Weaver, point: str) -> None
     assert ran == [2]
 
 
+def test_once_runs_on_the_first_call_the_other_filters_let_by_at_each_join_point(
+    weaver: ah.Weaver, point: str
+) -> None:
+    """once=True with every= and when= runs on the first call both let by, per join point
+    (as documented): when= lets the odd calls by, every=3 counts those (calls 1, 3, 5),
+    so the advice runs on each join point's 5th call, and never again."""
+    one, two = _declare(weaver, f"{point}.one"), _declare(weaver, f"{point}.two")
+    ran: list[tuple[str, int]] = []
+    weaver.before(f"{point}.*", every=3, once=True, when=lambda ctx: ctx.args[0] % 2 == 1)(
+        lambda ctx: ran.append((ctx.joinpoint.name, ctx.args[0]))
+    )
+    for i in range(1, 12):
+        one(i)
+    for i in range(1, 5):
+        two(i)
+    assert ran == [(f"{point}.one", 5)]
+    two(5)
+    assert ran == [(f"{point}.one", 5), (f"{point}.two", 5)]
+
+
 def test_when_filters_calls_by_predicate(weaver: ah.Weaver, point: str) -> None:
     """when=predicate(ctx) runs the advice only on calls where it returns true."""
     add = _declare(weaver, point)
