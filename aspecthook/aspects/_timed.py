@@ -164,6 +164,9 @@ class Timed(Aspect):
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
         self._events: list[tuple[str, int, int, int, bool, bool]] = []
+        # Thread names by native id, noted at a thread's first event: the trace file names
+        # threads that have ended by the time it is written too.
+        self._threads: dict[int, str] = {}
 
     def _reset_locks(self) -> None:
         """A new lock (also in a forked child, where another thread may have held it)."""
@@ -333,9 +336,12 @@ class Timed(Aspect):
     def _add_event(
         self, name: str, start: int, duration: int, failed: bool, concurrent: bool = False
     ) -> None:
+        tid = _native_id()
         with self._lock:
             if len(self._events) < self.max_events:
-                self._events.append((name, start, duration, _native_id(), failed, concurrent))
+                self._events.append((name, start, duration, tid, failed, concurrent))
+                if tid not in self._threads:  # the thread's first event: note its name
+                    self._threads[tid] = threading.current_thread().name
             else:
                 self.dropped_events += 1
 
@@ -362,6 +368,7 @@ class Timed(Aspect):
                 del pending[:]  # emptied in place: layers hold on to these lists
             self._stats = {}
             self._events.clear()
+            self._threads.clear()
             self.dropped_events = 0
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> Path:
@@ -371,14 +378,17 @@ class Timed(Aspect):
         per process (so traces of several ``Timed`` merge), the process id and native
         thread ids; nested calls nest. A coroutine's call is a pair of async events
         (``ph: 'b'`` / ``'e'`` with an ``id`` of its own): coroutines on one thread overlap
-        without nesting, which complete events on one thread must not. Needs
-        ``trace=True``, else the file has no events.
+        without nesting, which complete events on one thread must not. Metadata events
+        name the process and each thread: one still alive by its name now, one that has
+        ended by the name it had at its first event. Needs ``trace=True``, else the file
+        has no events.
         """
         with self._lock:
             events = sorted(self._events, key=lambda e: (e[1], -e[2]))
-            dropped = self.dropped_events
+            dropped, threads = self.dropped_events, dict(self._threads)
         target = Path(path)
-        write_atomically(target, json.dumps(chrome_trace(events, dropped, id(self))))
+        document = chrome_trace(events, dropped, id(self), threads)
+        write_atomically(target, json.dumps(document))
         return target
 
 

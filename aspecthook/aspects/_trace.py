@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,14 @@ _ORIGIN = time.perf_counter_ns()
 
 
 def chrome_trace(
-    events: Iterable[tuple[str, int, int, int, bool, bool]], dropped: int, owner: int
+    events: Iterable[tuple[str, int, int, int, bool, bool]],
+    dropped: int,
+    owner: int,
+    threads: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
-    """The document for ``events`` (``Timed``'s, sorted by start), ``owner`` its ``id``."""
+    """The document for ``events`` (``Timed``'s, sorted by start), ``owner`` its ``id``;
+    ``threads`` names threads by native id as ``Timed`` noted them at their first event,
+    so that threads which have ended are named too."""
     pid = os.getpid()
     trace: list[dict[str, Any]] = []
     for call, (name, start, duration, tid, failed, concurrent) in enumerate(events):
@@ -37,21 +42,23 @@ def chrome_trace(
         else:
             trace.append(_trace_event(name, ts, dur, pid, tid, failed))
     return {
-        "traceEvents": _names(pid, trace) + trace,
+        "traceEvents": _names(pid, trace, threads or {}) + trace,
         "displayTimeUnit": "ms",
         "otherData": {"producer": "aspecthook.Timed", "dropped_events": dropped},
     }
 
 
-def _names(pid: int, trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Metadata events naming the process and the threads still alive (viewers show bare
-    ids otherwise); a thread that has ended keeps its id."""
+def _names(pid: int, trace: list[dict[str, Any]], noted: Mapping[int, str]) -> list[dict[str, Any]]:
+    """Metadata events naming the process and the threads (viewers show bare ids
+    otherwise): a thread still alive by its name now, one that has ended by the name
+    ``noted`` at its first event."""
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": program}}]
     alive = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    known = {**noted, **alive}
     for tid in sorted({event["tid"] for event in trace}):
-        if tid in alive:
-            args = {"name": alive[tid]}
+        if tid in known:
+            args = {"name": known[tid]}
             meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": args})
     return meta
 

@@ -880,9 +880,10 @@ def test_chrome_trace_thread_ids(tmp_path: Path) -> None:
     assert sorted(e["tid"] for e in events) == sorted(ids)
 
 
-def test_chrome_trace_names_the_process_and_the_live_threads(tmp_path: Path) -> None:
-    """Metadata events name the process and every thread still alive at the export, so a
-    viewer shows names, not bare ids; a thread that has ended keeps its id."""
+def test_chrome_trace_names_the_process_and_every_thread(tmp_path: Path) -> None:
+    """Metadata events name the process and every thread that made an event, so a viewer
+    shows names, not bare ids: one still alive at the export, and one that had ended
+    before it (by the name it had at its first event; it showed a bare id)."""
     timed = Timed(trace=True)
     release = threading.Event()
 
@@ -911,6 +912,7 @@ def test_chrome_trace_names_the_process_and_the_live_threads(tmp_path: Path) -> 
     assert threads == {
         threading.main_thread().native_id: "MainThread",
         alive.native_id: "loader-1",
+        ended.native_id: "gone",
     }
     assert {e["tid"] for e in events} >= set(threads)
 
