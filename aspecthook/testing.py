@@ -29,6 +29,7 @@ is enough) provides fixtures that keep tests from leaking advice into each other
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -39,6 +40,7 @@ from typing import Any
 from ._advice import OrderNames
 from ._aspect import Aspect
 from ._context import CallContext
+from ._dispatch import after_error_advice, error_advice_follows
 from ._fork import reset_locks_after_fork
 from ._handle import Handle
 from ._pointcut import PointcutLike, as_pointcut
@@ -62,7 +64,12 @@ class Call:
     """One completed call recorded by a ``Recorder``.
 
     ``index`` is the order in which calls *started* (0, 1, ...), so nested calls read
-    outer first; ``exception`` is what the call raised (``result`` is then ``None``).
+    outer first; ``exception`` is what the call raised (``result`` is then ``None``). A
+    call whose exception error advice recovered (``ctx.recover(value)``) returned to its
+    caller: its ``result`` is that value, ``exception`` is ``None`` (``ok`` is true) and
+    ``recovered_from`` holds the exception (``recovered`` is true). That is known where
+    ``Timed`` knows it (``docs/known-issues.md``): elsewhere (inside other around advice
+    such as ``Retry``, at an async join point) the call is recorded with its exception.
     ``names`` holds every name the join point answers to (aliases given with
     ``weave(..., name=)`` included), so pointcuts can select calls; ``joinpoint`` is the
     join point itself, which a predicate pointcut is given.
@@ -78,11 +85,18 @@ class Call:
     instance: Any = field(default=None, repr=False)
     names: frozenset[str] = field(default=frozenset(), repr=False)
     joinpoint: Any = field(default=None, repr=False, compare=False)
+    recovered_from: Exception | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
-        """Whether the call returned instead of raising."""
+        """Whether the call returned instead of raising (error advice recovering it
+        included: the caller got a value)."""
         return self.exception is None
+
+    @property
+    def recovered(self) -> bool:
+        """Whether error advice recovered the call from ``recovered_from``."""
+        return self.recovered_from is not None
 
 
 class _Bookkeeping(threading.local):
@@ -110,7 +124,8 @@ class Recorder(Aspect):
     and the result before after advice changes it. An ``async def`` join point, or a
     synchronous callable that returns a coroutine (an async function behind a plain
     decorator), is recorded when its coroutine completes; a generator function's result
-    is the generator it returns. ``errors=`` is ``Aspect``'s.
+    is the generator it returns. A call that error advice recovers is recorded with the
+    value the caller got (see ``Call``). ``errors=`` is ``Aspect``'s.
     """
 
     priority: PriorityLike = Priority.LOWEST
@@ -155,7 +170,12 @@ class Recorder(Aspect):
         try:
             result = proceed()
         except BaseException as exc:
-            self._finish(start, None, exc)
+            if isinstance(exc, Exception) and error_advice_follows(ctx):
+                # Recorded once the error advice has run: it may recover the call.
+                settle = functools.partial(self._settle, start, ctx, exc)
+                after_error_advice(ctx, settle)
+            else:
+                self._finish(start, None, exc)
             raise
         if type(result) is CoroutineType:  # an async function behind a plain decorator
             return self._record_async(start, lambda: result)
@@ -192,11 +212,28 @@ class Recorder(Aspect):
         finally:
             _BOOKKEEPING.active = False
 
-    def _finish(self, start: dict[str, Any], result: Any, exc: BaseException | None) -> None:
+    def _settle(
+        self, start: dict[str, Any], ctx: CallContext, exc: Exception, recovered: bool
+    ) -> None:
+        """Record a call that raised ``exc`` once its error advice has run: with the value
+        it was recovered with (``ctx.result``), or else with ``exc``."""
+        if recovered:
+            self._finish(start, ctx.result, None, recovered_from=exc)
+        else:
+            self._finish(start, None, exc)
+
+    def _finish(
+        self,
+        start: dict[str, Any],
+        result: Any,
+        exc: BaseException | None,
+        *,
+        recovered_from: Exception | None = None,
+    ) -> None:
         _BOOKKEEPING.active = True
         try:
             numbering = start.pop("numbering")
-            call = Call(result=result, exception=exc, **start)
+            call = Call(result=result, exception=exc, recovered_from=recovered_from, **start)
             with self._lock:
                 if numbering is self._order:  # else clear() came after it started
                     self._calls.append(call)

@@ -1,5 +1,5 @@
 """A call whose exception error advice recovers (``ctx.recover``) returned a value to its
-caller: ``Timed``, ``Logged`` and ``Counted`` report it as such, not as an error."""
+caller: ``Timed``, ``Logged``, ``Counted`` and ``Recorder`` report it as such, not as an error."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 import aspecthook as ah
 from aspecthook.aspects import Counted, Logged, Retry, Timed
+from aspecthook.testing import Recorder
 
 MODULE = __name__
 
@@ -159,3 +160,55 @@ def test_counted_leaves_out_recovered_calls_at_an_async_join_point() -> None:
         assert asyncio.run(alookup("k")) == "default"
     assert counted.error_counts[f"{MODULE}.alookup"] == 0
     assert counted.counts[f"{MODULE}.alookup"] == 1
+
+
+# -- Recorder --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("priority", ["LOWEST", "HIGHEST"])
+@pytest.mark.parametrize("first", [True, False], ids=["advice-first", "recorder-first"])
+def test_recorder_records_a_recovered_call_with_the_value_the_caller_got(
+    priority: str, first: bool
+) -> None:
+    """Recorder recorded a recovered call as failed (its around advice saw the exception
+    before any error advice ran). It records the value the caller got, no exception, and
+    the exception recovered from, innermost or outermost, with Timed outside it or not."""
+    recorder = Recorder(priority=priority)
+    with contextlib.ExitStack() as stack:
+        if first:
+            stack.enter_context(ah.weave(lookup, on_error=fallback))
+        stack.enter_context(ah.weave(lookup, recorder))
+        if not first:
+            stack.enter_context(ah.weave(lookup, Timed(), on_error=fallback))
+        assert lookup("k") == "default"
+    call = recorder.assert_called_with(f"{MODULE}.lookup", "k")
+    assert (call.ok, call.result, call.exception) == (True, "default", None)
+    assert call.recovered
+    assert isinstance(call.recovered_from, KeyError)
+    assert call.recovered_from.args == ("k",)
+
+
+def test_recorder_records_a_failure_no_error_advice_recovers_as_failed() -> None:
+    """Error advice that only looks: the call is recorded with its exception, unchanged."""
+    recorder = Recorder()
+    with ah.weave(lookup, recorder, on_error=lambda ctx: None), pytest.raises(KeyError) as raised:
+        lookup("k")
+    [call] = recorder.calls
+    assert (call.ok, call.exception, call.recovered, call.recovered_from) == (
+        False,
+        raised.value,
+        False,
+        None,
+    )
+
+
+def test_recorder_inside_retry_records_each_attempt_as_it_came_out_of_proceed() -> None:
+    """The rule's limit, as for Timed: Recorder inside other around advice (Retry) records
+    each attempt as it failed, though error advice recovers the call in the end."""
+    recorder = Recorder()
+    with (
+        ah.weave(lookup, Retry(attempts=2, backoff=0, jitter=0)),
+        ah.weave(lookup, recorder, on_error=fallback),
+    ):
+        assert lookup("k") == "default"
+    assert [(c.ok, c.recovered) for c in recorder.calls] == [(False, False), (False, False)]
