@@ -11,15 +11,21 @@ configuration's) are registered once and re-made in place (``_at_fork_reinit``, 
 
 One process-wide ``os.register_at_fork`` hook (a registration cannot be undone, so one per
 object would pile up) over a weak mapping: being registered keeps no object alive.
+
+``OwnsLock`` gives such an object's copies (``copy.copy``, ``copy.deepcopy``) a lock of
+their own, registered here too, and data of their own to guard with it.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import weakref
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["reinit_after_fork", "reset_locks_after_fork"]
+from ._typing import Self
+
+__all__ = ["OwnsLock", "reinit_after_fork", "reset_locks_after_fork"]
 
 
 class _HasLocks(Protocol):
@@ -45,6 +51,53 @@ def reinit_after_fork(lock: _Lock) -> _Lock:
     child forked from now on; returns it, for ``LOCK = reinit_after_fork(RLock())``."""
     _MODULE_LOCKS.append(lock)
     return lock
+
+
+class OwnsLock:
+    """Base of an object that guards what it records with a lock of its own, ``_lock``.
+
+    ``_own_lock()`` makes the lock (``_reset_locks``) and has it made anew in a forked
+    child. A copy, shallow or deep, gets a lock of its own the same way (sharing the
+    original's, it would also lose it to a fork: the child re-makes the original's
+    only), and copies of what the lock guards (``_copied_data``, read under the
+    original's lock), so that the two record apart from each other.
+    """
+
+    _lock: Any
+
+    def _reset_locks(self) -> None:
+        """Make ``_lock`` anew (a subclass says which kind of lock)."""
+        raise NotImplementedError
+
+    def _own_lock(self) -> None:
+        """Make the lock, and have it made anew in every child forked from now on."""
+        self._reset_locks()
+        reset_locks_after_fork(self)
+
+    def _copied_data(self, memo: dict[int, Any] | None) -> dict[str, Any]:
+        """Copies of the attributes the lock guards, by name (called with it held); a
+        deep copy's ``memo`` may be given what it should keep as it is."""
+        return {}
+
+    def __copy__(self) -> Self:
+        return self._copy(None)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self._copy(memo)
+
+    def _copy(self, memo: dict[int, Any] | None) -> Self:
+        cls = type(self)
+        new = cls.__new__(cls)
+        if memo is not None:
+            memo[id(self)] = new  # a reference back to this object reaches the copy
+        with self._lock:
+            state = {**self.__dict__, **self._copied_data(memo)}
+        del state["_lock"]
+        if memo is not None:  # outside the lock: what it copies may call back into us
+            state = copy.deepcopy(state, memo)
+        new.__dict__.update(state)
+        new._own_lock()
+        return new
 
 
 def _after_fork_in_child() -> None:

@@ -41,7 +41,7 @@ from ._advice import OrderNames
 from ._aspect import Aspect
 from ._context import CallContext
 from ._dispatch import after_error_advice, error_advice_follows
-from ._fork import reset_locks_after_fork
+from ._fork import OwnsLock
 from ._handle import Handle
 from ._pointcut import PointcutLike, as_pointcut
 from ._priority import Priority, PriorityLike
@@ -110,7 +110,7 @@ class _Bookkeeping(threading.local):
 _BOOKKEEPING = _Bookkeeping()
 
 
-class Recorder(Aspect):
+class Recorder(Aspect, OwnsLock):
     """Records every call at the join points it advises: name, arguments, outcome, order.
 
     ``Recorder('train_*')`` then ``register(...)`` records named join points;
@@ -125,7 +125,10 @@ class Recorder(Aspect):
     synchronous callable that returns a coroutine (an async function behind a plain
     decorator), is recorded when its coroutine completes; a generator function's result
     is the generator it returns. A call that error advice recovers is recorded with the
-    value the caller got (see ``Call``). ``errors=`` is ``Aspect``'s.
+    value the caller got (see ``Call``). ``errors=`` is ``Aspect``'s. A copy
+    (``copy.copy`` or ``copy.deepcopy``) starts from the calls recorded so far, in a list
+    of its own (the ``Call`` records themselves are kept as they are, even by a deep
+    copy), and records apart from this one.
     """
 
     priority: PriorityLike = Priority.LOWEST
@@ -148,14 +151,23 @@ class Recorder(Aspect):
             order_after=order_after,
             order_before=order_before,
         )
-        self._reset_locks()
-        reset_locks_after_fork(self)  # a fork while another thread records: not held
+        self._own_lock()  # a fork while another thread records: not held
         self._calls: list[Call] = []
         self._order = itertools.count()
 
     def _reset_locks(self) -> None:
         """A new lock (also in a forked child, where another thread may have held it)."""
         self._lock = threading.Lock()
+
+    def _copied_data(self, memo: dict[int, Any] | None) -> dict[str, Any]:
+        """The calls so far, for a copy that records apart (``OwnsLock``); its calls are
+        numbered on from them. A deep copy keeps each ``Call`` as it is: a record of what
+        happened, holding the thread and join point it happened at."""
+        calls = list(self._calls)
+        order = itertools.count(1 + max((c.index for c in calls), default=-1))
+        if memo is not None:
+            memo.update((id(kept), kept) for kept in (*calls, order))
+        return {"_calls": calls, "_order": order}
 
     # -- the advice -----------------------------------------------------------------------
 

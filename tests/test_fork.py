@@ -1,11 +1,13 @@
 """Fork safety: a child made by ``os.fork()`` while another thread holds a lock of the
 engine (the registry's, the handles', the process hooks', the logging configuration's,
 a ``Registry``'s) or of an aspect (``Timed``, ``Counted``, ``Recorder``) gets it back
-unlocked, and the fork hook keeps no aspect alive."""
+unlocked, a copy of such an aspect has a lock of its own, and the fork hook keeps no
+aspect alive."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import os
 import threading
@@ -212,3 +214,65 @@ def test_the_fork_hook_keeps_no_aspect_alive(make: Callable[[], Any]) -> None:
     for _ in range(3):
         gc.collect()
     assert ref() is None
+
+
+# -- copies of the aspects -------------------------------------------------------------------
+
+
+@needs_fork
+@multi_threaded_fork
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize(("make", "use"), FLAVOURS, ids=["Timed", "Counted", "Recorder"])
+def test_a_copy_of_an_aspect_has_a_lock_of_its_own_made_anew_in_a_forked_child(
+    make: Callable[[], Any], use: Callable[[Any], bool], copier: Callable[[Any], Any]
+) -> None:
+    """A shallow copy shared the original's lock, which the fork hook re-made for the
+    original only: a fork while another thread held it left the copy's lock held in the
+    child, whose first call woven with the copy waited for ever (a deep copy failed
+    outright: a lock cannot be copied). A copy has a lock of its own, made anew in the
+    child, and goes on from what the original had recorded."""
+    aspect = make()
+    with ah.weave(add, aspect):
+        add(1)
+    twin = copier(aspect)
+    assert _fork_while(lambda: twin._lock, lambda: use(twin)) == 0
+
+
+def _recorded(aspect: Any) -> Any:
+    """What ``aspect`` has recorded of ``add``: calls, errors and trace events."""
+    if isinstance(aspect, Timed):
+        return [(row.count, row.errors) for row in aspect.summary()], len(aspect._events)
+    if isinstance(aspect, Counted):
+        return aspect.counts[f"{__name__}.add"], aspect.error_counts[f"{__name__}.add"]
+    return [(call.args, call.index) for call in aspect.calls]
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Timed(trace=True), Counted, Recorder],
+    ids=["Timed", "Counted", "Recorder"],
+)
+def test_a_copy_of_an_aspect_records_apart_from_the_original(
+    make: Callable[[], Any], copier: Callable[[Any], Any]
+) -> None:
+    """A copy starts from what the original recorded; calls woven with either are
+    recorded by that one only (a shallow copy shared its counters, timings and lists)."""
+    aspect = make()
+    with ah.weave(add, aspect):
+        add(1)
+    before = _recorded(aspect)
+    twin = copier(aspect)
+    assert _recorded(twin) == before
+    with ah.weave(add, twin):
+        add(2)
+    assert _recorded(aspect) == before
+    with ah.weave(add, aspect):
+        add(3)
+        add(4)
+    expected = {
+        Timed: ([(2, 0)], 2),
+        Counted: (2, 0),
+        Recorder: [((1,), 0), ((2,), 1)],
+    }
+    assert _recorded(twin) == expected[type(twin)]

@@ -5,19 +5,20 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
+from typing import Any
 
 from .. import before, on_error
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext
 from .._dispatch import after_error_advice
-from .._fork import reset_locks_after_fork
+from .._fork import OwnsLock
 from .._priority import Priority, PriorityLike
 from .._typing import Unpack
 
 __all__ = ["Counted"]
 
 
-class Counted(Aspect):
+class Counted(Aspect, OwnsLock):
     """Count calls and exceptions per join point name: ``counts`` and ``error_counts``.
 
     ``weave(target, Counted())`` counts a callable; ``register(Counted(pointcut='*'))``
@@ -36,6 +37,9 @@ class Counted(Aspect):
       function behind a plain decorator; an ``async def`` join point's failures do count).
       Seeing those would take advice after every call, which every ordinary call would
       pay for; ``Timed`` counts them.
+
+    A copy (``copy.copy`` or ``copy.deepcopy``) starts from the counts as they are and
+    counts apart from this one.
     """
 
     priority: PriorityLike = Priority.HIGHEST
@@ -46,14 +50,17 @@ class Counted(Aspect):
         **options: Unpack[AspectOptions],
     ) -> None:
         super().__init__(**options)  # pointcut, priority, name, errors, order_after/before
-        self._reset_locks()
-        reset_locks_after_fork(self)  # a fork while another thread counts: not held
+        self._own_lock()  # a fork while another thread counts: not held
         self._calls: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
 
     def _reset_locks(self) -> None:
         """A new lock (also in a forked child, where another thread may have held it)."""
         self._lock = threading.Lock()
+
+    def _copied_data(self, memo: dict[int, Any] | None) -> dict[str, Any]:
+        """The counts, for a copy that counts apart (``OwnsLock``)."""
+        return {"_calls": Counter(self._calls), "_errors": Counter(self._errors)}
 
     @before()
     def count_call(self, ctx: CallContext) -> None:

@@ -11,6 +11,7 @@ The sketch lives in ``_sketch`` (re-exported here), the trace file's format in `
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -28,7 +29,7 @@ from .._advice import log_own_failure, runs_as_layer
 from .._aspect import Aspect, AspectOptions
 from .._context import CallContext, Proceed
 from .._dispatch import after_error_advice, error_advice_follows
-from .._fork import reset_locks_after_fork
+from .._fork import OwnsLock
 from .._joinpoint import JoinPoint
 from .._priority import Priority, PriorityLike
 from .._rich import import_rich, render
@@ -115,7 +116,7 @@ def _times(row: TimingRow) -> list[str]:
     return [format_seconds(v) for v in values]
 
 
-class Timed(Aspect):
+class Timed(Aspect, OwnsLock):
     """Time every call of the join points it advises: count, errors, total, quantiles.
 
     ``weave(target, Timed())`` times a callable; ``register(Timed(pointcut='train_*'))``
@@ -135,7 +136,9 @@ class Timed(Aspect):
     ``max_events`` calls for ``export_chrome_trace``; later ones are counted in
     ``dropped_events``.
     Outermost around advice (``HIGHEST``) with ``errors='log'``: a failure in the timing
-    is logged, never raised into the timed call.
+    is logged, never raised into the timed call. A copy (``copy.copy`` or
+    ``copy.deepcopy``) starts from the timings and trace events as they are and records
+    apart from this one.
     """
 
     priority: PriorityLike = Priority.HIGHEST
@@ -158,8 +161,7 @@ class Timed(Aspect):
         self.trace = bool(trace)
         self.max_events = max_events
         self.dropped_events = 0
-        self._reset_locks()
-        reset_locks_after_fork(self)  # a fork while another thread records: not held
+        self._own_lock()  # a fork while another thread records: not held
         self._stats: dict[str, _Stats] = {}
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
@@ -173,6 +175,16 @@ class Timed(Aspect):
         # Reentrant: a signal handler or a garbage-collected generator may record while
         # this thread holds it; a plain Lock would deadlock there.
         self._lock = threading.RLock()
+
+    def _copied_data(self, memo: dict[int, Any] | None) -> dict[str, Any]:
+        """The timings and trace events, for a copy that records apart (``OwnsLock``):
+        the pending lists too, which this instance's dispatch layers append to."""
+        return {
+            "_stats": {name: copy.deepcopy(stats) for name, stats in self._stats.items()},
+            "_pending": {name: list(pending) for name, pending in self._pending.items()},
+            "_events": list(self._events),
+            "_threads": dict(self._threads),
+        }
 
     # -- the advice -------------------------------------------------------------------
 
