@@ -48,7 +48,9 @@ _Lock = TypeVar("_Lock")
 
 def reinit_after_fork(lock: _Lock) -> _Lock:
     """Have a module-level ``lock`` (a ``threading.Lock`` or ``RLock``) unlocked in every
-    child forked from now on; returns it, for ``LOCK = reinit_after_fork(RLock())``."""
+    child forked from now on; returns it, for ``LOCK = reinit_after_fork(RLock())``.
+    Anything else with an ``_at_fork_reinit()`` method is called the same way (in the
+    child's one thread: the thread that forked)."""
     _MODULE_LOCKS.append(lock)
     return lock
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import json
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -276,3 +278,27 @@ def test_a_copy_of_an_aspect_records_apart_from_the_original(
         Recorder: [((1,), 0), ((2,), 1)],
     }
     assert _recorded(twin) == expected[type(twin)]
+
+
+@needs_fork
+def test_a_forked_childs_trace_events_carry_its_own_thread_id(tmp_path: Path) -> None:
+    """A thread's native id is read at its first trace event and kept for the next: the
+    thread that forks has another id in the child, which the child's events carry (and
+    its trace names), not the parent's."""
+    timed, path = Timed(trace=True), tmp_path / "child.json"
+    with ah.weave(add, timed):
+        add(1)  # the parent's id is read here
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never return into pytest
+            code = 1
+            try:
+                timed.reset()
+                add(2)
+                document = json.loads(timed.export_chrome_trace(path).read_text())
+                tid = threading.get_native_id()
+                events = [e for e in document["traceEvents"] if e["ph"] == "X"]
+                names = [e["tid"] for e in document["traceEvents"] if e["name"] == "thread_name"]
+                code = 0 if [e["tid"] for e in events] == [tid] and tid in names else 2
+            finally:
+                os._exit(code)
+    assert _exit_status(pid) == 0

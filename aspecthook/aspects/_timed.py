@@ -37,7 +37,7 @@ from .._typing import Unpack
 from .._units import format_seconds
 from ..errors import InvalidOptionError
 from ._sketch import RELATIVE_ACCURACY, QuantileSketch, _Stats
-from ._trace import chrome_trace, write_atomically
+from ._trace import THIS_THREAD, chrome_trace, note_thread, write_atomically
 
 __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow"]
 
@@ -46,7 +46,6 @@ __all__ = ["RELATIVE_ACCURACY", "QuantileSketch", "Summary", "Timed", "TimingRow
 # seconds since boot has a resolution of ~2 ns after 180 days of uptime and ~15 ns after
 # 1,000: too coarse for calls of a few hundred ns. perf_counter_ns keeps 1 ns.
 _clock = time.perf_counter_ns
-_native_id = threading.get_native_id
 
 #: Calls buffered per join point before they are folded into its sketch: folding sorts
 #: the batch and then works per occupied bucket, so a larger batch costs less per call
@@ -166,9 +165,6 @@ class Timed(Aspect, OwnsLock):
         # Durations (ns) not yet folded into the sketch, per name.
         self._pending: dict[str, list[int]] = {}
         self._events: list[tuple[str, int, int, int, bool, bool]] = []
-        # Thread names by native id, noted at a thread's first event: the trace file names
-        # threads that have ended by the time it is written too.
-        self._threads: dict[int, str] = {}
 
     def _reset_locks(self) -> None:
         """A new lock (also in a forked child, where another thread may have held it)."""
@@ -183,7 +179,6 @@ class Timed(Aspect, OwnsLock):
             "_stats": {name: copy.deepcopy(stats) for name, stats in self._stats.items()},
             "_pending": {name: list(pending) for name, pending in self._pending.items()},
             "_events": list(self._events),
-            "_threads": dict(self._threads),
         }
 
     # -- the advice -------------------------------------------------------------------
@@ -348,12 +343,12 @@ class Timed(Aspect, OwnsLock):
     def _add_event(
         self, name: str, start: int, duration: int, failed: bool, concurrent: bool = False
     ) -> None:
-        tid = _native_id()
+        tid = THIS_THREAD.tid
+        if tid is None:  # the thread's first trace event: its id, and its name noted
+            tid = note_thread()
         with self._lock:
             if len(self._events) < self.max_events:
                 self._events.append((name, start, duration, tid, failed, concurrent))
-                if tid not in self._threads:  # the thread's first event: note its name
-                    self._threads[tid] = threading.current_thread().name
             else:
                 self.dropped_events += 1
 
@@ -380,7 +375,6 @@ class Timed(Aspect, OwnsLock):
                 del pending[:]  # emptied in place: layers hold on to these lists
             self._stats = {}
             self._events.clear()
-            self._threads.clear()
             self.dropped_events = 0
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> Path:
@@ -397,10 +391,9 @@ class Timed(Aspect, OwnsLock):
         """
         with self._lock:
             events = sorted(self._events, key=lambda e: (e[1], -e[2]))
-            dropped, threads = self.dropped_events, dict(self._threads)
+            dropped = self.dropped_events
         target = Path(path)
-        document = chrome_trace(events, dropped, id(self), threads)
-        write_atomically(target, json.dumps(document))
+        write_atomically(target, json.dumps(chrome_trace(events, dropped, id(self))))
         return target
 
 

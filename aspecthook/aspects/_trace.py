@@ -11,28 +11,60 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .._files import fsync_dir
+from .._fork import reinit_after_fork
 
-__all__ = ["chrome_trace", "write_atomically"]
+__all__ = ["THIS_THREAD", "chrome_trace", "note_thread", "write_atomically"]
 
 #: Time zero of every trace (``perf_counter_ns`` at import): shared by all ``Timed``
 #: instances, so their traces line up when merged into one file.
 _ORIGIN = time.perf_counter_ns()
 
 
+#: Names of the threads that made trace events, by native id, noted at each one's first
+#: event (``note_thread``) so that a trace written after a thread ended still names it.
+#: The oldest go first beyond ``_NAMES_KEPT`` (a program that starts threads without end).
+_THREAD_NAMES: dict[int, str] = {}
+_NAMES_KEPT = 4096
+_NAMES_LOCK = reinit_after_fork(threading.Lock())
+
+
+class _ThisThread(threading.local):
+    """The native id of the running thread, once ``note_thread`` has read it: a trace
+    event reads this attribute (cheaper than asking for the id each time), and finds
+    ``None`` only at the thread's first event."""
+
+    tid: int | None = None
+
+    def _at_fork_reinit(self) -> None:
+        """In a forked child (``reinit_after_fork``): its one thread has a new native
+        id, read again at its next event."""
+        self.tid = None
+
+
+THIS_THREAD = reinit_after_fork(_ThisThread())
+
+
+def note_thread() -> int:
+    """The running thread's native id, read at its first trace event; notes its name."""
+    current = threading.current_thread()
+    tid = THIS_THREAD.tid = threading.get_native_id()
+    with _NAMES_LOCK:
+        _THREAD_NAMES.pop(tid, None)  # a new thread with an ended one's id: now the newest
+        if len(_THREAD_NAMES) >= _NAMES_KEPT:
+            del _THREAD_NAMES[next(iter(_THREAD_NAMES))]
+        _THREAD_NAMES[tid] = current.name
+    return tid
+
+
 def chrome_trace(
-    events: Iterable[tuple[str, int, int, int, bool, bool]],
-    dropped: int,
-    owner: int,
-    threads: Mapping[int, str] | None = None,
+    events: Iterable[tuple[str, int, int, int, bool, bool]], dropped: int, owner: int
 ) -> dict[str, Any]:
-    """The document for ``events`` (``Timed``'s, sorted by start), ``owner`` its ``id``;
-    ``threads`` names threads by native id as ``Timed`` noted them at their first event,
-    so that threads which have ended are named too."""
+    """The document for ``events`` (``Timed``'s, sorted by start), ``owner`` its ``id``."""
     pid = os.getpid()
     trace: list[dict[str, Any]] = []
     for call, (name, start, duration, tid, failed, concurrent) in enumerate(events):
@@ -42,20 +74,21 @@ def chrome_trace(
         else:
             trace.append(_trace_event(name, ts, dur, pid, tid, failed))
     return {
-        "traceEvents": _names(pid, trace, threads or {}) + trace,
+        "traceEvents": _names(pid, trace) + trace,
         "displayTimeUnit": "ms",
         "otherData": {"producer": "aspecthook.Timed", "dropped_events": dropped},
     }
 
 
-def _names(pid: int, trace: list[dict[str, Any]], noted: Mapping[int, str]) -> list[dict[str, Any]]:
+def _names(pid: int, trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Metadata events naming the process and the threads (viewers show bare ids
-    otherwise): a thread still alive by its name now, one that has ended by the name
-    ``noted`` at its first event."""
+    otherwise): a thread still alive by its name now, one that has ended by the name it
+    had at its first event (``note_thread``)."""
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": program}}]
     alive = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-    known = {**noted, **alive}
+    with _NAMES_LOCK:
+        known = {**_THREAD_NAMES, **alive}
     for tid in sorted({event["tid"] for event in trace}):
         if tid in known:
             args = {"name": known[tid]}
