@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import aspecthook as ah
-from aspecthook.aspects import Timed
+from aspecthook.aspects import Timed, _trace
 from aspecthook.aspects._sketch import QuantileSketch
 from aspecthook.aspects._timed import Summary, TimingRow
 from aspecthook.errors import AspectDefinitionError, InvalidOptionError
@@ -1144,3 +1144,17 @@ def test_summary_table_shows_long_names_whole() -> None:
     assert f"{stem}put" in text
     for column in ("calls", "errors", "total", "p99", "max"):
         assert column in text
+
+
+def test_thread_names_kept_for_traces_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program that starts threads without end keeps the names of the latest ones only
+    (the oldest go first), so tracing never grows without bound."""
+    monkeypatch.setattr(_trace, "_THREAD_NAMES", {})
+    monkeypatch.setattr(_trace, "_NAMES_KEPT", 2)
+    timed = Timed(trace=True, max_events=0)  # names are noted even when events are dropped
+    with ah.weave(quick, timed):
+        for n in range(3):
+            thread = threading.Thread(target=quick, args=(1,), name=f"short-{n}")
+            thread.start()
+            thread.join()
+    assert list(_trace._THREAD_NAMES.values()) == ["short-1", "short-2"]
