@@ -169,6 +169,78 @@ def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     assert logged["loss"] == pytest.approx(expected, rel=1e-3)
 
 
+def _step_with_parts(runner: Runner, batch: Any) -> dict[str, Any]:
+    """A train_step returning a loss, a part of it and an accuracy."""
+    x, y = batch
+    out = runner.model(x)
+    loss_cls = torch.nn.functional.cross_entropy(out, y)
+    return {"loss": loss_cls * 2, "loss_cls": loss_cls, "acc": (out.argmax(1) == y).float().mean()}
+
+
+def test_logger_smooths_every_loss_time_and_grad_norm_over_its_window(tmp_path: Path) -> None:
+    """As OpenMMLab's log processor: a further scalar named like a loss (loss_cls), the
+    timings and the gradient norm are the mean of the window's iterations, as the loss is;
+    any other scalar (acc) is the logged iteration's value. loss_cls and the timings were
+    the logged iteration's value, beside a smoothed loss."""
+    from aspecthook.train.aspects import GradClip
+
+    seen: dict[int, dict[str, float]] = {}
+    logger = Logger(interval=6, window=3, errors="raise")
+    runner = _runner(
+        tmp_path, [IterTimer(), GradClip(max_norm=10.0), logger], train_step=_step_with_parts
+    )
+
+    def record(ctx: ah.CallContext) -> None:
+        keys = ("loss", "loss_cls", "acc", "time", "data_time", "grad_norm")
+        values = {k: ctx.result[k] for k in keys}
+        seen[ctx.runner.iter] = {
+            k: float(v.detach() if isinstance(v, torch.Tensor) else v) for k, v in values.items()
+        }
+
+    runner.weaver.after("train_iter", priority="LOWEST")(record)
+    runner.run()
+    train = [r for r in logger.records if r["mode"] == "train"]
+    assert [r["iter"] for r in train] == [6, 12]
+    for logged in train:
+        window = [seen[i] for i in range(logged["iter"] - 2, logged["iter"] + 1)]
+        for key in ("loss", "loss_cls", "time", "data_time", "grad_norm"):
+            assert logged[key] == pytest.approx(sum(w[key] for w in window) / 3, rel=1e-6), key
+        assert logged["acc"] == seen[logged["iter"]]["acc"]
+
+
+def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_parts(
+    tmp_path: Path,
+) -> None:
+    """The windows of the other smoothed scalars (loss_cls) are part of the checkpoint as
+    the loss's is: a run resumed at 5, inside the window (3..6) of the log point 6, logs
+    the uninterrupted run's mean of loss_cls at 6."""
+
+    def records(folder: Path, **checkpoint: Any) -> list[tuple[int, float]]:
+        logger = Logger(interval=6, window=4, json_file=None, errors="raise")
+        ckpt = Checkpoint(interval=5, by_epoch=False, save_last=False, **checkpoint)
+        runner = _runner(
+            folder, [logger, ckpt], max_epochs=None, max_iters=12, train_step=_step_with_parts
+        )
+        runner.run()
+        return [(r["iter"], r["loss_cls"]) for r in logger.records if r["mode"] == "train"]
+
+    whole = records(tmp_path / "whole")
+    resumed = records(tmp_path / "resumed", resume=tmp_path / "whole" / "iter_5.pt")
+    assert [it for it, _ in whole] == [6, 12]
+    assert resumed == whole
+
+
+def test_a_window_of_one_element_device_tensors_has_their_mean() -> None:
+    """A scalar of shape (1,) kept on an accelerator averages as a 0-d one does (stacking
+    them gave nested lists, and the mean failed)."""
+    from collections import deque
+
+    from aspecthook.train.aspects._logger import _mean
+
+    window: deque[Any] = deque([torch.tensor([1.0]), torch.tensor(2.0), 6.0])
+    assert _mean(window) == pytest.approx(3.0)
+
+
 @pytest.mark.parametrize("window", [1, 3])
 def test_console_and_file_intervals_that_do_not_divide_each_other(
     tmp_path: Path, window: int
