@@ -373,6 +373,48 @@ def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:
     assert seen[0][1] > 0.0
 
 
+class _Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Five batches of four samples an epoch, with no len()."""
+
+    def __iter__(self) -> Any:
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            yield torch.randn(4, 4, generator=generator), torch.randint(0, 3, (4,))
+
+
+def test_an_eta_over_a_loader_without_len_from_the_first_whole_epoch(tmp_path: Path) -> None:
+    """max_epochs=3 over an IterableDataset: no ETA in the first epoch, whose length is not
+    known; from the end of it, the epochs left times its 5 iterations, less the current
+    epoch's, at the recent mean period, in IterTimer, in Logger's lines and as the
+    ProgressBar's total. All three had none for the whole run."""
+    timer = IterTimer()
+    logger = Logger(interval=5, errors="raise")
+    out = io.StringIO()
+    bar = ProgressBar(console=Console(file=out, force_terminal=False, width=100), errors="raise")
+    runner = _runner(tmp_path, [timer, logger, bar], max_epochs=3)
+    runner.train_loader = DataLoader(_Stream(), batch_size=None)
+    seen: list[tuple[int, float | None, float]] = []
+    totals: list[float | None] = []
+
+    def record(ctx: ah.CallContext) -> None:
+        seen.append((ctx.runner.iter, timer.eta(ctx.runner), sum(timer.times) / len(timer.times)))
+
+    runner.weaver.after("train_iter", priority="LOWEST")(record)
+    runner.weaver.after("train_epoch", priority="LOWEST")(
+        lambda ctx: totals.append(bar._progress.tasks[0].total)
+    )
+    runner.run()
+    assert [done for done, _, _ in seen] == list(range(1, 16))
+    assert [eta for _, eta, _ in seen[:5]] == [None] * 5
+    for done, eta, mean in seen[5:]:
+        assert eta == pytest.approx((15 - done) * mean, rel=1e-12)
+    train = [r for r in logger.records if r["mode"] == "train"]
+    assert [("eta_s" in r) for r in train] == [False, True, True]
+    assert train[-1]["eta_s"] == 0.0
+    assert totals == [15, 15, 15]
+    assert "15/15" in out.getvalue()
+
+
 class _SlowBatches:
     """Three batches, each handed out after ``wait`` seconds (a slow data pipeline)."""
 
