@@ -19,7 +19,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from .._steps import _as_float, _step_scalars
+from .._steps import _as_float, _is_step_scalar, _step_scalars
 from ._options import check_flags
 from ._timer import IterTimer
 
@@ -85,6 +85,7 @@ class Logger(Aspect):
         # The other smoothed scalars' windows (time, data_time, grad_norm, loss_cls ...),
         # filled on the same iterations as ``losses``.
         self._windows: dict[str, deque[float | torch.Tensor]] = {}
+        self._unsmoothed: set[Any] = set()  # names of outputs judged not to smooth (acc)
         # The latest records, for code to read after a run (the file has them all): bounded,
         # so a long run logged every iteration does not grow without end.
         self.records: deque[dict[str, Any]] = deque(maxlen=_KEPT_RECORDS)
@@ -163,15 +164,30 @@ class Logger(Aspect):
 
     def _keep(self, outputs: dict[str, Any]) -> None:
         """Add this iteration's other smoothed scalars (``_SMOOTHED``) to their windows;
-        called on the ``window`` iterations before a log point only, as for the loss."""
+        called on the ``window`` iterations before a log point only, as for the loss. Each
+        name is judged once (``_judge``): after that a float costs a lookup and an append."""
         windows = self._windows
-        for key, value in _step_scalars(outputs, _NOT_KEPT).items():
-            if _SMOOTHED.search(key) is None:
-                continue
+        for key, value in outputs.items():
             window = windows.get(key)
             if window is None:
-                window = windows[key] = deque(maxlen=self.window)
-            window.append(_kept(value))
+                if key not in self._unsmoothed:
+                    self._judge(key, value)
+            elif type(value) is float:  # a timing
+                window.append(value)
+            else:
+                kept = _kept(value)
+                if kept is not None:
+                    window.append(kept)
+
+    def _judge(self, key: Any, value: Any) -> None:
+        """Open a window for ``key`` if its name is one to smooth and ``value`` is a scalar
+        (a name that is not is remembered, so it is judged once)."""
+        if not isinstance(key, str) or key in _NOT_KEPT or _SMOOTHED.search(key) is None:
+            self._unsmoothed.add(key)
+            return
+        kept = _kept(value)
+        if kept is not None:
+            self._windows[key] = deque([kept], maxlen=self.window)
 
     def state_dict(self) -> dict[str, Any]:
         """The values in the smoothing windows so far (part of checkpoints): a run resumed
@@ -278,9 +294,12 @@ _NOT_KEPT = frozenset(["loss", "outputs", "targets"])
 _SMOOTHED = re.compile(r"loss|time|grad_norm")
 
 
-def _kept(value: Any) -> float | torch.Tensor:
+def _kept(value: Any) -> float | torch.Tensor | None:
     """A scalar for a window: a float, or on an accelerator a detached 0-d tensor (reading
-    it would wait for the device every iteration; it is read when it is logged)."""
+    it would wait for the device every iteration; it is read when it is logged); None for
+    a value that is no scalar (``_is_step_scalar``)."""
+    if not _is_step_scalar(value):
+        return None
     if isinstance(value, torch.Tensor):
         if value.is_cpu:
             return float(value.item())
