@@ -86,7 +86,8 @@ def iters_left(runner: Any, per_epoch: int | None = None) -> int | None:
         return max(total - int(runner.iter), 0)
     if per_epoch is None or runner.max_epochs is None:
         return None
-    return max((int(runner.max_epochs) - int(runner.epoch)) * per_epoch - runner.inner_iter, 0)
+    done = int(runner.inner_iter)  # iterations of the current epoch
+    return max((int(runner.max_epochs) - int(runner.epoch)) * per_epoch - done, 0)
 
 
 class ShardPadding(NamedTuple):

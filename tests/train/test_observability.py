@@ -230,6 +230,15 @@ def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_parts(
     assert resumed == whole
 
 
+def test_a_loggers_state_holds_no_timings() -> None:
+    """The timings' windows are left out of the Logger's state: each process measures its
+    own, and a resumed run's checkpoints equal the uninterrupted run's."""
+    logger = Logger(interval=4, window=2)
+    logger._keep({"loss": torch.tensor(1.0), "loss_cls": torch.tensor(0.5), "time": 0.1})
+    logger._keep({"loss": torch.tensor(1.0), "data_time": 0.2, "grad_norm": torch.tensor(3.0)})
+    assert logger.state_dict()["windows"] == {"loss_cls": [0.5], "grad_norm": [3.0]}
+
+
 def test_a_window_of_one_element_device_tensors_has_their_mean() -> None:
     """A scalar of shape (1,) kept on an accelerator averages as a 0-d one does (stacking
     them gave nested lists, and the mean failed)."""

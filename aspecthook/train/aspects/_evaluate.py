@@ -202,7 +202,7 @@ class Evaluate(Aspect):
             if recompute and (overridden := _overridden_eval_step(runner)):
                 self._loss_source = overridden  # its loss may not be loss_fn's: said below
                 recompute = False
-            if recompute:
+            if recompute and loss_fn is not None:  # (loss_fn: for the type checker)
                 # What compute_eval_step computes. Half-precision outputs (the step ran
                 # under AMP's autocast, which has ended) are taken up to float32, as
                 # autocast computes losses: in their own precision the loss is coarser.

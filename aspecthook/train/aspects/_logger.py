@@ -191,11 +191,14 @@ class Logger(Aspect):
 
     def state_dict(self) -> dict[str, Any]:
         """The values in the smoothing windows so far (part of checkpoints): a run resumed
-        inside a window logs the means the uninterrupted run logs."""
-        return {
-            "losses": [float(loss) for loss in self.losses],
-            "windows": {key: [float(v) for v in window] for key, window in self._windows.items()},
+        inside a window logs the means the uninterrupted run logs. Not the timings': each
+        process measures its own, and a checkpoint holds only what a run reproduces."""
+        windows = {
+            key: [float(v) for v in window]
+            for key, window in self._windows.items()
+            if "time" not in key
         }
+        return {"losses": [float(loss) for loss in self.losses], "windows": windows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.losses.clear()
