@@ -219,7 +219,10 @@ _OPENMMLAB_KEYS = {
     "load_from": "OpenMMLab's load_from loads the weights only (a fine-tune starts at epoch "
     "0): load them into the model in code, model.load_state_dict(torch.load(path)"
     "['state_dict']) (an aspecthook checkpoint's are under ['runner']['model']), and give "
-    "it as Runner.from_config(..., model=model); to go on with the run saved there "
+    "it as Runner.from_config(..., model=model). torch.load's weights_only=True refuses the "
+    "other objects an OpenMMLab file holds (its message_hub's): re-save the weights alone "
+    "once, where you trust the file, torch.save(torch.load(path, weights_only=False)"
+    "['state_dict'], 'weights.pt'), and load that. To go on with the run saved there "
     "(OpenMMLab's resume=True), give the Checkpoint aspect resume: with the file's path",
     "resume": "OpenMMLab's resume=True is the Checkpoint aspect's resume: auto; "
     "resume=False, starting afresh, is the default here: remove the key",

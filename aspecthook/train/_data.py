@@ -26,9 +26,11 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 __all__ = [
+    "EpochLength",
     "ShardPadding",
     "SkipBatchSampler",
     "epoch_batches",
+    "iters_left",
     "loader_length",
     "planned_iters",
     "shard_padding",
@@ -51,6 +53,41 @@ def planned_iters(runner: Any) -> int | None:
         return int(runner.max_iters)
     per_epoch = loader_length(runner.train_loader)
     return None if per_epoch is None else int(runner.max_epochs) * per_epoch
+
+
+class EpochLength:
+    """The iterations of a whole epoch, measured in a run by ``max_epochs`` over a loader
+    without a length (an ``IterableDataset``): its aspect calls ``start`` in
+    ``before_train_epoch`` and ``end`` in ``after_train_epoch``, once per epoch."""
+
+    __slots__ = ("_origin", "value")
+
+    def __init__(self) -> None:
+        self._origin = 0  # the run's iteration before the epoch's first batch
+        self.value: int | None = None  # the latest whole epoch's iterations, once one ran
+
+    def start(self, runner: Any) -> None:
+        # A resumed epoch began inner_iter batches before the run's iteration.
+        self._origin = runner.iter - runner.inner_iter
+
+    def end(self, runner: Any) -> None:
+        # inner_iter is 0 once the loader ran out (end_epoch); a stop inside it leaves it.
+        if not runner.inner_iter and runner.iter > self._origin:
+            self.value = runner.iter - self._origin
+
+
+def iters_left(runner: Any, per_epoch: int | None = None) -> int | None:
+    """The iterations left in the run: ``planned_iters`` less those run; for a run by
+    ``max_epochs`` over a loader without a length, once ``per_epoch`` (an
+    ``EpochLength``'s value) is known, the epochs left times it less the iterations of the
+    current epoch; None while neither is known."""
+    total = planned_iters(runner)
+    if total is not None:
+        return max(total - int(runner.iter), 0)
+    if per_epoch is None or runner.max_epochs is None:
+        return None
+    done = int(runner.inner_iter)  # iterations of the current epoch
+    return max((int(runner.max_epochs) - int(runner.epoch)) * per_epoch - done, 0)
 
 
 class ShardPadding(NamedTuple):

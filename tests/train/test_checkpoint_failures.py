@@ -424,3 +424,26 @@ def test_one_checkpoint_given_to_runners_in_two_folders_refuses_to_mix_them(
     with pytest.raises(RunnerError, match=r"last saved to '.*second'.*its own Checkpoint"):
         checkpoint.save(runner, "extra_4.pt")
     assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+
+
+class _Meta:
+    """A class of a file's own, such as another trainer's checkpoint holds."""
+
+
+def test_a_file_holding_objects_weights_only_refuses_is_named_with_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """resume= a file of weights saved with an object of its own class: the error names
+    the file and the class and says to re-save a state dict, in place of torch's page-long
+    message (which it was, with advice to load with weights_only=False)."""
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": make_model().state_dict(), "meta": _Meta()}, path)
+    runner = _runner(tmp_path / "run", 4, resume=path)
+    with pytest.raises(RunnerError) as info:
+        runner.run()
+    message = str(info.value)
+    assert message.startswith(f"cannot resume from {str(path)!r}: it holds objects that ")
+    assert f"({_Meta.__module__}._Meta)" in message
+    assert "torch.save(model.state_dict(), path)" in message
+    assert "weights_only=False" not in message
+    assert len(message) < 600

@@ -280,3 +280,45 @@ def test_the_loss_recomputed_without_the_repeat_is_computed_as_under_amp(
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = torch.nn.functional.cross_entropy(model(x), y).item()
     assert runner.metrics["val/loss"] == pytest.approx(expected, rel=1e-6)
+
+
+class _WeightedRunner(Runner):
+    """A runner whose evaluation step computes its own loss: loss_fn's plus a penalty."""
+
+    def compute_eval_step(self, batch: Any) -> dict[str, Any]:
+        outputs = self.model(batch[0])
+        assert self.loss_fn is not None
+        loss = self.loss_fn(outputs, batch[1]) + 100.0
+        return {"outputs": outputs, "targets": batch[1], "loss": loss}
+
+
+def test_a_loss_of_an_overridden_compute_eval_step_is_not_recomputed_with_loss_fn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 of 2 (world size faked) of a Runner subclass whose compute_eval_step adds a
+    penalty to loss_fn's loss: the batch holding the repeated sample is counted whole and
+    a RuntimeWarning names the override. Its loss was recomputed as loss_fn's alone for
+    that batch, a silently wrong val/loss."""
+    monkeypatch.setattr(Runner, "world_size", property(lambda runner: 2))
+    # rank 1 of 2 over 7 samples: batches [1, 3] and [5, 0], the 0 a repeat
+    data = TensorDataset(torch.arange(7.0)[:, None], torch.zeros(7, 1))
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, 2, 1, shuffle=False))
+    model = torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+        model.bias.zero_()
+    runner = _WeightedRunner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        val_loader=loader,
+        loss_fn=torch.nn.functional.l1_loss,
+        max_epochs=1,
+        aspects=[Evaluate()],
+    )
+    with pytest.warns(RuntimeWarning, match="val/loss counts 1 sample twice") as caught:
+        runner.val_epoch()
+    [message] = [str(w.message) for w in caught]
+    assert "_WeightedRunner.compute_eval_step, which is overridden" in message
+    assert "compute the loss in the Runner's loss_fn=" in message
+    assert runner.metrics["val/loss"] == pytest.approx((102.0 * 2 + 102.5 * 2) / 4)

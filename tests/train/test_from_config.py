@@ -411,6 +411,19 @@ def test_openmmlab_load_from_is_told_apart_from_a_resume() -> None:
     assert "resume=True" in message
 
 
+def test_openmmlab_load_from_says_how_to_load_a_file_weights_only_refuses() -> None:
+    """An OpenMMLab checkpoint holds objects of its own (its message hub's buffers) beside
+    the weights, which torch.load refuses by default (weights_only=True) with a page-long
+    message: the error says to re-save the weights alone, once, where the file is trusted,
+    and to load that; it said only torch.load(path)['state_dict'], which fails on one."""
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(_config(load_from="pretrained.pt"))
+    message = str(info.value)
+    assert "weights_only=True refuses" in message
+    assert "torch.save(torch.load(path, weights_only=False)['state_dict'], 'weights.pt')" in message
+    assert "where you trust the file" in message
+
+
 @pytest.mark.parametrize("value", [True, False])
 def test_openmmlab_resume_false_is_not_told_to_resume(value: bool) -> None:
     """OpenMMLab configs often hold resume = False (its default runtime's): it was told to

@@ -169,6 +169,87 @@ def test_logger_smooths_the_loss_over_its_window(tmp_path: Path) -> None:
     assert logged["loss"] == pytest.approx(expected, rel=1e-3)
 
 
+def _step_with_parts(runner: Runner, batch: Any) -> dict[str, Any]:
+    """A train_step returning a loss, a part of it and an accuracy."""
+    x, y = batch
+    out = runner.model(x)
+    loss_cls = torch.nn.functional.cross_entropy(out, y)
+    return {"loss": loss_cls * 2, "loss_cls": loss_cls, "acc": (out.argmax(1) == y).float().mean()}
+
+
+def test_logger_smooths_every_loss_time_and_grad_norm_over_its_window(tmp_path: Path) -> None:
+    """As OpenMMLab's log processor: a further scalar named like a loss (loss_cls), the
+    timings and the gradient norm are the mean of the window's iterations, as the loss is;
+    any other scalar (acc) is the logged iteration's value. loss_cls and the timings were
+    the logged iteration's value, beside a smoothed loss."""
+    from aspecthook.train.aspects import GradClip
+
+    seen: dict[int, dict[str, float]] = {}
+    logger = Logger(interval=6, window=3, errors="raise")
+    runner = _runner(
+        tmp_path, [IterTimer(), GradClip(max_norm=10.0), logger], train_step=_step_with_parts
+    )
+
+    def record(ctx: ah.CallContext) -> None:
+        keys = ("loss", "loss_cls", "acc", "time", "data_time", "grad_norm")
+        values = {k: ctx.result[k] for k in keys}
+        seen[ctx.runner.iter] = {
+            k: float(v.detach() if isinstance(v, torch.Tensor) else v) for k, v in values.items()
+        }
+
+    runner.weaver.after("train_iter", priority="LOWEST")(record)
+    runner.run()
+    train = [r for r in logger.records if r["mode"] == "train"]
+    assert [r["iter"] for r in train] == [6, 12]
+    for logged in train:
+        window = [seen[i] for i in range(logged["iter"] - 2, logged["iter"] + 1)]
+        for key in ("loss", "loss_cls", "time", "data_time", "grad_norm"):
+            assert logged[key] == pytest.approx(sum(w[key] for w in window) / 3, rel=1e-6), key
+        assert logged["acc"] == seen[logged["iter"]]["acc"]
+
+
+def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_parts(
+    tmp_path: Path,
+) -> None:
+    """The windows of the other smoothed scalars (loss_cls) are part of the checkpoint as
+    the loss's is: a run resumed at 5, inside the window (3..6) of the log point 6, logs
+    the uninterrupted run's mean of loss_cls at 6."""
+
+    def records(folder: Path, **checkpoint: Any) -> list[tuple[int, float]]:
+        logger = Logger(interval=6, window=4, json_file=None, errors="raise")
+        ckpt = Checkpoint(interval=5, by_epoch=False, save_last=False, **checkpoint)
+        runner = _runner(
+            folder, [logger, ckpt], max_epochs=None, max_iters=12, train_step=_step_with_parts
+        )
+        runner.run()
+        return [(r["iter"], r["loss_cls"]) for r in logger.records if r["mode"] == "train"]
+
+    whole = records(tmp_path / "whole")
+    resumed = records(tmp_path / "resumed", resume=tmp_path / "whole" / "iter_5.pt")
+    assert [it for it, _ in whole] == [6, 12]
+    assert resumed == whole
+
+
+def test_a_loggers_state_holds_no_timings() -> None:
+    """The timings' windows are left out of the Logger's state: each process measures its
+    own, and a resumed run's checkpoints equal the uninterrupted run's."""
+    logger = Logger(interval=4, window=2)
+    logger._keep({"loss": torch.tensor(1.0), "loss_cls": torch.tensor(0.5), "time": 0.1})
+    logger._keep({"loss": torch.tensor(1.0), "data_time": 0.2, "grad_norm": torch.tensor(3.0)})
+    assert logger.state_dict()["windows"] == {"loss_cls": [0.5], "grad_norm": [3.0]}
+
+
+def test_a_window_of_one_element_device_tensors_has_their_mean() -> None:
+    """A scalar of shape (1,) kept on an accelerator averages as a 0-d one does (stacking
+    them gave nested lists, and the mean failed)."""
+    from collections import deque
+
+    from aspecthook.train.aspects._logger import _mean
+
+    window: deque[Any] = deque([torch.tensor([1.0]), torch.tensor(2.0), 6.0])
+    assert _mean(window) == pytest.approx(3.0)
+
+
 @pytest.mark.parametrize("window", [1, 3])
 def test_console_and_file_intervals_that_do_not_divide_each_other(
     tmp_path: Path, window: int
@@ -299,6 +380,48 @@ def test_iter_timer_reports_eta_that_shrinks(tmp_path: Path) -> None:
         assert eta == pytest.approx((12 - done) * mean, rel=1e-12)
     assert seen[-1][1] == 0.0
     assert seen[0][1] > 0.0
+
+
+class _Stream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Five batches of four samples an epoch, with no len()."""
+
+    def __iter__(self) -> Any:
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            yield torch.randn(4, 4, generator=generator), torch.randint(0, 3, (4,))
+
+
+def test_an_eta_over_a_loader_without_len_from_the_first_whole_epoch(tmp_path: Path) -> None:
+    """max_epochs=3 over an IterableDataset: no ETA in the first epoch, whose length is not
+    known; from the end of it, the epochs left times its 5 iterations, less the current
+    epoch's, at the recent mean period, in IterTimer, in Logger's lines and as the
+    ProgressBar's total. All three had none for the whole run."""
+    timer = IterTimer()
+    logger = Logger(interval=5, errors="raise")
+    out = io.StringIO()
+    bar = ProgressBar(console=Console(file=out, force_terminal=False, width=100), errors="raise")
+    runner = _runner(tmp_path, [timer, logger, bar], max_epochs=3)
+    runner.train_loader = DataLoader(_Stream(), batch_size=None)
+    seen: list[tuple[int, float | None, float]] = []
+    totals: list[float | None] = []
+
+    def record(ctx: ah.CallContext) -> None:
+        seen.append((ctx.runner.iter, timer.eta(ctx.runner), sum(timer.times) / len(timer.times)))
+
+    runner.weaver.after("train_iter", priority="LOWEST")(record)
+    runner.weaver.after("train_epoch", priority="LOWEST")(
+        lambda ctx: totals.append(bar._progress.tasks[0].total)
+    )
+    runner.run()
+    assert [done for done, _, _ in seen] == list(range(1, 16))
+    assert [eta for _, eta, _ in seen[:5]] == [None] * 5
+    for done, eta, mean in seen[5:]:
+        assert eta == pytest.approx((15 - done) * mean, rel=1e-12)
+    train = [r for r in logger.records if r["mode"] == "train"]
+    assert [("eta_s" in r) for r in train] == [False, True, True]
+    assert train[-1]["eta_s"] == 0.0
+    assert totals == [15, 15, 15]
+    assert "15/15" in out.getvalue()
 
 
 class _SlowBatches:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import re
 import secrets
 import threading
@@ -368,12 +369,33 @@ def _load(path: Path, record: Any) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise _Unusable(f"torch.load failed: {type(exc).__name__}: {exc}") from None
+        raise _Unusable(_load_failure(exc)) from None
     if isinstance(payload, dict):
         _check_format(path, payload.get("format"), "file")
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
         raise _Unusable("not an aspecthook checkpoint of this version")
     return payload
+
+
+#: The class ``torch.load(weights_only=True)`` refused, as its message names it.
+_REFUSED = re.compile(r"GLOBAL (\S+) was not an allowed global")
+
+
+def _load_failure(exc: Exception) -> str:
+    """Why ``torch.load`` failed: for an object ``weights_only=True`` refuses (a class of
+    the file's own, which no checkpoint of ours holds), what it is and what to do, in place
+    of torch's page-long message; any other error as it is."""
+    text = str(exc)
+    if not (isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in text):
+        return f"torch.load failed: {type(exc).__name__}: {exc}"
+    found = _REFUSED.search(text)
+    return (
+        "it holds objects that torch.load(weights_only=True) does not load"
+        f"{f' ({found.group(1)})' if found else ''}, so Checkpoint did not write it. To start "
+        "from weights in it, re-save them as a plain state dict where you trust the file "
+        "(torch.save(model.state_dict(), path)) and load that into the model before run(), "
+        "without resume="
+    )
 
 
 def _sha256(path: Path) -> str:

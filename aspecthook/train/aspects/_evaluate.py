@@ -72,6 +72,8 @@ class Evaluate(Aspect):
         self._last: int | None = None  # the run's last iteration, when known (before_run)
         self._validated_at: int | None = None  # the iteration of the last validation
         self._warned: set[str] = set()  # loaders already reported as giving no batches
+        # The overridden method that computed a loss left uncut ('MyRunner.compute_eval_step').
+        self._loss_source: str | None = None
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Only the triggers this instance uses: epoch ends, and with ``by_epoch=False``
@@ -136,6 +138,7 @@ class Evaluate(Aspect):
         self._sums = {}
         self._count = 0
         self._extra = {}
+        self._loss_source = None
         padding = None
         if getattr(runner, "world_size", 1) > 1:
             padding = shard_padding(getattr(runner, loader, None))
@@ -191,11 +194,15 @@ class Evaluate(Aspect):
             if "loss" in self.metrics:
                 raise _loss_named_twice()
             loss_fn = getattr(runner, "loss_fn", None)
-            if (
+            recompute = (
                 loss_fn is not None
                 and getattr(runner, "val_step", None) is None
                 and targets is not None
-            ):
+            )
+            if recompute and (overridden := _overridden_eval_step(runner)):
+                self._loss_source = overridden  # its loss may not be loss_fn's: said below
+                recompute = False
+            if recompute and loss_fn is not None:  # (loss_fn: for the type checker)
                 # What compute_eval_step computes. Half-precision outputs (the step ran
                 # under AMP's autocast, which has ended) are taken up to float32, as
                 # autocast computes losses: in their own precision the loss is coarser.
@@ -269,12 +276,22 @@ class Evaluate(Aspect):
         names = [name for name, n in extra.items() if n]
         repeated = max(extra.values())
         them = "it" if repeated == 1 else "them"
+        source = self._loss_source
+        loss_fix = "give the Runner loss_fn= and no val_step"
+        if source is not None:
+            loss_fix = f"compute the loss in the Runner's loss_fn= rather than in {source}"
         if names == ["loss"]:
+            came = (
+                f"{source}, which is overridden: only Runner's own step, "
+                "loss_fn(outputs, targets), is recomputed"
+                if source is not None
+                else "val_step or from the model, as a mean over the batch"
+            )
             why = (
                 f"the loss of the batch that holds {them} cannot be recomputed without {them} "
-                "(it comes from val_step or from the model, as a mean over the batch)"
+                f"(it comes from {came})"
             )
-            fix = "give the Runner loss_fn= and no val_step"
+            fix = loss_fix
         elif not any(name in self.metrics for name in names):  # val_step's own scalars
             why = (
                 f"what val_step returns for the batch that holds {them} is a mean over the "
@@ -283,8 +300,8 @@ class Evaluate(Aspect):
             fix = "compute those values with Evaluate(metrics=...) from outputs and targets"
             if "loss" in names:  # metrics= takes no 'loss' beside the step's
                 fix = (
-                    "give the Runner loss_fn= and no val_step for the loss, and compute the "
-                    "others with Evaluate(metrics=...) from outputs and targets"
+                    f"{loss_fix} for the loss, and compute the others with "
+                    "Evaluate(metrics=...) from outputs and targets"
                 )
         else:
             why = (
@@ -340,6 +357,20 @@ def _over_ranks(
         for key, n in part_extra.items():
             repeated[key] = repeated.get(key, 0) + n
     return total, sum(part[1] for part in parts), repeated
+
+
+def _overridden_eval_step(runner: Any) -> str | None:
+    """The method of ``runner``'s class that may compute its evaluation loss otherwise than
+    ``Runner`` does (``loss_fn(model(inputs), targets)``), so that the loss cannot be
+    recomputed from outputs and targets: an override of ``compute_eval_step`` (or of
+    ``_eval_result``, which it calls), as ``'MyRunner.compute_eval_step'``; None if none."""
+    from .._runner import Runner  # here: the runner module imports the aspects
+
+    kind = type(runner)
+    for method in ("compute_eval_step", "_eval_result"):
+        if getattr(kind, method, None) is not getattr(Runner, method):
+            return f"{kind.__qualname__}.{method}"
+    return None
 
 
 def _at_least_float32(value: Any) -> Any:

@@ -19,7 +19,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError
-from .._steps import _as_float, _step_scalars
+from .._steps import _as_float, _is_step_scalar, _step_scalars
 from ._options import check_flags
 from ._timer import IterTimer
 
@@ -48,7 +48,11 @@ class Logger(Aspect):
     "iter": n}``, ``n`` the iteration it starts after, so a reader can tell a resumed
     run's records of iterations trained again (and a new run's) from the ones before.
     Further scalars a ``train_step`` returns in its dict (``{'loss': ..., 'acc': ...}``:
-    numbers and one-element tensors) are logged too, at the logged iteration's value.
+    numbers and one-element tensors) are logged too. As OpenMMLab's log processor does, a
+    scalar whose name has ``loss``, ``time`` or ``grad_norm`` in it (``loss_cls``, the
+    timings, the gradient norm) is smoothed over the window as the loss is, and the others
+    (``acc``, the LR) are the logged iteration's value: a rate or a count is read as it
+    stands, a loss that jumps from batch to batch is read as a trend.
     Validation metrics are logged after each validation; ``records`` holds the latest
     1,000 records as dicts. Failures never stop training (``errors='log'``).
     """
@@ -78,6 +82,10 @@ class Logger(Aspect):
         self.json_file = json_file
         self.tensorboard = tensorboard
         self.losses: deque[float | torch.Tensor] = deque(maxlen=window)
+        # The other smoothed scalars' windows (time, data_time, grad_norm, loss_cls ...),
+        # filled on the same iterations as ``losses``.
+        self._windows: dict[str, deque[float | torch.Tensor]] = {}
+        self._unsmoothed: set[Any] = set()  # names of outputs judged not to smooth (acc)
         # The latest records, for code to read after a run (the file has them all): bounded,
         # so a long run logged every iteration does not grow without end.
         self.records: deque[dict[str, Any]] = deque(maxlen=_KEPT_RECORDS)
@@ -129,7 +137,7 @@ class Logger(Aspect):
     def after_train_iter(self, ctx: CallContext) -> None:
         runner = ctx.runner  # never None: see ``needs_runner``
         it = runner.iter
-        # Iterations that neither log nor feed the smoothed loss (only the last `window`
+        # Iterations that neither log nor feed the smoothed values (only the last `window`
         # before a log point do) cost a modulo and a comparison, and nothing else.
         left = -it % self.interval  # iterations to the next log point
         if self.file_interval != self.interval:
@@ -139,12 +147,14 @@ class Logger(Aspect):
             return
         try:
             if left < self.window:
-                loss = runner.outputs.get("loss")
+                outputs = runner.outputs
+                loss = outputs.get("loss")
                 if type(loss) is torch.Tensor:
                     # On the CPU a float costs no more than a detached tensor and makes
                     # the mean a Python sum; on an accelerator .item() would wait for the
                     # device every iteration, so the loss stays there until it is logged.
                     self.losses.append(loss.item() if loss.is_cpu else loss.detach())
+                self._keep(outputs)  # the other smoothed scalars (time, loss_cls ...)
             if left == 0:
                 self._train_record(runner, it)
         except Exception:
@@ -152,14 +162,51 @@ class Logger(Aspect):
                 raise
             log_own_failure(self, ctx)
 
+    def _keep(self, outputs: dict[str, Any]) -> None:
+        """Add this iteration's other smoothed scalars (``_SMOOTHED``) to their windows;
+        called on the ``window`` iterations before a log point only, as for the loss. Each
+        name is judged once (``_judge``): after that a float costs a lookup and an append."""
+        windows = self._windows
+        for key, value in outputs.items():
+            window = windows.get(key)
+            if window is None:
+                if key not in self._unsmoothed:
+                    self._judge(key, value)
+            elif type(value) is float:  # a timing
+                window.append(value)
+            else:
+                kept = _kept(value)
+                if kept is not None:
+                    window.append(kept)
+
+    def _judge(self, key: Any, value: Any) -> None:
+        """Open a window for ``key`` if its name is one to smooth and ``value`` is a scalar
+        (a name that is not is remembered, so it is judged once)."""
+        if not isinstance(key, str) or key in _NOT_KEPT or _SMOOTHED.search(key) is None:
+            self._unsmoothed.add(key)
+            return
+        kept = _kept(value)
+        if kept is not None:
+            self._windows[key] = deque([kept], maxlen=self.window)
+
     def state_dict(self) -> dict[str, Any]:
-        """The losses in the smoothing window so far (part of checkpoints): a run resumed
-        inside a window logs the mean the uninterrupted run logs."""
-        return {"losses": [float(loss) for loss in self.losses]}
+        """The values in the smoothing windows so far (part of checkpoints): a run resumed
+        inside a window logs the means the uninterrupted run logs. Not the timings': each
+        process measures its own, and a checkpoint holds only what a run reproduces."""
+        windows = {
+            key: [float(v) for v in window]
+            for key, window in self._windows.items()
+            if "time" not in key
+        }
+        return {"losses": [float(loss) for loss in self.losses], "windows": windows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.losses.clear()
         self.losses.extend(float(loss) for loss in state.get("losses", ()))
+        self._windows = {
+            str(key): deque((float(v) for v in values), maxlen=self.window)
+            for key, values in state.get("windows", {}).items()
+        }
 
     def _train_record(self, runner: Any, it: int) -> None:
         console = it % self.interval == 0
@@ -174,16 +221,30 @@ class Logger(Aspect):
         if self.losses:
             record["loss"] = _mean(self.losses)
         outputs = runner.outputs
-        for key in ("time", "data_time", "grad_norm"):
+        for key in _TIMINGS:
             value = outputs.get(key)
             if value is not None:
-                record[key] = float(value)
-        record.update(_extra_scalars(outputs, record))
+                record[key] = self._value(key, value)
+        for key, value in _step_scalars(outputs, _NOT_EXTRA).items():
+            if key not in record:  # a name the record has already (lr, iter) is not taken
+                number = self._value(key, value)
+                if number is not None:
+                    record[key] = number
         timer = self._timer
         eta = timer.eta(runner) if timer is not None else None
         if eta is not None:
             record["eta_s"] = round(eta, 1)
         self._emit(TRAIN_EVENT, record, it, console=console)
+
+    def _value(self, key: str, value: Any) -> float | None:
+        """What a record logs of the scalar ``key``: the mean of its window (see
+        ``_SMOOTHED``; it holds the logged iteration's value too), else that value."""
+        window = self._windows.get(key)
+        if window:
+            return _mean(window)
+        if isinstance(value, torch.Tensor):
+            value = value.detach()  # a part of the loss: read without its graph
+        return _as_float(value)
 
     def after_val_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
@@ -224,25 +285,29 @@ class Logger(Aspect):
             self._writer = None
 
 
-#: What a step's outputs hold that is not a scalar of the step's own to log: the loss is
-#: logged smoothed, the timings and the gradient norm as above, the rest is no scalar.
-_NOT_EXTRA = frozenset(["loss", "time", "data_time", "grad_norm", "outputs", "targets"])
+#: The timings and the gradient norm (``IterTimer``, ``GradClip``), logged first.
+_TIMINGS = ("time", "data_time", "grad_norm")
+#: What a step's outputs hold that is not a further scalar of the step's own to log: the
+#: loss is logged from ``losses``, the timings as above, the rest is no scalar.
+_NOT_EXTRA = frozenset(["loss", *_TIMINGS, "outputs", "targets"])
+#: What is not put in a window of ``_windows`` (the loss has its own).
+_NOT_KEPT = frozenset(["loss", "outputs", "targets"])
+#: The names of the scalars smoothed over the window, as OpenMMLab's log processor
+#: smooths them (its default ``mean_pattern``): a loss, a time, the gradient norm.
+_SMOOTHED = re.compile(r"loss|time|grad_norm")
 
 
-def _extra_scalars(outputs: Any, record: dict[str, Any]) -> dict[str, float]:
-    """Further scalars a ``train_step`` returns beside its loss (``acc``, ``loss_cls``), at
-    the logged iteration's value, as a step-level log of a single step is; read only on the
-    iterations that log. A name the record has already (``lr``, ``iter``) is not taken."""
-    extra: dict[str, float] = {}
-    for key, value in _step_scalars(outputs, _NOT_EXTRA).items():
-        if key in record:
-            continue
-        if isinstance(value, torch.Tensor):
-            value = value.detach()  # a part of the loss: read without its graph
-        number = _as_float(value)
-        if number is not None:
-            extra[key] = number
-    return extra
+def _kept(value: Any) -> float | torch.Tensor | None:
+    """A scalar for a window: a float, or on an accelerator a detached 0-d tensor (reading
+    it would wait for the device every iteration; it is read when it is logged); None for
+    a value that is no scalar (``_is_step_scalar``)."""
+    if not _is_step_scalar(value):
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.is_cpu:
+            return float(value.item())
+        return value.detach().reshape(())
+    return float(value)
 
 
 def _learning_rates(groups: list[dict[str, Any]]) -> dict[str, float]:
@@ -326,6 +391,6 @@ def _mean(values: deque[float | torch.Tensor]) -> float:
     same window restored from a checkpoint as floats give the same mean."""
     floats = [v for v in values if type(v) is float]
     if len(floats) < len(values):
-        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        tensors = [v.reshape(()) for v in values if isinstance(v, torch.Tensor)]  # (1,) too
         floats += torch.stack(tensors).to(torch.float32).tolist()
     return math.fsum(floats) / len(values)

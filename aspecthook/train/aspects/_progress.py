@@ -10,7 +10,7 @@ from ..._context import CallContext, Proceed
 from ..._priority import Priority
 from ..._rich import import_rich
 from ..._typing import Unpack
-from .._data import planned_iters
+from .._data import EpochLength, iters_left, planned_iters
 from ._options import check_flags
 
 __all__ = ["ProgressBar"]
@@ -45,6 +45,8 @@ class ProgressBar(Aspect):
         self._period = 0.1  # seconds between draws: rich's (set when the bar starts)
         self._next_move = 0.0  # the clock's time from which after_train_iter moves the bar
         self._moved_to = -1  # the iteration the bar was last moved to
+        self._epoch = EpochLength()  # the total of a run over a loader without a length
+        self._sized = True  # the bar's total is known (planned_iters)
 
     def around_run(self, ctx: CallContext, proceed: Proceed) -> Any:
         """The bar is shown for the run itself: started once every ``before_run`` advice
@@ -70,6 +72,7 @@ class ProgressBar(Aspect):
         )
 
         total = planned_iters(runner)
+        self._sized = total is not None
         self._progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -88,9 +91,20 @@ class ProgressBar(Aspect):
     def before_train_epoch(self, ctx: CallContext) -> None:
         # The first epoch starts after every before_run advice, a checkpoint's resume
         # included (whatever the order of the two aspects): the bar starts where it is.
+        self._epoch.start(ctx.runner)
         if self._progress is not None and not self._resumed:
             self._resumed = True
             self._progress.reset(self._task, completed=ctx.runner.iter)
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        """Over a loader without a length: the total, once a whole epoch has run."""
+        self._epoch.end(ctx.runner)
+        if self._progress is None or self._sized:
+            return
+        runner = ctx.runner
+        left = iters_left(runner, self._epoch.value)
+        if left is not None:
+            self._progress.update(self._task, total=runner.iter + left)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         now = _clock()

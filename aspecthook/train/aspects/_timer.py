@@ -10,7 +10,7 @@ from ..._aspect import Aspect, AspectOptions
 from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
-from .._data import planned_iters
+from .._data import EpochLength, iters_left
 from ._options import check_count
 
 __all__ = ["IterTimer"]
@@ -24,7 +24,10 @@ class IterTimer(Aspect):
     ``runner.outputs['data_time']`` and ``['time']`` hold the latest values (seconds);
     ``eta(runner)`` estimates the time left from the mean over the last ``window``
     iterations of the time each took from the end of the one before (the wait for its
-    batch included, a validation in between left out). Its priority is the highest: its
+    batch included, a validation in between left out). A run by ``max_epochs`` over a
+    loader without a length (an ``IterableDataset``) has an ETA from the end of its first
+    whole epoch on, each epoch left taken to be as long as the latest whole one. Its
+    priority is the highest: its
     ``before`` starts the clock after nothing else and its ``after`` stops it before any
     other after advice runs, so the figures are there for ``Logger`` and the other aspects
     to read.
@@ -40,9 +43,14 @@ class IterTimer(Aspect):
         self.times: deque[float] = deque(maxlen=self.window)
         self._last_end: float | None = None
         self._start = 0.0
+        self._epoch = EpochLength()  # for the ETA over a loader without a length
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         self._last_end = _clock()
+        self._epoch.start(ctx.runner)
+
+    def after_train_epoch(self, ctx: CallContext) -> None:
+        self._epoch.end(ctx.runner)
 
     def before_train_iter(self, ctx: CallContext) -> None:
         self._start = _clock()
@@ -72,10 +80,11 @@ class IterTimer(Aspect):
         self._last_end = now
 
     def eta(self, runner: Any) -> float | None:
-        """Seconds left, from the recent mean iteration time, or None before any iteration."""
+        """Seconds left, from the recent mean iteration time; None before any iteration, and
+        while the run's length is not known (``iters_left``)."""
         if not self.times:
             return None
-        total = planned_iters(runner)
-        if total is None:
+        left = iters_left(runner, self._epoch.value)
+        if left is None:
             return None
-        return float(max(total - runner.iter, 0) * sum(self.times) / len(self.times))
+        return float(left * sum(self.times) / len(self.times))
