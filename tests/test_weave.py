@@ -11,6 +11,7 @@ import importlib
 import itertools
 import json
 import math
+import operator
 import pickle
 import re
 import sys
@@ -1893,6 +1894,31 @@ def test_a_function_woven_where_it_was_imported_pickles_by_that_place(
         woven = targets.alias_of_add_one  # type: ignore[attr-defined]
         assert pickle.loads(pickle.dumps(woven)) is woven
         assert pickle.loads(pickle.dumps(targets.add_one)) is targets.add_one
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_a_woven_partial_or_callable_instance_pickles_as_itself(
+    monkeypatch: pytest.MonkeyPatch, protocol: int
+) -> None:
+    """A partial or a callable instance held by a module, woven there, has no name to
+    pickle by: it pickles by value, as before the weave (a process pool can still be
+    handed it), instead of failing on its missing ``__qualname__``."""
+    monkeypatch.setattr(targets, "add_ten", functools.partial(operator.add, 10), raising=False)
+    service = Service()
+    service.scale = 3  # type: ignore[attr-defined]
+    monkeypatch.setattr(targets, "service", service, raising=False)
+    seen: list[str] = []
+    with (
+        ah.woven(f"{MOD}.add_ten", before=lambda ctx: seen.append("add_ten")),
+        ah.woven(f"{MOD}.service", before=lambda ctx: seen.append("service")),
+    ):
+        partial = pickle.loads(pickle.dumps(targets.add_ten, protocol))  # type: ignore[attr-defined]
+        restored = pickle.loads(pickle.dumps(targets.service, protocol))  # type: ignore[attr-defined]
+    assert type(partial) is functools.partial
+    assert (partial.func, partial.args, partial(5)) == (operator.add, (10,), 15)
+    assert type(restored) is Service
+    assert (restored(4), vars(restored)) == (8, {"scale": 3})
+    assert seen == []
 
 
 def test_a_callable_instance_is_woven_like_any_instance() -> None:
