@@ -314,7 +314,8 @@ def path_problem(target: str, *, in_config: bool = False) -> str | None:
             f"{nopath}: it has more than one ':' (one ':' says where the module ends: "
             "'pkg.mod:Class.method')"
         )
-    parts = module.split(".") + (attrs.split(".") if attrs else [])
+    # A ':' with nothing after it ('json:') is an empty part too, not the whole module.
+    parts = module.split(".") + (attrs.split(".") if ":" in target else [])
     if not all(parts):
         return (
             f"{nopath}: it has an empty part (two dots in a row, or a '.' or ':' at an "

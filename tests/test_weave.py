@@ -1534,6 +1534,7 @@ def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> N
     [
         ("", "it has an empty part"),
         ("json.", "it has an empty part"),
+        ("json:", "it has an empty part"),
         ("json..dumps", "it has an empty part"),
         ("nosuchmodule_xyz..f", "it has an empty part"),
         ("json.dumps()", "'dumps()' is neither a name nor a glob"),
