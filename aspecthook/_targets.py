@@ -12,6 +12,7 @@ objects it looks at.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -62,6 +63,12 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         return [(owner, name)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
+    if isinstance(target, _PROPERTIES):
+        raise WeaveTargetError(
+            f"cannot weave a {type(target).__name__} object: only callables can be woven; "
+            f"{_PROPERTY_HINT}",
+            target=repr(target),
+        )
     if hasattr(target, "__dict__") and _is_instance(target):
         return _instance_sites(target)
     if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
@@ -240,6 +247,20 @@ def _is_method(name: str, value: Any) -> bool:
     )
 
 
+#: Attributes whose functions run through them (``obj.p`` calls ``fget``), never as
+#: attributes a proxy could replace.
+_PROPERTIES = (property, functools.cached_property)
+_PROPERTY_HINT = "for a property, weave the function its getter calls"
+
+
+def _accessor_of(found: Any, func: Any) -> bool:
+    """Whether ``func`` is the getter, setter or deleter of the property ``found`` (or the
+    function of a ``functools.cached_property``): the function ``weave(C.p.fget)`` gets."""
+    if isinstance(found, property):
+        return any(func is f for f in (found.fget, found.fset, found.fdel))
+    return isinstance(found, functools.cached_property) and found.func is func
+
+
 def _locate(func: Any) -> tuple[Any, str]:
     """Where a function lives, from its ``__module__`` and ``__qualname__``."""
     qualname = getattr(func, "__qualname__", "")
@@ -262,6 +283,13 @@ def _locate(func: Any) -> tuple[Any, str]:
             return parent, attr
         if found is not None and find_proxy(found) is not None:
             return parent, attr
+        if found is not None and _accessor_of(found, original):
+            raise WeaveTargetError(
+                f"this function is an accessor of the {type(found).__name__} "
+                f"{module.__name__}.{qualname}, which holds it where no proxy can replace "
+                f"it; {_PROPERTY_HINT}",
+                target=qualname,
+            )
     raise WeaveTargetError(
         f"cannot find where {qualname or func!r} is defined, so it cannot be replaced there "
         "(a local function or one removed from its module): weave the object that holds it "

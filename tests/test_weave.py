@@ -2183,6 +2183,43 @@ def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
     assert ah.default_weaver.registered == []
 
 
+class _WithProperties:
+    """A class whose computed attributes are a property and a cached_property."""
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    @functools.cached_property
+    def total(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        (_WithProperties.size.fget, f"accessor of the property {__name__}._WithProperties.size"),
+        (
+            vars(_WithProperties)["total"].func,
+            f"accessor of the cached_property {__name__}._WithProperties.total",
+        ),
+        (vars(_WithProperties)["size"], "cannot weave a property object"),
+        (vars(_WithProperties)["total"], "cannot weave a cached_property object"),
+    ],
+)
+def test_a_property_or_its_getter_given_as_an_object_says_what_to_weave(
+    target: Any, says: str
+) -> None:
+    """``weave(Cls.prop.fget)`` said it could not find where the getter is defined, "a
+    local function or one removed from its module", and to weave its holder; a property
+    object got the generic list of what weave() takes. Both say what a property needs."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(target, before=lambda ctx: None)
+    assert says in str(caught.value)
+    assert "weave the function its getter calls" in str(caught.value)
+    assert ah.default_weaver.registered == []
+
+
 @pytest.mark.parametrize(
     ("path", "advice"),
     [
