@@ -146,14 +146,19 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
     def __reduce__(self) -> str | tuple[Any, ...]:
         return self.__reduce_ex__(2)
 
-    def __copy__(self) -> JoinPointProxy:
+    def __copy__(self) -> Any:
+        # A function is its own copy; a partial or callable instance is copied as itself
+        # (a plain one: the weave was for the original), as it was before the weave.
+        if not hasattr(self.__wrapped__, "__qualname__"):
+            return copy.copy(self.__wrapped__)
         return self
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A proxy woven on one instance (``weave(obj)``) sits in that instance's __dict__;
         # a deep copy of the instance gets its own, plain bound method (the weave was for
-        # the original only), not this proxy, which would act on the original.
-        if _bound_instance(self) is not None:
+        # the original only), not this proxy, which would act on the original. So does a
+        # partial or callable instance (see ``__copy__``).
+        if _bound_instance(self) is not None or not hasattr(self.__wrapped__, "__qualname__"):
             return copy.deepcopy(self.__wrapped__, memo)
         return self
 

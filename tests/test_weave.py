@@ -1922,6 +1922,26 @@ def test_a_woven_partial_or_callable_instance_pickles_as_itself(
     assert seen == []
 
 
+def test_a_woven_callable_instance_copies_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a callable instance woven where a module holds it is a plain copy of the
+    instance, as before the weave: it was the proxy itself, so the copy's state was the
+    original's (a deep copy of a config holding it shared the instance)."""
+    service = Service()
+    service.scale = [3]  # type: ignore[attr-defined]
+    monkeypatch.setattr(targets, "service", service, raising=False)
+    seen: list[str] = []
+    with ah.woven(f"{MOD}.service", before=lambda ctx: seen.append("service")):
+        woven = targets.service  # type: ignore[attr-defined]
+        shallow, deep = copy.copy(woven), copy.deepcopy(woven)
+    for clone in (shallow, deep):
+        assert type(clone) is Service
+        assert clone is not service
+    assert shallow.scale is service.scale  # type: ignore[attr-defined]
+    deep.scale.append(4)  # type: ignore[attr-defined]
+    assert service.scale == [3]  # type: ignore[attr-defined]
+    assert seen == []
+
+
 def test_a_callable_instance_is_woven_like_any_instance() -> None:
     """An instance whose class defines __call__ is still an instance: its methods are woven."""
     seen: list[str] = []
