@@ -461,6 +461,20 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             if inspect.isclass(found) or isinstance(found, types.ModuleType):
                 raise WeaveTargetError(_holds_nothing(path, found), target=path)
             kind = type(found).__name__
+            if (
+                not callable(found)
+                and hasattr(type(found), "__get__")
+                and not isinstance(found, _PROPERTIES)
+            ):
+                # A singledispatchmethod or partialmethod: its class's attribute makes a
+                # new callable at each access; its own methods ('register') are not it.
+                raise WeaveTargetError(
+                    f"{path} is {_a(kind)}, a descriptor that makes a new callable each "
+                    "time it is looked up, not a function or method, which are what can be "
+                    "woven; weave the function it calls where that function is held, or the "
+                    "methods that call it",
+                    target=path,
+                )
             instance = hasattr(found, "__dict__") and _is_instance(found)
             methods = _instance_sites(found) if instance else []
             if methods:

@@ -2203,6 +2203,31 @@ def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
     assert ah.default_weaver.registered == []
 
 
+class _WithDescriptors:
+    """A class whose attributes are descriptors that make a callable at each lookup."""
+
+    @functools.singledispatchmethod
+    def handle(self, x: object) -> str:
+        return "object"
+
+    shifted = functools.partialmethod(operator.add)
+
+
+@pytest.mark.parametrize(
+    ("attr", "kind"), [("handle", "singledispatchmethod"), ("shifted", "partialmethod")]
+)
+def test_a_path_to_a_method_making_descriptor_says_what_to_weave(attr: str, kind: str) -> None:
+    """A singledispatchmethod by its path was taken for an instance whose methods could be
+    woven "for it alone", and the error suggested weaving its ``register`` method."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(f"{__name__}._WithDescriptors.{attr}", before=lambda ctx: None, strict=True)
+    message = str(caught.value)
+    assert f"is a {kind}, a descriptor that makes a new callable each time" in message
+    assert "weave the function it calls" in message
+    assert "register" not in message
+    assert ah.default_weaver.registered == []
+
+
 class _WithProperties:
     """A class whose computed attributes are a property and a cached_property."""
 
