@@ -127,6 +127,15 @@ def _other_object(target: Any) -> list[tuple[Any, str]]:
         raise _built_in_error(target)
     if isinstance(target, (list, tuple, set, frozenset)):
         raise _many_targets_error(target)
+    if isinstance(target, functools.partial):
+        # Held by no name of its own: a proxy has nowhere to go but where it is held.
+        func = getattr(target.func, "__qualname__", repr(target.func))
+        raise WeaveTargetError(
+            f"cannot weave this functools.partial of {func} as an object: a proxy must "
+            "replace it where it is held; weave it there by its path "
+            f"('pkg.mod.name'), or the function it calls (weave({func}))",
+            target=repr(target),
+        )
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",

@@ -1922,6 +1922,18 @@ def test_a_woven_partial_or_callable_instance_pickles_as_itself(
     assert seen == []
 
 
+def test_a_partial_given_as_an_object_says_to_weave_it_by_path_or_its_function() -> None:
+    """A partial object got the generic list of what weave() takes, which it seemed to be
+    (a callable); the error says where a proxy for it can go."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(functools.partial(targets.add_one, 1), before=lambda ctx: None)
+    message = str(caught.value)
+    assert "functools.partial of add_one" in message
+    assert "weave it there by its path" in message
+    assert "(weave(add_one))" in message
+    assert ah.default_weaver.registered == []
+
+
 def test_a_woven_callable_instance_copies_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy of a callable instance woven where a module holds it is a plain copy of the
     instance, as before the weave: it was the proxy itself, so the copy's state was the
