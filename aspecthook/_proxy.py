@@ -122,12 +122,12 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
             jp._rewire(jp._chain)
 
     def __reduce_ex__(self, protocol: object) -> str | tuple[Any, ...]:
-        wrapped = self.__wrapped__
+        wrapped: Any = self.__wrapped__
         if not hasattr(wrapped, "__qualname__"):
             # A callable object held by a module or class (a ``functools.partial``, an
             # instance with ``__call__``) has no name to pickle by: as before the weave,
             # it pickles as itself, by its own reduction.
-            reduced: tuple[Any, ...] = wrapped.__reduce_ex__(protocol)
+            reduced: str | tuple[Any, ...] = wrapped.__reduce_ex__(protocol)
             return reduced
         instance = _bound_instance(self)
         if instance is not None:  # woven on one instance: the method of the unpickled one
