@@ -428,6 +428,34 @@ def _unimported_matches(path: str) -> list[str]:
     return []
 
 
+def _namespace_matches(path: str) -> list[str]:
+    """Paths for the submodules that a glob right below a namespace package not imported
+    yet matches (``'ns.*.func'`` gives ``'ns.mod.func'``), found on disk.
+
+    A namespace package (a folder without ``__init__.py``) has no loader for wrapt's
+    post-import hooks to chain, so a hook on it never runs, and the glob would wait for
+    ever; its submodules are plain modules, whose hooks do. Only where finding the package
+    imports nothing (a top-level one, or one whose parent is imported): below a parent not
+    imported yet, this is asked again when the parent's hook runs.
+    """
+    if ":" in path:
+        return []
+    parts = path.split(".")
+    at = next((i for i, part in enumerate(parts) if _GLOB.intersection(part)), 0)
+    package, rest = ".".join(parts[:at]), parts[at + 1 :]
+    parent = package.rpartition(".")[0]
+    if not at or not rest or package in sys.modules or (parent and parent not in sys.modules):
+        return []
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.loader is not None or not spec.submodule_search_locations:
+        return []
+    subs = [info.name for info in pkgutil.iter_modules(spec.submodule_search_locations)]
+    return [".".join([package, sub, *rest]) for sub in subs if fnmatchcase(sub, parts[at])]
+
+
 def _module_of(path: str) -> str:
     """The submodule an expansion of ``_unimported_matches`` waits for."""
     module, attrs = _split(path)

@@ -1275,6 +1275,40 @@ def test_glob_over_submodules_weaves_each_one_as_it_is_imported(
     assert pkg.b is b
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_glob_below_a_namespace_package_weaves_its_modules_as_they_are_imported(
+    new_module: Callable[..., str], tmp_path: Path, nested: bool
+) -> None:
+    """'ns.*.func' where ``ns`` is a namespace package (no ``__init__.py``) not imported
+    yet: wrapt's post-import hook on ``ns`` never runs (it has no loader to chain), so the
+    weave stayed 'pending import' for ever while the program called ``ns.mod.func``. Its
+    submodules are found on disk and woven as each is imported, also below a regular
+    package imported later (``'pkg.ns.*.func'``)."""
+    new_module("")  # puts tmp_path on sys.path
+    top = f"ah_ns_{next(_module_numbers)}"
+    package = f"{top}.ns" if nested else top
+    folder = tmp_path / package.replace(".", "/")
+    folder.mkdir(parents=True)
+    if nested:
+        (tmp_path / top / "__init__.py").write_text("")
+    (folder / "a.py").write_text("def func(x):\n    return x + 1\n")
+    (folder / "b.py").write_text("def func(x):\n    return x + 2\n")
+    importlib.invalidate_caches()
+    seen: list[str] = []
+    try:
+        with ah.woven(f"{package}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+            assert statuses(f"{package}.*.func") == ["pending import"]
+            a = _import(f"{package}.a")
+            assert statuses(f"{package}.*.func") == []  # active
+            b = _import(f"{package}.b")
+            assert (a.func(0), b.func(0)) == (1, 2)
+        assert seen == [f"{package}.a.func", f"{package}.b.func"]
+        assert not isinstance(a.func, wrapt.FunctionWrapper)
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] == top]:
+            del sys.modules[module]
+
+
 def test_glob_over_submodules_of_a_package_imported_later(
     new_module: Callable[..., str], tmp_path: Path
 ) -> None:
