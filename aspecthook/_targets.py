@@ -233,9 +233,18 @@ def _instance_sites(target: Any) -> list[tuple[Any, str]]:
         (target, n)
         for n in dir(cls)
         if not n.startswith("_")
-        and inspect.isfunction(inspect.getattr_static(cls, n))
+        and _is_function(inspect.getattr_static(cls, n))
         and (n not in own or callable(own[n]))
     ]
+
+
+def _is_function(value: Any) -> bool:
+    """A function, or a function under a C wrapper that names it (a method decorated with
+    ``functools.cache`` / ``lru_cache``): what a class weave takes as a method, as a glob
+    over the class does."""
+    if inspect.isfunction(value):
+        return True
+    return callable(value) and inspect.isfunction(getattr(value, "__wrapped__", None))
 
 
 def _is_instance(target: Any) -> bool:
@@ -250,7 +259,7 @@ def _is_method(name: str, value: Any) -> bool:
     if name.startswith("__") and name != "__call__":
         return False
     return (
-        inspect.isfunction(value)
+        _is_function(value)
         or isinstance(value, (classmethod, staticmethod))
         or type(value) is JoinPointProxy
     )

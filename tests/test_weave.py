@@ -1956,6 +1956,28 @@ def test_a_woven_partial_or_callable_instance_pickles_as_itself(
     assert seen == []
 
 
+class _Cached:
+    """A class whose one method is cached (``functools.cache``: a C wrapper, no function)."""
+
+    @functools.cache  # noqa: B019 - the test needs a cached method
+    def square(self, x: int) -> int:
+        return x * x
+
+
+@pytest.mark.parametrize("how", ["class", "instance"])
+def test_a_cached_method_is_woven_with_its_class_or_instance(how: str) -> None:
+    """``weave(Cls)`` skipped a ``functools.cache`` method ("no methods of its own"), and so
+    did ``weave(obj)``, while ``'mod.Cls.*'`` and its path wove it: it is a method too."""
+    seen: list[str] = []
+    obj = _Cached()
+    target: Any = _Cached if how == "class" else obj
+    with ah.weave(target, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert obj.square(3) == 9
+    assert seen == [f"{__name__}._Cached.square"]
+    assert type(vars(_Cached)["square"]) is type(functools.cache(len))
+    assert "square" not in vars(obj)
+
+
 def test_a_partial_given_as_an_object_says_to_weave_it_by_path_or_its_function() -> None:
     """A partial object got the generic list of what weave() takes, which it seemed to be
     (a callable); the error says where a proxy for it can go."""
