@@ -244,7 +244,10 @@ def _is_function(value: Any) -> bool:
     over the class does."""
     if inspect.isfunction(value):
         return True
-    return callable(value) and inspect.isfunction(getattr(value, "__wrapped__", None))
+    try:
+        return callable(value) and inspect.isfunction(getattr(value, "__wrapped__", None))
+    except Exception:  # an attribute of a class, any object: its lookup may raise
+        return False
 
 
 def _is_instance(target: Any) -> bool:
@@ -510,6 +513,7 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             if (
                 not callable(found)
                 and hasattr(type(found), "__get__")
+                and not hasattr(type(found), "__set__")  # data: a slot, a property
                 and not isinstance(found, _PROPERTIES)
             ):
                 # A singledispatchmethod or partialmethod: its class's attribute makes a

@@ -2296,6 +2296,18 @@ def test_a_path_to_a_method_making_descriptor_says_what_to_weave(attr: str, kind
     assert ah.default_weaver.registered == []
 
 
+class _Slotted:
+    __slots__ = ("size",)
+
+
+def test_a_path_to_a_slot_is_data_not_a_method_making_descriptor() -> None:
+    """A slot is a descriptor too, but of data: it is told apart from those above."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(f"{__name__}._Slotted.size", before=lambda ctx: None, strict=True)
+    assert "is a member_descriptor, not a function or method" in str(caught.value)
+    assert "makes a new callable" not in str(caught.value)
+
+
 class _WithProperties:
     """A class whose computed attributes are a property and a cached_property."""
 
