@@ -47,7 +47,7 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             (target, n)
             for n, v in vars(target).items()
             if not n.startswith("_")
-            and (inspect.isfunction(v) or inspect.ismethod(v) or find_proxy(v) is not None)
+            and (_is_function(v) or inspect.ismethod(v) or find_proxy(v) is not None)
             and getattr(v, "__module__", None) == target.__name__
         ]
     if inspect.isclass(target):

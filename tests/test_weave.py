@@ -1978,6 +1978,25 @@ def test_a_cached_method_is_woven_with_its_class_or_instance(how: str) -> None:
     assert "square" not in vars(obj)
 
 
+def test_a_cached_function_is_woven_with_its_module(new_module: Callable[..., str]) -> None:
+    """``weave(module)`` left out a ``functools.cache`` function, which ``'mod.*'`` weaves."""
+    name = new_module(
+        """
+        import functools
+
+        @functools.cache
+        def square(x):
+            return x * x
+        """
+    )
+    module = _import(name)
+    seen: list[str] = []
+    with ah.weave(module, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert module.square(3) == 9
+    assert seen == [f"{name}.square"]
+    assert type(module.square) is type(functools.cache(len))
+
+
 def test_a_partial_given_as_an_object_says_to_weave_it_by_path_or_its_function() -> None:
     """A partial object got the generic list of what weave() takes, which it seemed to be
     (a callable); the error says where a proxy for it can go."""
