@@ -98,12 +98,9 @@ def _run_script(path: str, args: list[str]) -> None:
     filename = os.path.abspath(path)
     compiled = path.endswith(".pyc")
     loader = SourcelessFileLoader if compiled else SourceFileLoader
-    module = types.ModuleType("__main__")
+    module = _fresh_main()
     module.__dict__.update(
-        __file__=filename,
-        __cached__=None,
-        __builtins__=builtins,
-        __loader__=loader("__main__", filename),
+        __file__=filename, __cached__=None, __loader__=loader("__main__", filename)
     )
     with io.open_code(filename) as f:
         data = f.read()
@@ -155,10 +152,19 @@ def _run_as_main(name: str, *, alter_argv: bool, fallback: Callable[[], object])
     if run_as_main is None:  # not in this python: the public form
         fallback()
         return
+    sys.modules["__main__"] = _fresh_main()
+    run_as_main(name, alter_argv=alter_argv)
+
+
+def _fresh_main() -> types.ModuleType:
+    """A new ``__main__`` module with what python gives its own before the program runs:
+    ``__builtins__``, and an empty ``__annotations__`` where this python's ``__main__``
+    (ours until now) has one, so a program that reads that name runs as under python."""
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
-    sys.modules["__main__"] = main
-    run_as_main(name, alter_argv=alter_argv)
+    if "__annotations__" in vars(sys.modules.get("__main__", main)):
+        main.__annotations__ = {}
+    return main
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -21,6 +21,7 @@ from ._joinpoint import JoinPoint, find_proxy, make_proxy
 from ._log import get_logger
 from ._registry import LOCK, REGISTRY
 from ._targets import _GLOB, _immutable
+from ._torch_hooks import is_module
 from .errors import WeaveTargetError
 
 if TYPE_CHECKING:
@@ -115,6 +116,9 @@ def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoin
         proxy = wrapt.wrap_object(parent, attr, factory, (jp,))
     except (AttributeError, TypeError) as exc:  # the holder refuses the new attribute
         raise _unsettable(parent, attr, exc) from exc
+    if not _owned(parent, attr):
+        setattr(parent, attr, current)
+        raise _served_dynamically(parent, attr, current)
     jp.site = (_weak(parent), attr)
     jp.proxy_ref = weakref.ref(proxy)
     try:
@@ -123,6 +127,35 @@ def _new_proxy(parent: Any, attr: str, current: Any, weaver: Weaver) -> JoinPoin
         wrapt.unwrap_object(parent, attr, proxy, missing_ok=True)
         raise
     return jp
+
+
+def _owned(parent: Any, attr: str) -> bool:
+    """Whether ``parent.attr`` now lives in a ``__dict__`` (the holder's, or a class's in
+    its MRO), where removing the weave can put the original back. A holder whose
+    ``__setattr__`` keeps it elsewhere and serves it from ``__getattr__`` (an
+    ``nn.Module``'s submodules, in ``_modules``) would keep our proxy for good."""
+    try:
+        wrapt.resolve_owner(parent, attr)
+    except wrapt.PathResolutionError:
+        return False
+    return True
+
+
+def _served_dynamically(parent: Any, attr: str, current: Any) -> WeaveTargetError:
+    kind = type(parent).__qualname__
+    if is_module(current):
+        hint = (
+            "weave the submodule object itself (weave(submodule), through torch's module "
+            "hooks), or its forward method by path (the same path and '.forward')"
+        )
+    else:
+        hint = "weave the object itself (weave(obj)), or one of its methods by path"
+    return WeaveTargetError(
+        f"cannot weave {attr!r} of this {kind} instance: it keeps that attribute outside its "
+        f"__dict__ and serves it through __getattr__, so a proxy put there could never be "
+        f"taken off again; {hint}",
+        target=f"{type(parent).__module__}.{kind}.{attr}",
+    )
 
 
 def _release(jp: JoinPoint, names: tuple[str, ...], weaver: Weaver) -> None:

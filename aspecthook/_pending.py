@@ -18,7 +18,14 @@ from ._install import _install_all, _path_alias, _release
 from ._log import get_logger
 from ._registry import LOCK
 from ._subtypes import following, weave_subtypes
-from ._targets import _GLOB, _resolve_path, _split, _submodule_pending, _unimported_matches
+from ._targets import (
+    _GLOB,
+    _namespace_matches,
+    _resolve_path,
+    _split,
+    _submodule_pending,
+    _unimported_matches,
+)
 from .errors import WeaveTargetError
 
 if TYPE_CHECKING:
@@ -56,6 +63,18 @@ def _defer(
     record_ref = weakref.ref(record)
     candidates = _hook_modules(path, quiet)
 
+    def on_namespace(record: WeaveRecord) -> bool:
+        """Defer the submodules of a namespace package the glob falls below, whose own
+        hook never runs (``_namespace_matches``); whether there were any."""
+        nonlocal done
+        matches = [] if done else _namespace_matches(path)
+        for match in matches:
+            _defer(record, match, names, weaver, strict, quiet=True)
+        if matches and quiet:  # this expansion is now those, counted in their place
+            done = True
+            _expansion_done(record, path, strict)
+        return bool(matches)
+
     def on_import(module: types.ModuleType) -> None:
         nonlocal done
         record = record_ref()
@@ -65,6 +84,7 @@ def _defer(
             try:
                 sites = _resolve_path(path)
                 if not sites and _submodule_pending(path):
+                    on_namespace(record)
                     return  # a glob found nothing yet: the submodule's own hook comes later
                 named = names if quiet else (*names, *_path_alias(path, sites))
                 if "+" in path:  # Base+.method: Base and its subclasses, now and later
@@ -75,6 +95,7 @@ def _defer(
                     points = _install_all(sites, named, weaver)
             except Exception as exc:
                 if _submodule_pending(path):
+                    on_namespace(record)
                     return  # a parent package was imported; the submodule's hook comes later
                 done = True
                 if quiet:
@@ -90,6 +111,8 @@ def _defer(
 
     for name in candidates:
         wrapt.register_post_import_hook(on_import, name)
+    with LOCK:
+        on_namespace(record)
 
 
 def _hook_modules(path: str, quiet: bool) -> list[str]:

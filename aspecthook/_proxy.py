@@ -19,7 +19,8 @@ Construction notes (measured in bench/calls.py):
   skipped and the target is called directly, so an idle join point costs no call at all.
 
 Neither proxy pickles by a reference to its own class: each stands for the function or
-bound method it wraps (``getattr(owner, name)`` or the target's qualified name).
+bound method it wraps (``getattr(owner, name)`` or the target's qualified name), and a
+callable object without a name (a partial, an instance with ``__call__``) pickles as itself.
 """
 
 from __future__ import annotations
@@ -120,7 +121,14 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
         if jp._chain:
             jp._rewire(jp._chain)
 
-    def __reduce_ex__(self, protocol: object) -> str | tuple[Any, tuple[Any, str]]:
+    def __reduce_ex__(self, protocol: object) -> str | tuple[Any, ...]:
+        wrapped: Any = self.__wrapped__
+        if not hasattr(wrapped, "__qualname__"):
+            # A callable object held by a module or class (a ``functools.partial``, an
+            # instance with ``__call__``) has no name to pickle by: as before the weave,
+            # it pickles as itself, by its own reduction.
+            reduced: str | tuple[Any, ...] = wrapped.__reduce_ex__(protocol)
+            return reduced
         instance = _bound_instance(self)
         if instance is not None:  # woven on one instance: the method of the unpickled one
             return getattr, (instance, str(self.__wrapped__.__name__))
@@ -135,17 +143,22 @@ class JoinPointProxy(wrapt.FunctionWrapper[..., Any]):
             return getattr, (_ModuleByName(module.__name__), attr)
         return str(self.__qualname__)
 
-    def __reduce__(self) -> str | tuple[Any, tuple[Any, str]]:
+    def __reduce__(self) -> str | tuple[Any, ...]:
         return self.__reduce_ex__(2)
 
-    def __copy__(self) -> JoinPointProxy:
+    def __copy__(self) -> Any:
+        # A function is its own copy; a partial or callable instance is copied as itself
+        # (a plain one: the weave was for the original), as it was before the weave.
+        if not hasattr(self.__wrapped__, "__qualname__"):
+            return copy.copy(self.__wrapped__)
         return self
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A proxy woven on one instance (``weave(obj)``) sits in that instance's __dict__;
         # a deep copy of the instance gets its own, plain bound method (the weave was for
-        # the original only), not this proxy, which would act on the original.
-        if _bound_instance(self) is not None:
+        # the original only), not this proxy, which would act on the original. So does a
+        # partial or callable instance (see ``__copy__``).
+        if _bound_instance(self) is not None or not hasattr(self.__wrapped__, "__qualname__"):
             return copy.deepcopy(self.__wrapped__, memo)
         return self
 

@@ -12,6 +12,7 @@ objects it looks at.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -46,7 +47,7 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
             (target, n)
             for n, v in vars(target).items()
             if not n.startswith("_")
-            and (inspect.isfunction(v) or inspect.ismethod(v) or find_proxy(v) is not None)
+            and (_is_function(v) or inspect.ismethod(v) or find_proxy(v) is not None)
             and getattr(v, "__module__", None) == target.__name__
         ]
     if inspect.isclass(target):
@@ -62,6 +63,12 @@ def _resolve_object(target: Any) -> list[tuple[Any, str]] | list[JoinPoint]:
         return [(owner, name)]
     if inspect.isfunction(target) or isinstance(target, (classmethod, staticmethod)):
         return [_locate(getattr(target, "__func__", target))]
+    if isinstance(target, _PROPERTIES):
+        raise WeaveTargetError(
+            f"cannot weave a {type(target).__name__} object: only callables can be woven; "
+            f"{_PROPERTY_HINT}",
+            target=repr(target),
+        )
     if hasattr(target, "__dict__") and _is_instance(target):
         return _instance_sites(target)
     if not hasattr(target, "__dict__") and hasattr(type(target), "__slots__"):
@@ -120,6 +127,15 @@ def _other_object(target: Any) -> list[tuple[Any, str]]:
         raise _built_in_error(target)
     if isinstance(target, (list, tuple, set, frozenset)):
         raise _many_targets_error(target)
+    if isinstance(target, functools.partial):
+        # Held by no name of its own: a proxy has nowhere to go but where it is held.
+        func = getattr(target.func, "__qualname__", repr(target.func))
+        raise WeaveTargetError(
+            f"cannot weave this functools.partial of {func} as an object: a proxy must "
+            "replace it where it is held; weave it there by its path "
+            f"('pkg.mod.name'), or the function it calls (weave({func}))",
+            target=repr(target),
+        )
     raise WeaveTargetError(
         f"cannot weave {target!r} ({type(target).__name__}): give a function, method, class, "
         "module, instance or a dotted path such as 'pkg.module.Class.method'",
@@ -217,9 +233,21 @@ def _instance_sites(target: Any) -> list[tuple[Any, str]]:
         (target, n)
         for n in dir(cls)
         if not n.startswith("_")
-        and inspect.isfunction(inspect.getattr_static(cls, n))
+        and _is_function(inspect.getattr_static(cls, n))
         and (n not in own or callable(own[n]))
     ]
+
+
+def _is_function(value: Any) -> bool:
+    """A function, or a function under a C wrapper that names it (a method decorated with
+    ``functools.cache`` / ``lru_cache``): what a class weave takes as a method, as a glob
+    over the class does."""
+    if inspect.isfunction(value):
+        return True
+    try:
+        return callable(value) and inspect.isfunction(getattr(value, "__wrapped__", None))
+    except Exception:  # an attribute of a class, any object: its lookup may raise
+        return False
 
 
 def _is_instance(target: Any) -> bool:
@@ -234,10 +262,24 @@ def _is_method(name: str, value: Any) -> bool:
     if name.startswith("__") and name != "__call__":
         return False
     return (
-        inspect.isfunction(value)
+        _is_function(value)
         or isinstance(value, (classmethod, staticmethod))
         or type(value) is JoinPointProxy
     )
+
+
+#: Attributes whose functions run through them (``obj.p`` calls ``fget``), never as
+#: attributes a proxy could replace.
+_PROPERTIES = (property, functools.cached_property)
+_PROPERTY_HINT = "for a property, weave the function its getter calls"
+
+
+def _accessor_of(found: Any, func: Any) -> bool:
+    """Whether ``func`` is the getter, setter or deleter of the property ``found`` (or the
+    function of a ``functools.cached_property``): the function ``weave(C.p.fget)`` gets."""
+    if isinstance(found, property):
+        return any(func is f for f in (found.fget, found.fset, found.fdel))
+    return isinstance(found, functools.cached_property) and found.func is func
 
 
 def _locate(func: Any) -> tuple[Any, str]:
@@ -262,6 +304,13 @@ def _locate(func: Any) -> tuple[Any, str]:
             return parent, attr
         if found is not None and find_proxy(found) is not None:
             return parent, attr
+        if found is not None and _accessor_of(found, original):
+            raise WeaveTargetError(
+                f"this function is an accessor of the {type(found).__name__} "
+                f"{module.__name__}.{qualname}, which holds it where no proxy can replace "
+                f"it; {_PROPERTY_HINT}",
+                target=qualname,
+            )
     raise WeaveTargetError(
         f"cannot find where {qualname or func!r} is defined, so it cannot be replaced there "
         "(a local function or one removed from its module): weave the object that holds it "
@@ -314,7 +363,8 @@ def path_problem(target: str, *, in_config: bool = False) -> str | None:
             f"{nopath}: it has more than one ':' (one ':' says where the module ends: "
             "'pkg.mod:Class.method')"
         )
-    parts = module.split(".") + (attrs.split(".") if attrs else [])
+    # A ':' with nothing after it ('json:') is an empty part too, not the whole module.
+    parts = module.split(".") + (attrs.split(".") if ":" in target else [])
     if not all(parts):
         return (
             f"{nopath}: it has an empty part (two dots in a row, or a '.' or ':' at an "
@@ -390,6 +440,34 @@ def _unimported_matches(path: str) -> list[str]:
     return []
 
 
+def _namespace_matches(path: str) -> list[str]:
+    """Paths for the submodules that a glob right below a namespace package not imported
+    yet matches (``'ns.*.func'`` gives ``'ns.mod.func'``), found on disk.
+
+    A namespace package (a folder without ``__init__.py``) has no loader for wrapt's
+    post-import hooks to chain, so a hook on it never runs, and the glob would wait for
+    ever; its submodules are plain modules, whose hooks do. Only where finding the package
+    imports nothing (a top-level one, or one whose parent is imported): below a parent not
+    imported yet, this is asked again when the parent's hook runs.
+    """
+    if ":" in path:
+        return []
+    parts = path.split(".")
+    at = next((i for i, part in enumerate(parts) if _GLOB.intersection(part)), 0)
+    package, rest = ".".join(parts[:at]), parts[at + 1 :]
+    parent = package.rpartition(".")[0]
+    if not at or not rest or package in sys.modules or (parent and parent not in sys.modules):
+        return []
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.loader is not None or not spec.submodule_search_locations:
+        return []
+    subs = [info.name for info in pkgutil.iter_modules(spec.submodule_search_locations)]
+    return [".".join([package, sub, *rest]) for sub in subs if fnmatchcase(sub, parts[at])]
+
+
 def _module_of(path: str) -> str:
     """The submodule an expansion of ``_unimported_matches`` waits for."""
     module, attrs = _split(path)
@@ -432,6 +510,21 @@ def _resolve_path(path: str) -> list[tuple[Any, str]]:
             if inspect.isclass(found) or isinstance(found, types.ModuleType):
                 raise WeaveTargetError(_holds_nothing(path, found), target=path)
             kind = type(found).__name__
+            if (
+                not callable(found)
+                and hasattr(type(found), "__get__")
+                and not hasattr(type(found), "__set__")  # data: a slot, a property
+                and not isinstance(found, _PROPERTIES)
+            ):
+                # A singledispatchmethod or partialmethod: its class's attribute makes a
+                # new callable at each access; its own methods ('register') are not it.
+                raise WeaveTargetError(
+                    f"{path} is {_a(kind)}, a descriptor that makes a new callable each "
+                    "time it is looked up, not a function or method, which are what can be "
+                    "woven; weave the function it calls where that function is held, or the "
+                    "methods that call it",
+                    target=path,
+                )
             instance = hasattr(found, "__dict__") and _is_instance(found)
             methods = _instance_sites(found) if instance else []
             if methods:

@@ -131,6 +131,23 @@ def test_main_module_file_and_path_as_python(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("how", ["script", "module", "directory"])
+def test_main_module_globals_are_pythons(tmp_path: Path, how: str) -> None:
+    """The program's ``__main__`` starts with the names python gives it: ``__annotations__``
+    was missing, so a script reading it without annotations of its own raised NameError."""
+    body = """\
+        print(sorted(name for name in globals() if name.startswith("__")))
+        print(__annotations__ if "__annotations__" in globals() else None)
+        """
+    write(tmp_path, "names.py", body)
+    write(tmp_path, "app/__main__.py", body)
+    args = {"script": ("names.py",), "module": ("-m", "names"), "directory": ("app",)}[how]
+    ours = run(tmp_path, *args)
+    plain = python(tmp_path, *args)
+    assert ours.returncode == plain.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout
+
+
 def test_exit_code_zero_at_normal_end(program: Path) -> None:
     """A program that ends normally exits 0."""
     done = run(program, "--aspects", "aspects.yaml", "prog.py")

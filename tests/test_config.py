@@ -272,6 +272,7 @@ def test_target_must_be_a_path_or_list_of_paths() -> None:
         ("json.dumps()", "weave[0].target", "'json.dumps()' is not a dotted path"),
         ("json::dumps", "weave[0].target", "one ':'"),
         (":dumps", "weave[0].target", "an empty part"),
+        ("json:", "weave[0].target", "an empty part"),
         (["json.*", "json dumps"], "weave[0].target[1]", "'json dumps' is not a dotted path"),
     ],
 )

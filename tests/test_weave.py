@@ -11,6 +11,7 @@ import importlib
 import itertools
 import json
 import math
+import operator
 import pickle
 import re
 import sys
@@ -1274,6 +1275,40 @@ def test_glob_over_submodules_weaves_each_one_as_it_is_imported(
     assert pkg.b is b
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_glob_below_a_namespace_package_weaves_its_modules_as_they_are_imported(
+    new_module: Callable[..., str], tmp_path: Path, nested: bool
+) -> None:
+    """'ns.*.func' where ``ns`` is a namespace package (no ``__init__.py``) not imported
+    yet: wrapt's post-import hook on ``ns`` never runs (it has no loader to chain), so the
+    weave stayed 'pending import' for ever while the program called ``ns.mod.func``. Its
+    submodules are found on disk and woven as each is imported, also below a regular
+    package imported later (``'pkg.ns.*.func'``)."""
+    new_module("")  # puts tmp_path on sys.path
+    top = f"ah_ns_{next(_module_numbers)}"
+    package = f"{top}.ns" if nested else top
+    folder = tmp_path / package.replace(".", "/")
+    folder.mkdir(parents=True)
+    if nested:
+        (tmp_path / top / "__init__.py").write_text("")
+    (folder / "a.py").write_text("def func(x):\n    return x + 1\n")
+    (folder / "b.py").write_text("def func(x):\n    return x + 2\n")
+    importlib.invalidate_caches()
+    seen: list[str] = []
+    try:
+        with ah.woven(f"{package}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+            assert statuses(f"{package}.*.func") == ["pending import"]
+            a = _import(f"{package}.a")
+            assert statuses(f"{package}.*.func") == []  # active
+            b = _import(f"{package}.b")
+            assert (a.func(0), b.func(0)) == (1, 2)
+        assert seen == [f"{package}.a.func", f"{package}.b.func"]
+        assert not isinstance(a.func, wrapt.FunctionWrapper)
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] == top]:
+            del sys.modules[module]
+
+
 def test_glob_over_submodules_of_a_package_imported_later(
     new_module: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -1533,6 +1568,7 @@ def test_skipped_weave_of_private_weaver_goes_with_clear(weaver: ah.Weaver) -> N
     [
         ("", "it has an empty part"),
         ("json.", "it has an empty part"),
+        ("json:", "it has an empty part"),
         ("json..dumps", "it has an empty part"),
         ("nosuchmodule_xyz..f", "it has an empty part"),
         ("json.dumps()", "'dumps()' is neither a name nor a glob"),
@@ -1895,6 +1931,104 @@ def test_a_function_woven_where_it_was_imported_pickles_by_that_place(
         assert pickle.loads(pickle.dumps(targets.add_one)) is targets.add_one
 
 
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_a_woven_partial_or_callable_instance_pickles_as_itself(
+    monkeypatch: pytest.MonkeyPatch, protocol: int
+) -> None:
+    """A partial or a callable instance held by a module, woven there, has no name to
+    pickle by: it pickles by value, as before the weave (a process pool can still be
+    handed it), instead of failing on its missing ``__qualname__``."""
+    monkeypatch.setattr(targets, "add_ten", functools.partial(operator.add, 10), raising=False)
+    service = Service()
+    service.scale = 3  # type: ignore[attr-defined]
+    monkeypatch.setattr(targets, "service", service, raising=False)
+    seen: list[str] = []
+    with (
+        ah.woven(f"{MOD}.add_ten", before=lambda ctx: seen.append("add_ten")),
+        ah.woven(f"{MOD}.service", before=lambda ctx: seen.append("service")),
+    ):
+        partial = pickle.loads(pickle.dumps(targets.add_ten, protocol))  # type: ignore[attr-defined]
+        restored = pickle.loads(pickle.dumps(targets.service, protocol))  # type: ignore[attr-defined]
+    assert type(partial) is functools.partial
+    assert (partial.func, partial.args, partial(5)) == (operator.add, (10,), 15)
+    assert type(restored) is Service
+    assert (restored(4), vars(restored)) == (8, {"scale": 3})
+    assert seen == []
+
+
+class _Cached:
+    """A class whose one method is cached (``functools.cache``: a C wrapper, no function)."""
+
+    @functools.cache  # noqa: B019 - the test needs a cached method
+    def square(self, x: int) -> int:
+        return x * x
+
+
+@pytest.mark.parametrize("how", ["class", "instance"])
+def test_a_cached_method_is_woven_with_its_class_or_instance(how: str) -> None:
+    """``weave(Cls)`` skipped a ``functools.cache`` method ("no methods of its own"), and so
+    did ``weave(obj)``, while ``'mod.Cls.*'`` and its path wove it: it is a method too."""
+    seen: list[str] = []
+    obj = _Cached()
+    target: Any = _Cached if how == "class" else obj
+    with ah.weave(target, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert obj.square(3) == 9
+    assert seen == [f"{__name__}._Cached.square"]
+    assert type(vars(_Cached)["square"]) is type(functools.cache(len))
+    assert "square" not in vars(obj)
+
+
+def test_a_cached_function_is_woven_with_its_module(new_module: Callable[..., str]) -> None:
+    """``weave(module)`` left out a ``functools.cache`` function, which ``'mod.*'`` weaves."""
+    name = new_module(
+        """
+        import functools
+
+        @functools.cache
+        def square(x):
+            return x * x
+        """
+    )
+    module = _import(name)
+    seen: list[str] = []
+    with ah.weave(module, before=lambda ctx: seen.append(ctx.joinpoint.name)):
+        assert module.square(3) == 9
+    assert seen == [f"{name}.square"]
+    assert type(module.square) is type(functools.cache(len))
+
+
+def test_a_partial_given_as_an_object_says_to_weave_it_by_path_or_its_function() -> None:
+    """A partial object got the generic list of what weave() takes, which it seemed to be
+    (a callable); the error says where a proxy for it can go."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(functools.partial(targets.add_one, 1), before=lambda ctx: None)
+    message = str(caught.value)
+    assert "functools.partial of add_one" in message
+    assert "weave it there by its path" in message
+    assert "(weave(add_one))" in message
+    assert ah.default_weaver.registered == []
+
+
+def test_a_woven_callable_instance_copies_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a callable instance woven where a module holds it is a plain copy of the
+    instance, as before the weave: it was the proxy itself, so the copy's state was the
+    original's (a deep copy of a config holding it shared the instance)."""
+    service = Service()
+    service.scale = [3]  # type: ignore[attr-defined]
+    monkeypatch.setattr(targets, "service", service, raising=False)
+    seen: list[str] = []
+    with ah.woven(f"{MOD}.service", before=lambda ctx: seen.append("service")):
+        woven = targets.service  # type: ignore[attr-defined]
+        shallow, deep = copy.copy(woven), copy.deepcopy(woven)
+    for clone in (shallow, deep):
+        assert type(clone) is Service
+        assert clone is not service
+    assert shallow.scale is service.scale  # type: ignore[attr-defined]
+    deep.scale.append(4)  # type: ignore[attr-defined]
+    assert service.scale == [3]  # type: ignore[attr-defined]
+    assert seen == []
+
+
 def test_a_callable_instance_is_woven_like_any_instance() -> None:
     """An instance whose class defines __call__ is still an instance: its methods are woven."""
     seen: list[str] = []
@@ -2152,6 +2286,80 @@ def test_a_property_getter_by_path_is_refused_saying_what_to_weave() -> None:
     with pytest.raises(WeaveTargetError, match=r"property.*fget.*") as caught:
         ah.weave("fractions.Fraction.numerator.fget", before=lambda ctx: None)
     assert "weave the class property" not in str(caught.value)
+    assert "weave the function its getter calls" in str(caught.value)
+    assert ah.default_weaver.registered == []
+
+
+class _WithDescriptors:
+    """A class whose attributes are descriptors that make a callable at each lookup."""
+
+    @functools.singledispatchmethod
+    def handle(self, x: object) -> str:
+        return "object"
+
+    shifted = functools.partialmethod(operator.add)
+
+
+@pytest.mark.parametrize(
+    ("attr", "kind"), [("handle", "singledispatchmethod"), ("shifted", "partialmethod")]
+)
+def test_a_path_to_a_method_making_descriptor_says_what_to_weave(attr: str, kind: str) -> None:
+    """A singledispatchmethod by its path was taken for an instance whose methods could be
+    woven "for it alone", and the error suggested weaving its ``register`` method."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(f"{__name__}._WithDescriptors.{attr}", before=lambda ctx: None, strict=True)
+    message = str(caught.value)
+    assert f"is a {kind}, a descriptor that makes a new callable each time" in message
+    assert "weave the function it calls" in message
+    assert "register" not in message
+    assert ah.default_weaver.registered == []
+
+
+class _Slotted:
+    __slots__ = ("size",)
+
+
+def test_a_path_to_a_slot_is_data_not_a_method_making_descriptor() -> None:
+    """A slot is a descriptor too, but of data: it is told apart from those above."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(f"{__name__}._Slotted.size", before=lambda ctx: None, strict=True)
+    assert "is a member_descriptor, not a function or method" in str(caught.value)
+    assert "makes a new callable" not in str(caught.value)
+
+
+class _WithProperties:
+    """A class whose computed attributes are a property and a cached_property."""
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    @functools.cached_property
+    def total(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        (_WithProperties.size.fget, f"accessor of the property {__name__}._WithProperties.size"),
+        (
+            vars(_WithProperties)["total"].func,
+            f"accessor of the cached_property {__name__}._WithProperties.total",
+        ),
+        (vars(_WithProperties)["size"], "cannot weave a property object"),
+        (vars(_WithProperties)["total"], "cannot weave a cached_property object"),
+    ],
+)
+def test_a_property_or_its_getter_given_as_an_object_says_what_to_weave(
+    target: Any, says: str
+) -> None:
+    """``weave(Cls.prop.fget)`` said it could not find where the getter is defined, "a
+    local function or one removed from its module", and to weave its holder; a property
+    object got the generic list of what weave() takes. Both say what a property needs."""
+    with pytest.raises(WeaveTargetError) as caught:
+        ah.weave(target, before=lambda ctx: None)
+    assert says in str(caught.value)
     assert "weave the function its getter calls" in str(caught.value)
     assert ah.default_weaver.registered == []
 

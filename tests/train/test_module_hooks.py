@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import gc
+import sys
+import types
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 import aspecthook as ah
-from aspecthook.errors import UnsupportedAdviceError
+from aspecthook.errors import UnsupportedAdviceError, WeaveTargetError
 from aspecthook.train import Runner
 
 HOOK_DICTS = (
@@ -670,3 +672,25 @@ def test_a_woven_module_saves_whole_and_loads_without_the_weave(tmp_path: Any) -
     seen.clear()
     assert torch.equal(loaded(x), model(x))
     assert seen == []
+
+
+def test_a_submodule_by_path_is_refused_and_the_model_left_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """'pkg.model.0' put a proxy among the model's submodules (``nn.Module.__setattr__``
+    keeps it in ``_modules``), where removing the weave could not reach it: the model kept
+    the proxy for good (``weave.unwrap_failed``). It is refused, saying to weave the
+    submodule object or its forward by path, which works and comes off."""
+    holder = types.ModuleType("_ah_model_holder")
+    holder.model = _model()  # type: ignore[attr-defined]
+    first = holder.model[0]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, holder.__name__, holder)
+    with pytest.raises(WeaveTargetError, match=r"weave the submodule object itself"):
+        ah.weave("_ah_model_holder.model.0", before=lambda ctx: None)
+    assert holder.model._modules["0"] is first  # type: ignore[attr-defined]
+    assert ah.default_weaver.registered == []
+    seen: list[str] = []
+    with ah.woven("_ah_model_holder.model.0.forward", before=lambda ctx: seen.append("in")):
+        holder.model(torch.randn(1, 4))  # type: ignore[attr-defined]
+    assert seen == ["in"]
+    assert "forward" not in vars(first)
