@@ -63,9 +63,8 @@ from ..._context import CallContext
 from ..._log import get_logger
 from ..._priority import Priority
 from ..._typing import Unpack
-from ..._weaver import default_weaver
 from ...errors import RunnerError
-from .._rng import capture_all_ranks, restore_own_rank
+from .._rng import capture_all_ranks
 from ._checkpoint_checks import (
     _check_alone,
     _check_storable,
@@ -81,19 +80,23 @@ from ._checkpoint_files import (
     _TMP_SUFFIX,
     LATEST,
     _atomic_write,
-    _checkpoint_names,
     _delete,
     _digest,
-    _find,
     _other_folder_error,
     _other_run_error,
     _read_latest,
-    _record,
     _settled,
-    _undeletable_error,
     _write_error,
     _write_manifest,
     _WriteJob,
+)
+from ._checkpoint_resume import (
+    EVENT_RESUMED,
+    _emit,
+    _folder,
+    _generators,
+    _restore_rng,
+    _resume,
 )
 from ._options import check_flags
 
@@ -101,10 +104,6 @@ __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 
 #: Emitted on rank 0 after each file is written: ``path``, ``epoch``, ``iter``.
 EVENT_SAVED = "checkpoint.saved"
-#: Emitted on every rank after a resume: ``path``, ``epoch``, ``iter``.
-EVENT_RESUMED = "checkpoint.resumed"
-#: Keys torch's schedulers add to an optimizer's groups (kept with save_optimizer=False).
-_LR_KEYS = frozenset(("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"))
 
 
 class Checkpoint(Aspect):
@@ -225,7 +224,7 @@ class Checkpoint(Aspect):
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
         if self.resume is not None and runner not in self._resumed:
-            self._resume(runner, folder)
+            _resume(self, runner, folder)
         self._resumed.add(runner)
         if runner.rank == 0:
             self._latest_folder, self._latest_bytes = folder.resolve(), _read_latest(folder)
@@ -234,12 +233,12 @@ class Checkpoint(Aspect):
     def before_test_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
         if self.resume is not None and runner not in self._resumed:  # a test before run()
-            self._resume(runner, _folder(runner))
+            _resume(self, runner, _folder(runner))
             self._resumed.add(runner)
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._pending_rng is not None:
-            self._restore_rng(ctx.runner)
+            _restore_rng(self, ctx.runner)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
@@ -526,124 +525,8 @@ class Checkpoint(Aspect):
             return f"epoch_{runner.epoch}"
         return f"iter_{runner.iter}"
 
-    # -- resuming -------------------------------------------------------------------------
-
-    def _resume(self, runner: Any, folder: Path) -> None:
-        source = folder if self.resume == "auto" else Path(self.resume or folder)
-        if source.name == LATEST and source.is_file():  # the manifest: its folder is meant
-            source = source.parent
-        rank0 = runner.rank == 0  # logs and warns; every rank resumes alike
-        found = _find(source, _checkpoint_names(self.filename_tmpl), quiet=not rank0)
-        if found is None:
-            if rank0:
-                get_logger().info("checkpoint.none_found", folder=str(source))
-            return
-        path, payload, manifest = found
-        try:  # this aspect's kept/best come back through it too
-            runner.load_state_dict(_runner_state(runner, payload))
-        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise RunnerError(
-                f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
-                f"fit this run ({type(exc).__name__}: {exc}); resume from a checkpoint of this "
-                "model and optimizer, or give another work_dir or resume=None"
-            ) from exc
-        scaler = getattr(runner, "grad_scaler", None)
-        if scaler is not None and "grad_scaler" in payload:
-            scaler.load_state_dict(payload["grad_scaler"])
-        same_folder = path.parent.resolve() == folder.resolve()
-        self._adopt(folder, manifest if same_folder else None, path, rank0)
-        self._saved_at = runner.iter
-        if rank0:
-            get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
-        _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
-        # The RNGs come back last, once nothing of the resume itself can draw from them.
-        # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
-        # advice, which may draw random numbers or import modules that do) although the
-        # interrupted run had done it before the checkpoint: they come back after it.
-        self._pending_rng = list(payload.get("rng", []))
-        if runner.inner_iter == 0 or runner.finished:
-            self._restore_rng(runner)
-
-    def _restore_rng(self, runner: Any) -> None:
-        states, self._pending_rng = self._pending_rng or [], None
-        restore_own_rank(states, runner.rank, _generators(runner))
-        # Said once, by rank 0, for every rank the checkpoint holds no RNG state for (they
-        # keep their own generators): the ranks from len(states) on.
-        world_size = runner.world_size
-        if runner.rank == 0 and len(states) < world_size:
-            get_logger().warning(
-                "checkpoint.no_rng_state",
-                ranks=list(range(len(states), world_size)),
-                saved=len(states),
-            )
-
-    def _adopt(self, folder: Path, manifest: Any, path: Path, writer: bool) -> None:
-        """Reconcile the restored kept/best lists with what the folder really holds."""
-        records = (manifest or {}).get("checkpoints") or {}
-        wanted = {*self.kept, self.best_file}
-        if manifest == {}:  # unreadable: the files as found (the next manifest lists them)
-            records = {
-                name: _record(folder / name)
-                for name in wanted
-                if name is not None and (folder / name).is_file()
-            }
-        self._records = {
-            name: dict(record)
-            for name, record in records.items()
-            if name in wanted and (folder / name).is_file()
-        }
-        self.kept = [name for name in self.kept if name in self._records]
-        if self.best_file not in self._records:
-            self.best_file = self.best_score = None  # its file is gone: track afresh
-        self._latest = path.name if path.name in self._records else None
-        self._listed_best = self.best_file
-        if writer:  # finish deletions a killed run decided on but did not get to
-            pending = (manifest or {}).get("delete") or []
-            try:
-                _delete(folder, [name for name in pending if name not in self._records])
-            except OSError as exc:
-                raise _undeletable_error(exc, path) from exc
-
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _folder(runner: Any) -> Path:
-    work_dir = getattr(runner, "work_dir", None)
-    if work_dir is None:
-        raise RunnerError("Checkpoint needs a folder to write to: give the runner work_dir='...'")
-    return Path(work_dir)
-
-
-def _runner_state(runner: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """The runner state to load from ``payload``, with an optimizer state in any case."""
-    state = dict(payload["runner"])
-    if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
-        fresh = runner.optimizer.state_dict()
-        groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
-        if groups is not None and len(groups) != len(fresh["param_groups"]):
-            # The LR each group reached (and a scheduler's per-group state) would not fit.
-            raise ValueError(
-                f"it was saved with save_optimizer=False from an optimizer with {len(groups)} "
-                f"param group(s), this one has {len(fresh['param_groups'])}: the learning "
-                "rates reached cannot be carried over group by group; build the optimizer "
-                "with the same groups"
-            )
-        if groups is not None:
-            # The settings this optimizer has (another kind keeps its own: AdamW's
-            # betas), and the schedulers' initial_lr.
-            fresh["param_groups"] = [
-                {**group, **{k: v for k, v in saved.items() if k in group or k in _LR_KEYS}}
-                for saved, group in zip(groups, fresh["param_groups"], strict=True)
-            ]
-        state["optimizer"] = fresh
-    return state
-
-
-def _generators(runner: Any) -> dict[str, torch.Generator]:
-    """Private generators whose state is part of the run: the train loader's, if it has one."""
-    generator = getattr(getattr(runner, "train_loader", None), "generator", None)
-    return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
 
 
 def _from_rank0(runner: Any, value: float) -> float:
@@ -653,12 +536,6 @@ def _from_rank0(runner: Any, value: float) -> float:
     box: list[Any] = [value]
     torch.distributed.broadcast_object_list(box, src=0)
     return float(box[0])
-
-
-def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> None:
-    """Through the runner's weaver (its subscribers and global ones), else the default one."""
-    weaver = getattr(runner, "weaver", None) or default_weaver
-    weaver.emit(event, source=runner, path=str(path), epoch=epoch, iter=iteration)
 
 
 def _better(value: float, best: float | None, rule: str | None) -> bool:

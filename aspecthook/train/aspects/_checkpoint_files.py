@@ -1,10 +1,11 @@
 """The files of a ``Checkpoint``: crash-safe writes, the ``latest`` manifest, and finding
 and checking the checkpoint to resume from.
 
-Separate from ``_checkpoint`` (the aspect: when to save, what a checkpoint holds, how a
-run resumes) because this is the folder alone: functions of paths, bytes and manifests,
-the ones the writer thread runs beside training among them. The folder's layout and the
-order of a write's steps are described in ``_checkpoint``'s module docstring.
+Separate from ``_checkpoint`` (the aspect: when to save, what a checkpoint holds) and
+``_checkpoint_resume`` (how a run resumes) because this is the folder alone: functions of
+paths, bytes and manifests, the ones the writer thread runs beside training among them.
+The folder's layout and the order of a write's steps are described in ``_checkpoint``'s
+module docstring.
 """
 
 from __future__ import annotations
