@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 import torch
 from _fixtures import make_dataset, make_loader, make_model, make_runner, one_thread
+from structlog.testing import capture_logs
 
+import aspecthook as ah
 from aspecthook import Aspect, CallContext, Priority
 from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
-from aspecthook.train.aspects import Checkpoint, _checkpoint
+from aspecthook.train.aspects import Checkpoint, Evaluate, _checkpoint
 
 # 16 samples in batches of 4: 4 iterations per epoch.
 N, BATCH = 16, 4
@@ -424,3 +426,74 @@ def test_one_checkpoint_given_to_runners_in_two_folders_refuses_to_mix_them(
     with pytest.raises(RunnerError, match=r"last saved to '.*second'.*its own Checkpoint"):
         checkpoint.save(runner, "extra_4.pt")
     assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+
+
+# -- event subscribers that raise --------------------------------------------------------------
+
+
+def test_a_saved_subscriber_that_raises_lets_every_event_of_the_save_through(
+    tmp_path: Path,
+) -> None:
+    """A ``checkpoint.saved`` subscriber raising at a save of an interval and a best file:
+    both events reach every subscriber, then the subscriber's error stops the run (the
+    one after it logged); the manifest names both files."""
+    delivered: list[str] = []
+
+    def failing(event: Any) -> None:
+        raise ValueError(f"upload of {Path(event.path).name} failed")
+
+    evaluate = Evaluate(metrics={"acc": lambda outputs, targets: 0.5})
+    checkpoint = Checkpoint(save_best="val/acc")
+    runner = make_runner(
+        tmp_path, n=8, batch_size=4, val=True, max_epochs=1, aspects=[evaluate, checkpoint]
+    )
+    with (
+        ah.on("checkpoint.saved", priority="HIGH")(failing),
+        ah.on("checkpoint.saved")(lambda event: delivered.append(Path(event.path).name)),
+        capture_logs() as logs,
+        pytest.raises(ValueError, match=r"upload of epoch_1\.pt failed"),
+    ):
+        runner.run()
+    assert delivered == ["epoch_1.pt", "best_val_acc_epoch_1.pt"]
+    assert set(_manifest(tmp_path)["checkpoints"]) == {"epoch_1.pt", "best_val_acc_epoch_1.pt"}
+    logged = [log["error"] for log in logs if log["event"] == "checkpoint.subscriber_failed"]
+    assert logged == ["ValueError: upload of best_val_acc_epoch_1.pt failed"]
+
+
+def test_a_saved_subscriber_that_raises_does_not_cost_the_run_the_save_that_was_due(
+    tmp_path: Path,
+) -> None:
+    """A subscriber raising at ``iter_2.pt``'s event, sent when ``iter_4.pt`` is due: the
+    run stops with the subscriber's error once ``iter_4.pt`` is saved, and a resume goes
+    on from there."""
+
+    def failing(event: Any) -> None:
+        if Path(event.path).name == "iter_2.pt":
+            raise ValueError("the subscriber's error")
+
+    with (
+        ah.on("checkpoint.saved")(failing),
+        pytest.raises(ValueError, match="the subscriber's error"),
+    ):
+        _runner(tmp_path, 8).run()
+    assert _latest_iter(tmp_path) == 4
+
+
+def test_a_resumed_subscriber_that_raises_lets_the_others_have_the_event(
+    tmp_path: Path,
+) -> None:
+    """A ``checkpoint.resumed`` subscriber that raises: the ones after it still get the
+    event, then its error stops the run."""
+    _runner(tmp_path, 4).run()
+    delivered: list[int] = []
+
+    def failing(event: Any) -> None:
+        raise ValueError("the subscriber's error")
+
+    with (
+        ah.on("checkpoint.resumed", priority="HIGH")(failing),
+        ah.on("checkpoint.resumed")(lambda event: delivered.append(event.iter)),
+        pytest.raises(ValueError, match="the subscriber's error"),
+    ):
+        _runner(tmp_path, 8, resume="auto").run()
+    assert delivered == [4]

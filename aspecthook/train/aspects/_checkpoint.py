@@ -30,7 +30,8 @@ last save is written before ``run()`` returns), a run ending in an exception and
 thread there (``RunnerError`` naming the files, the cause chained), or is logged when the
 run is already failing. ``checkpoint.saved`` is emitted on the training thread once the
 write is complete: at the next epoch end after it (with ``save_best``, also at the next
-iteration end), or at one of those waits, whichever comes first.
+iteration end), or at one of those waits, whichever comes first. Every subscriber gets
+every event of a save; what one raised is raised after them, and after the save due then.
 
 A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
 ``save_optimizer=False``, scheduler, counters, metrics, stop reason and every aspect's own
@@ -95,6 +96,8 @@ from ._checkpoint_resume import (
     _emit,
     _folder,
     _generators,
+    _log_failures,
+    _raise_first,
     _restore_rng,
     _resume,
 )
@@ -242,7 +245,9 @@ class Checkpoint(Aspect):
 
     def after_train_iter(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
-            self._finish_write()  # its checkpoint.saved events, or its error, now
+            # Its checkpoint.saved events (or its error) now, then this advice again.
+            self._after_write(Checkpoint.after_train_iter, ctx)
+            return
         runner = ctx.runner
         due = not self.by_epoch and runner.iter % self.interval == 0
         if not (due or self._fresh) or runner.finished:
@@ -253,7 +258,9 @@ class Checkpoint(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
-            self._finish_write()  # also for by_epoch=False: its checkpoint.saved events
+            # Also for by_epoch=False: its checkpoint.saved events, then this advice again.
+            self._after_write(Checkpoint.after_train_epoch, ctx)
+            return
         runner = ctx.runner
         # inner_iter == 0: the epoch really ended (it was not cut short by max_iters/stop).
         due = self.by_epoch and runner.inner_iter == 0 and runner.epoch % self.interval == 0
@@ -273,8 +280,10 @@ class Checkpoint(Aspect):
         runner = ctx.runner
         due = self.save_last or (not self.by_epoch and runner.iter % self.interval == 0)
         fresh = runner.iter != self._saved_at  # not saved yet in this state
-        # Written before run() returns: nothing is left to overlap the write with.
-        self._save(runner, self._last_name(runner) if due and fresh else None, background=False)
+        # Written before run() returns: nothing is left to overlap the write with. What a
+        # checkpoint.saved subscriber raised comes after the warning below.
+        last = self._last_name(runner) if due and fresh else None
+        failures = self._save_all(runner, last, background=False)
         # It trained to its end (not stopped before a validation came) and no validation
         # judged any of it: there is no best to keep, and nothing in the run to judge by.
         start = self._run_start
@@ -287,6 +296,7 @@ class Checkpoint(Aspect):
                 RuntimeWarning,
                 stacklevel=2,
             )
+        _raise_first(failures)
 
     def around_run(self, ctx: CallContext, proceed: Callable[[], Any]) -> Any:
         """A run ending in any exception (KeyboardInterrupt too) waits for the write in
@@ -336,20 +346,54 @@ class Checkpoint(Aspect):
     def wait(self) -> None:
         """Wait until the checkpoint being written in the background (if any) is on disk.
 
-        Emits its ``checkpoint.saved`` events; raises ``RunnerError`` if the write failed.
+        Emits its ``checkpoint.saved`` events; raises ``RunnerError`` if the write failed,
+        or what a subscriber of those events raised once each event was sent.
         """
-        if self._write_job is not None:
-            self._write_job.thread.join()
-            self._finish_write()
+        _raise_first(self._join())
+
+    def _join(self) -> list[Exception]:
+        """Wait for the write in flight, if any: its error raised, its events sent; returns
+        what their subscribers raised."""
+        if self._write_job is None:
+            return []
+        self._write_job.thread.join()
+        return self._finish_write()
+
+    def _after_write(self, advice: Callable[[Checkpoint, CallContext], None], ctx: Any) -> None:
+        """The events (or the error) of the write that just finished, then ``advice`` (this
+        join point's save), then what those events' subscribers raised: a subscriber's
+        error does not cost the run its next checkpoint."""
+        failures = self._finish_write()
+        try:
+            advice(self, ctx)
+        except BaseException:
+            _log_failures(failures)  # the save's own error goes first
+            raise
+        _raise_first(failures)
 
     def _save(self, runner: Any, name: str | None, *, background: bool = True) -> None:
         """Write ``name`` (if given) and a new best checkpoint (if the metric improved),
-        on the writer thread or, with ``background=False``, before returning."""
-        self.wait()  # one write at a time; a failed one raises before anything changes
+        on the writer thread or, with ``background=False``, before returning. What a
+        ``checkpoint.saved`` subscriber raises is raised once the save is under way."""
+        _raise_first(self._save_all(runner, name, background=background))
+
+    def _save_all(self, runner: Any, name: str | None, *, background: bool) -> list[Exception]:
+        """``_save``, returning what the subscribers of the events it sent raised."""
+        failures = self._join()  # one write at a time; a failed one raises before anything
+        try:
+            failures += self._start_save(runner, name, background)
+        except BaseException:
+            _log_failures(failures)  # the save's own error goes first
+            raise
+        return failures
+
+    def _start_save(self, runner: Any, name: str | None, background: bool) -> list[Exception]:
+        """Gather and serialize the state, and hand it to the writer (or write it now);
+        returns what the subscribers of its events raised (written now: sent now)."""
         doomed: list[str] = []
         best = self._new_best(runner, doomed)
         if name is None and best is None:
-            return
+            return []
         if name is not None:
             doomed += self._keep(name)
             self._saved_at = runner.iter
@@ -370,13 +414,13 @@ class Checkpoint(Aspect):
             if not background:  # the same steps, on this thread (no thread to start)
                 self._write_job = job
                 self._write(job)
-                self._finish_write()
-                return
+                return self._finish_write()
             job.thread = threading.Thread(
                 target=self._write, args=(job,), name="aspecthook-checkpoint-writer"
             )
             job.thread.start()
             self._write_job = job
+        return []
 
     def _new_best(self, runner: Any, doomed: list[str]) -> str | None:
         """After a validation: the new best file's name if the metric improved, else None."""
@@ -492,26 +536,31 @@ class Checkpoint(Aspect):
             "delete": delete,
         }
 
-    def _finish_write(self) -> None:
-        """On the training thread, once the write is done: its events, or its error."""
+    def _finish_write(self) -> list[Exception]:
+        """On the training thread, once the write is done: its error raised, or its events
+        sent, each of them; returns what their subscribers raised (``_raise_first``)."""
         job, self._write_job = self._write_job, None
         if job is None:
-            return
+            return []
         if job.error is not None:
             if not isinstance(job.error, Exception) or isinstance(job.error, RunnerError):
                 raise job.error  # KeyboardInterrupt during a write, or another run's folder
             raise _write_error(job) from job.error
+        failures: list[Exception] = []
         for name in job.names:
-            _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
+            failures += _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
+        return failures
 
     def _abandon_write(self) -> None:
         """Wait for the write in flight while the run fails; report, never raise."""
         if self._write_job is None:
             return
         try:
-            self.wait()
+            failures = self._join()
         except Exception as exc:
             get_logger().error("checkpoint.write_failed", error=str(exc), exc_info=True)
+            return
+        _log_failures(failures)
 
     def _last_name(self, runner: Any) -> str:
         if not self.by_epoch:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..._log import get_logger
+from ..._context import Event
+from ..._log import get_logger, log_safely
 from ..._weaver import default_weaver
 from ...errors import RunnerError
 from .._rng import restore_own_rank
@@ -31,7 +32,16 @@ from ._checkpoint_files import (
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint
 
-__all__ = ["EVENT_RESUMED", "_emit", "_folder", "_generators", "_restore_rng", "_resume"]
+__all__ = [
+    "EVENT_RESUMED",
+    "_emit",
+    "_folder",
+    "_generators",
+    "_log_failures",
+    "_raise_first",
+    "_restore_rng",
+    "_resume",
+]
 
 #: Emitted on every rank after a resume: ``path``, ``epoch``, ``iter``.
 EVENT_RESUMED = "checkpoint.resumed"
@@ -69,7 +79,7 @@ def _resume(checkpoint: Checkpoint, runner: Any, folder: Path) -> None:
     checkpoint._saved_at = runner.iter
     if rank0:
         get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
-    _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
+    failures = _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
     # The RNGs come back last, once nothing of the resume itself can draw from them.
     # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
     # advice, which may draw random numbers or import modules that do) although the
@@ -77,6 +87,7 @@ def _resume(checkpoint: Checkpoint, runner: Any, folder: Path) -> None:
     checkpoint._pending_rng = list(payload.get("rng", []))
     if runner.inner_iter == 0 or runner.finished:
         _restore_rng(checkpoint, runner)
+    _raise_first(failures)  # a subscriber's error, once the resume is whole
 
 
 def _restore_rng(checkpoint: Checkpoint, runner: Any) -> None:
@@ -163,7 +174,36 @@ def _generators(runner: Any) -> dict[str, torch.Generator]:
     return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
 
 
-def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> None:
-    """Through the runner's weaver (its subscribers and global ones), else the default one."""
+def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> list[Exception]:
+    """Send ``event`` through the runner's weaver (its subscribers and global ones), else
+    the default one, in priority order, to every subscriber even after one raises: a
+    checkpoint's bookkeeping and its other events must not stop half-way. Returns what the
+    subscribers raised, for the caller to raise once it is done (``_raise_first``)."""
     weaver = getattr(runner, "weaver", None) or default_weaver
-    weaver.emit(event, source=runner, path=str(path), epoch=epoch, iter=iteration)
+    sent = Event(event, {"path": str(path), "epoch": epoch, "iter": iteration}, runner)
+    failures: list[Exception] = []
+    for subscriber in weaver._subscribers(event):
+        try:
+            subscriber(sent)
+        except Exception as failure:
+            failures.append(failure)
+    return failures
+
+
+def _raise_first(failures: list[Exception]) -> None:
+    """Raise the first exception an event's subscriber raised (as ``emit`` would have);
+    the others go to the log (``checkpoint.subscriber_failed``)."""
+    _log_failures(failures[1:])
+    if failures:
+        raise failures[0]
+
+
+def _log_failures(failures: list[Exception]) -> None:
+    """Log what event subscribers raised where something else is already raised."""
+    for failure in failures:
+        log_safely(
+            "error",
+            "checkpoint.subscriber_failed",
+            error=f"{type(failure).__name__}: {failure}",
+            exc_info=failure,
+        )
