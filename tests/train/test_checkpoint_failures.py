@@ -373,6 +373,46 @@ def test_ctrl_c_while_waiting_for_a_write_lets_it_finish_and_run_returns(
     assert resumed.iter == 8
 
 
+# -- files of the user's in work_dir ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["bytes", "torch-file"])
+def test_a_file_of_the_users_under_a_checkpoints_name_is_not_written_over(
+    tmp_path: Path, kind: str
+) -> None:
+    """``iter_4.pt`` left in work_dir by something else (no manifest lists it, and it is
+    not a checkpoint of this format): the save onto its name stops the run, naming the
+    file and saying to move it; the file is as it was and ``latest`` names ``iter_2.pt``."""
+    theirs = tmp_path / "iter_4.pt"
+    if kind == "bytes":
+        theirs.write_bytes(b"results of another tool")
+    else:
+        torch.save({"state_dict": make_model().state_dict()}, theirs)
+    before = theirs.read_bytes()
+    with pytest.raises(RunnerError, match=r"will not write over '.*iter_4\.pt'.*move it out"):
+        _runner(tmp_path, 4).run()
+    assert theirs.read_bytes() == before
+    assert _manifest(tmp_path)["latest"] == "iter_2.pt"
+    assert set(_manifest(tmp_path)["checkpoints"]) == {"iter_2.pt"}
+
+
+def test_an_unlisted_checkpoint_a_killed_write_left_is_written_over_on_resume(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint file the manifest does not list (a write killed after its replace,
+    before its manifest) is this run's to write again: the resumed run replaces it, and
+    says so in the log."""
+    _runner(tmp_path, 4).run()
+    (tmp_path / "iter_6.pt").write_bytes((tmp_path / "iter_4.pt").read_bytes())
+    with capture_logs() as logs:
+        _runner(tmp_path, 8, resume="auto").run()
+    assert _latest_iter(tmp_path) == 8
+    payload = torch.load(tmp_path / "iter_6.pt", weights_only=True)
+    assert payload["runner"]["counters"]["iter"] == 6
+    replaced = [log["path"] for log in logs if log["event"] == "checkpoint.unlisted_replaced"]
+    assert replaced == [str(tmp_path / "iter_6.pt")]
+
+
 # -- a checkpoint of another model ---------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ bytes too (``next`` in its record), so a kill after the replace leaves a file it
 Before a write's first file and before each manifest, the writer checks that ``latest``
 holds what this run last wrote or found there: another run writing checkpoints to the
 folder (a user's mistake) stops this run at its next save, before it writes over that run's.
+Nor does it write over a file of the user's: one that ``latest`` did not list when the run
+started is replaced only if it is a checkpoint (``_check_unlisted``).
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -47,9 +49,7 @@ replay), and every rank sees ``work_dir``.
 from __future__ import annotations
 
 import io
-import math
 import os
-import re
 import threading
 import warnings
 import weakref
@@ -66,6 +66,7 @@ from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import RunnerError
 from .._rng import capture_all_ranks
+from ._checkpoint_best import _new_best
 from ._checkpoint_checks import (
     _check_alone,
     _check_storable,
@@ -81,8 +82,10 @@ from ._checkpoint_files import (
     _TMP_SUFFIX,
     LATEST,
     _atomic_write,
+    _check_unlisted,
     _delete,
     _digest,
+    _listed,
     _other_folder_error,
     _other_run_error,
     _read_latest,
@@ -187,6 +190,11 @@ class Checkpoint(Aspect):
         # 'latest' then (None: no file): another run writing there changes them.
         self._latest_folder: Path | None = None
         self._latest_bytes: bytes | None = None
+        # The files that folder's manifest listed then, and those its resume reported
+        # damaged: a run over a finished one (or a resumed one) writes over those, never
+        # over a file of the user's.
+        self._listed: frozenset[str] = frozenset()
+        self._damaged: frozenset[str] = frozenset()
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -231,6 +239,7 @@ class Checkpoint(Aspect):
         self._resumed.add(runner)
         if runner.rank == 0:
             self._latest_folder, self._latest_bytes = folder.resolve(), _read_latest(folder)
+            self._listed = _listed(self._latest_bytes) | self._damaged
         self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
@@ -391,7 +400,7 @@ class Checkpoint(Aspect):
         """Gather and serialize the state, and hand it to the writer (or write it now);
         returns what the subscribers of its events raised (written now: sent now)."""
         doomed: list[str] = []
-        best = self._new_best(runner, doomed)
+        best = _new_best(self, runner, doomed)
         if name is None and best is None:
             return []
         if name is not None:
@@ -421,22 +430,6 @@ class Checkpoint(Aspect):
             job.thread.start()
             self._write_job = job
         return []
-
-    def _new_best(self, runner: Any, doomed: list[str]) -> str | None:
-        """After a validation: the new best file's name if the metric improved, else None."""
-        if self.save_best is None or not self._fresh:
-            return None
-        self._fresh = False
-        # Rank 0's value decides on every rank: a save is a collective (RNG states are
-        # gathered), so ranks whose own validation shards disagree must still agree.
-        value = _from_rank0(runner, float(runner.metrics[self.save_best]))
-        if not _better(value, self.best_score, self.rule):
-            return None
-        previous, self.best_score = self.best_file, value
-        self.best_file = _best_name(self.save_best, self._stamp(runner))
-        if previous is not None and previous != self.best_file:
-            doomed.append(previous)
-        return self.best_file
 
     def _keep(self, name: str) -> list[str]:
         """Add ``name`` to the kept interval files; return those that fall out of max_keep."""
@@ -478,6 +471,9 @@ class Checkpoint(Aspect):
         try:
             folder = job.folder
             self._check_latest(folder)  # before any file: another run's may have this name
+            for name in job.names:  # nor a file of the user's
+                if name not in self._records:
+                    _check_unlisted(folder / name, self._listed)
             digest = _digest(job.data)
             for name in job.names:
                 listed = self._records.get(name)
@@ -573,27 +569,3 @@ class Checkpoint(Aspect):
         if self.by_epoch and runner.inner_iter == 0:
             return f"epoch_{runner.epoch}"
         return f"iter_{runner.iter}"
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _from_rank0(runner: Any, value: float) -> float:
-    """``value`` as rank 0 has it (the value itself outside a distributed run)."""
-    if getattr(runner, "world_size", 1) <= 1:
-        return value
-    box: list[Any] = [value]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return float(box[0])
-
-
-def _better(value: float, best: float | None, rule: str | None) -> bool:
-    if math.isnan(value):
-        return False
-    if best is None:
-        return True
-    return value > best if rule == "greater" else value < best
-
-
-def _best_name(metric: str, stamp: str) -> str:
-    return f"best_{re.sub(r'[^A-Za-z0-9@.-]+', '_', metric).strip('_')}_{stamp}.pt"

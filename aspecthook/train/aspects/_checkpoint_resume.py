@@ -57,7 +57,12 @@ def _resume(checkpoint: Checkpoint, runner: Any, folder: Path) -> None:
     if source.name == LATEST and source.is_file():  # the manifest: its folder is meant
         source = source.parent
     rank0 = runner.rank == 0  # logs and warns; every rank resumes alike
-    found = _find(source, _checkpoint_names(checkpoint.filename_tmpl), quiet=not rank0)
+    names = _checkpoint_names(checkpoint.filename_tmpl)
+    unusable: list[Path] = []
+    found = _find(source, names, quiet=not rank0, unusable=unusable)
+    # Reported as damaged checkpoints: saves may write over them (see _check_unlisted).
+    here = folder.resolve()
+    checkpoint._damaged = frozenset(p.name for p in unusable if p.parent.resolve() == here)
     if found is None:
         if rank0:
             get_logger().info("checkpoint.none_found", folder=str(source))
