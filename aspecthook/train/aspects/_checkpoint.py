@@ -470,7 +470,8 @@ class Checkpoint(Aspect):
         before using them."""
         try:
             folder = job.folder
-            self._check_latest(folder)  # before any file: another run's may have this name
+            here = folder.resolve()  # once a write: it stats every part of the path
+            self._check_latest(folder, here)  # before any file: another run's may have this name
             for name in job.names:  # nor a file of the user's
                 if name not in self._records:
                     _check_unlisted(folder / name, self._listed)
@@ -486,7 +487,7 @@ class Checkpoint(Aspect):
                     following = {**digest, "epoch": job.epoch, "iter": job.iter}
                     self._records[name] = {**listed, "next": following}
                     job.step = LATEST
-                    self._write_latest(folder, self._manifest(self._listed_best, []))
+                    self._write_latest(folder, here, self._manifest(self._listed_best, []))
                 job.step = name
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
@@ -494,7 +495,7 @@ class Checkpoint(Aspect):
             for name in job.doomed:
                 self._records.pop(name, None)
             job.step = LATEST
-            self._write_latest(folder, self._manifest(job.best, job.doomed))
+            self._write_latest(folder, here, self._manifest(job.best, job.doomed))
             job.moved = True
             self._listed_best = job.best
             _delete(folder, job.doomed)
@@ -504,22 +505,23 @@ class Checkpoint(Aspect):
             job.data.release()
             job.done.set()
 
-    def _check_latest(self, folder: Path) -> None:
+    def _check_latest(self, folder: Path, here: Path) -> None:
         """Raise if ``latest`` is not as this aspect last wrote or found it: another run
         writes checkpoints to the folder (a user mistake), which must not go unnoticed; or
-        if the aspect's records are another folder's (one aspect given to two runners)."""
+        if the aspect's records are another folder's (one aspect given to two runners).
+        ``here``: ``folder`` resolved, so one folder however it is spelt."""
         if self._latest_folder is None:
             return
-        if folder.resolve() != self._latest_folder:  # one folder, however it is spelt
+        if here != self._latest_folder:
             raise _other_folder_error(folder, self._latest_folder)
         if _read_latest(folder) != self._latest_bytes:
             raise _other_run_error(folder)
 
-    def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
+    def _write_latest(self, folder: Path, here: Path, manifest: dict[str, Any]) -> None:
         """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
-        self._check_latest(folder)
+        self._check_latest(folder, here)
         self._latest_bytes = _write_manifest(folder, manifest)
-        self._latest_folder = folder.resolve()
+        self._latest_folder = here
 
     def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
         """The ``latest`` manifest of the files written so far; ``delete``: the files it
