@@ -192,8 +192,10 @@ def _read_latest(folder: Path) -> bytes | None:
 def _listed(latest: bytes | None) -> frozenset[str]:
     """The file names a manifest of these bytes lists (kept, or to delete); none if it is
     missing or not a manifest a ``Checkpoint`` writes."""
+    if latest is None:
+        return frozenset()
     try:
-        manifest = json.loads(latest) if latest is not None else None
+        manifest: Any = json.loads(latest)
         _check_manifest(manifest)
     except ValueError:  # not JSON, not UTF-8, or not a manifest
         return frozenset()
