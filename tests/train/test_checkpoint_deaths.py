@@ -31,7 +31,13 @@ from hypothesis import strategies as st
 from aspecthook import CallContext
 from aspecthook.errors import RunnerError
 from aspecthook.train import Runner
-from aspecthook.train.aspects import Checkpoint, Evaluate, _checkpoint, _checkpoint_files
+from aspecthook.train.aspects import (
+    Checkpoint,
+    Evaluate,
+    _checkpoint,
+    _checkpoint_files,
+    _checkpoint_resume,
+)
 
 # 16 samples in batches of 4: 4 iterations per epoch.
 N, BATCH = 16, 4
@@ -279,6 +285,7 @@ def _run_scenario(folder: Path, scenario: _Scenario) -> list[_DyingOs]:
             processes.append(dying)
             patch.setattr(_checkpoint_files, "os", dying)
             patch.setattr(_checkpoint, "_delete", dying.delete)
+            patch.setattr(_checkpoint_resume, "_delete", dying.delete)  # a resume's
             seen.clear()
             try:
                 _process(folder, scenario, max_iters, again)

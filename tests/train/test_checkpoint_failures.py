@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 import torch
 from _fixtures import make_dataset, make_loader, make_model, make_runner, one_thread
+from structlog.testing import capture_logs
 
+import aspecthook as ah
 from aspecthook import Aspect, CallContext, Priority
 from aspecthook.errors import InvalidOptionError, RunnerError
 from aspecthook.train import Runner
-from aspecthook.train.aspects import Checkpoint, _checkpoint
+from aspecthook.train.aspects import Checkpoint, Evaluate, _checkpoint
 
 # 16 samples in batches of 4: 4 iterations per epoch.
 N, BATCH = 16, 4
@@ -371,6 +373,46 @@ def test_ctrl_c_while_waiting_for_a_write_lets_it_finish_and_run_returns(
     assert resumed.iter == 8
 
 
+# -- files of the user's in work_dir ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["bytes", "torch-file"])
+def test_a_file_of_the_users_under_a_checkpoints_name_is_not_written_over(
+    tmp_path: Path, kind: str
+) -> None:
+    """``iter_4.pt`` left in work_dir by something else (no manifest lists it, and it is
+    not a checkpoint of this format): the save onto its name stops the run, naming the
+    file and saying to move it; the file is as it was and ``latest`` names ``iter_2.pt``."""
+    theirs = tmp_path / "iter_4.pt"
+    if kind == "bytes":
+        theirs.write_bytes(b"results of another tool")
+    else:
+        torch.save({"state_dict": make_model().state_dict()}, theirs)
+    before = theirs.read_bytes()
+    with pytest.raises(RunnerError, match=r"will not write over '.*iter_4\.pt'.*move it out"):
+        _runner(tmp_path, 4).run()
+    assert theirs.read_bytes() == before
+    assert _manifest(tmp_path)["latest"] == "iter_2.pt"
+    assert set(_manifest(tmp_path)["checkpoints"]) == {"iter_2.pt"}
+
+
+def test_an_unlisted_checkpoint_a_killed_write_left_is_written_over_on_resume(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint file the manifest does not list (a write killed after its replace,
+    before its manifest) is this run's to write again: the resumed run replaces it, and
+    says so in the log."""
+    _runner(tmp_path, 4).run()
+    (tmp_path / "iter_6.pt").write_bytes((tmp_path / "iter_4.pt").read_bytes())
+    with capture_logs() as logs:
+        _runner(tmp_path, 8, resume="auto").run()
+    assert _latest_iter(tmp_path) == 8
+    payload = torch.load(tmp_path / "iter_6.pt", weights_only=True)
+    assert payload["runner"]["counters"]["iter"] == 6
+    replaced = [log["path"] for log in logs if log["event"] == "checkpoint.unlisted_replaced"]
+    assert replaced == [str(tmp_path / "iter_6.pt")]
+
+
 # -- a checkpoint of another model ---------------------------------------------------------
 
 
@@ -447,3 +489,74 @@ def test_a_file_holding_objects_weights_only_refuses_is_named_with_what_to_do(
     assert "torch.save(model.state_dict(), path)" in message
     assert "weights_only=False" not in message
     assert len(message) < 600
+
+
+# -- event subscribers that raise --------------------------------------------------------------
+
+
+def test_a_saved_subscriber_that_raises_lets_every_event_of_the_save_through(
+    tmp_path: Path,
+) -> None:
+    """A ``checkpoint.saved`` subscriber raising at a save of an interval and a best file:
+    both events reach every subscriber, then the subscriber's error stops the run (the
+    one after it logged); the manifest names both files."""
+    delivered: list[str] = []
+
+    def failing(event: Any) -> None:
+        raise ValueError(f"upload of {Path(event.path).name} failed")
+
+    evaluate = Evaluate(metrics={"acc": lambda outputs, targets: 0.5})
+    checkpoint = Checkpoint(save_best="val/acc")
+    runner = make_runner(
+        tmp_path, n=8, batch_size=4, val=True, max_epochs=1, aspects=[evaluate, checkpoint]
+    )
+    with (
+        ah.on("checkpoint.saved", priority="HIGH")(failing),
+        ah.on("checkpoint.saved")(lambda event: delivered.append(Path(event.path).name)),
+        capture_logs() as logs,
+        pytest.raises(ValueError, match=r"upload of epoch_1\.pt failed"),
+    ):
+        runner.run()
+    assert delivered == ["epoch_1.pt", "best_val_acc_epoch_1.pt"]
+    assert set(_manifest(tmp_path)["checkpoints"]) == {"epoch_1.pt", "best_val_acc_epoch_1.pt"}
+    logged = [log["error"] for log in logs if log["event"] == "checkpoint.subscriber_failed"]
+    assert logged == ["ValueError: upload of best_val_acc_epoch_1.pt failed"]
+
+
+def test_a_saved_subscriber_that_raises_does_not_cost_the_run_the_save_that_was_due(
+    tmp_path: Path,
+) -> None:
+    """A subscriber raising at ``iter_2.pt``'s event, sent when ``iter_4.pt`` is due: the
+    run stops with the subscriber's error once ``iter_4.pt`` is saved, and a resume goes
+    on from there."""
+
+    def failing(event: Any) -> None:
+        if Path(event.path).name == "iter_2.pt":
+            raise ValueError("the subscriber's error")
+
+    with (
+        ah.on("checkpoint.saved")(failing),
+        pytest.raises(ValueError, match="the subscriber's error"),
+    ):
+        _runner(tmp_path, 8).run()
+    assert _latest_iter(tmp_path) == 4
+
+
+def test_a_resumed_subscriber_that_raises_lets_the_others_have_the_event(
+    tmp_path: Path,
+) -> None:
+    """A ``checkpoint.resumed`` subscriber that raises: the ones after it still get the
+    event, then its error stops the run."""
+    _runner(tmp_path, 4).run()
+    delivered: list[int] = []
+
+    def failing(event: Any) -> None:
+        raise ValueError("the subscriber's error")
+
+    with (
+        ah.on("checkpoint.resumed", priority="HIGH")(failing),
+        ah.on("checkpoint.resumed")(lambda event: delivered.append(event.iter)),
+        pytest.raises(ValueError, match="the subscriber's error"),
+    ):
+        _runner(tmp_path, 8, resume="auto").run()
+    assert delivered == [4]

@@ -23,6 +23,8 @@ bytes too (``next`` in its record), so a kill after the replace leaves a file it
 Before a write's first file and before each manifest, the writer checks that ``latest``
 holds what this run last wrote or found there: another run writing checkpoints to the
 folder (a user's mistake) stops this run at its next save, before it writes over that run's.
+Nor does it write over a file of the user's: one that ``latest`` did not list when the run
+started is replaced only if it is a checkpoint (``_check_unlisted``).
 
 At most one write is in flight: the next save, the end of the run (``after_run``, whose
 last save is written before ``run()`` returns), a run ending in an exception and
@@ -30,7 +32,8 @@ last save is written before ``run()`` returns), a run ending in an exception and
 thread there (``RunnerError`` naming the files, the cause chained), or is logged when the
 run is already failing. ``checkpoint.saved`` is emitted on the training thread once the
 write is complete: at the next epoch end after it (with ``save_best``, also at the next
-iteration end), or at one of those waits, whichever comes first.
+iteration end), or at one of those waits, whichever comes first. Every subscriber gets
+every event of a save; what one raised is raised after them, and after the save due then.
 
 A checkpoint holds ``runner.state_dict()`` (model, optimizer unless
 ``save_optimizer=False``, scheduler, counters, metrics, stop reason and every aspect's own
@@ -46,9 +49,7 @@ replay), and every rank sees ``work_dir``.
 from __future__ import annotations
 
 import io
-import math
 import os
-import re
 import threading
 import warnings
 import weakref
@@ -63,9 +64,9 @@ from ..._context import CallContext
 from ..._log import get_logger
 from ..._priority import Priority
 from ..._typing import Unpack
-from ..._weaver import default_weaver
 from ...errors import RunnerError
-from .._rng import capture_all_ranks, restore_own_rank
+from .._rng import capture_all_ranks
+from ._checkpoint_best import _new_best
 from ._checkpoint_checks import (
     _check_alone,
     _check_storable,
@@ -81,19 +82,27 @@ from ._checkpoint_files import (
     _TMP_SUFFIX,
     LATEST,
     _atomic_write,
-    _checkpoint_names,
+    _check_unlisted,
     _delete,
     _digest,
-    _find,
+    _listed,
     _other_folder_error,
     _other_run_error,
     _read_latest,
-    _record,
     _settled,
-    _undeletable_error,
     _write_error,
     _write_manifest,
     _WriteJob,
+)
+from ._checkpoint_resume import (
+    EVENT_RESUMED,
+    _emit,
+    _folder,
+    _generators,
+    _log_failures,
+    _raise_first,
+    _restore_rng,
+    _resume,
 )
 from ._options import check_flags
 
@@ -101,10 +110,6 @@ __all__ = ["EVENT_RESUMED", "EVENT_SAVED", "LATEST", "Checkpoint"]
 
 #: Emitted on rank 0 after each file is written: ``path``, ``epoch``, ``iter``.
 EVENT_SAVED = "checkpoint.saved"
-#: Emitted on every rank after a resume: ``path``, ``epoch``, ``iter``.
-EVENT_RESUMED = "checkpoint.resumed"
-#: Keys torch's schedulers add to an optimizer's groups (kept with save_optimizer=False).
-_LR_KEYS = frozenset(("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum"))
 
 
 class Checkpoint(Aspect):
@@ -185,6 +190,11 @@ class Checkpoint(Aspect):
         # 'latest' then (None: no file): another run writing there changes them.
         self._latest_folder: Path | None = None
         self._latest_bytes: bytes | None = None
+        # The files that folder's manifest listed then, and those its resume reported
+        # damaged: a run over a finished one (or a resumed one) writes over those, never
+        # over a file of the user's.
+        self._listed: frozenset[str] = frozenset()
+        self._damaged: frozenset[str] = frozenset()
 
     def make_advice(self, target: Any = None) -> list[Any]:
         """Register only the triggers this configuration uses (keeps idle iterations free)."""
@@ -225,25 +235,28 @@ class Checkpoint(Aspect):
         # Resumed once, by the first run() (or a test() before it): a later run() of the
         # same runner (after Ctrl-C, or with larger limits) goes on from where it is.
         if self.resume is not None and runner not in self._resumed:
-            self._resume(runner, folder)
+            _resume(self, runner, folder)
         self._resumed.add(runner)
         if runner.rank == 0:
             self._latest_folder, self._latest_bytes = folder.resolve(), _read_latest(folder)
+            self._listed = _listed(self._latest_bytes) | self._damaged
         self._run_start = runner.iter  # after a resume: where this run's training starts
 
     def before_test_epoch(self, ctx: CallContext) -> None:
         runner = ctx.runner
         if self.resume is not None and runner not in self._resumed:  # a test before run()
-            self._resume(runner, _folder(runner))
+            _resume(self, runner, _folder(runner))
             self._resumed.add(runner)
 
     def before_train_epoch(self, ctx: CallContext) -> None:
         if self._pending_rng is not None:
-            self._restore_rng(ctx.runner)
+            _restore_rng(self, ctx.runner)
 
     def after_train_iter(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
-            self._finish_write()  # its checkpoint.saved events, or its error, now
+            # Its checkpoint.saved events (or its error) now, then this advice again.
+            self._after_write(Checkpoint.after_train_iter, ctx)
+            return
         runner = ctx.runner
         due = not self.by_epoch and runner.iter % self.interval == 0
         if not (due or self._fresh) or runner.finished:
@@ -254,7 +267,9 @@ class Checkpoint(Aspect):
 
     def after_train_epoch(self, ctx: CallContext) -> None:
         if self._write_job is not None and self._write_job.done.is_set():
-            self._finish_write()  # also for by_epoch=False: its checkpoint.saved events
+            # Also for by_epoch=False: its checkpoint.saved events, then this advice again.
+            self._after_write(Checkpoint.after_train_epoch, ctx)
+            return
         runner = ctx.runner
         # inner_iter == 0: the epoch really ended (it was not cut short by max_iters/stop).
         due = self.by_epoch and runner.inner_iter == 0 and runner.epoch % self.interval == 0
@@ -274,8 +289,10 @@ class Checkpoint(Aspect):
         runner = ctx.runner
         due = self.save_last or (not self.by_epoch and runner.iter % self.interval == 0)
         fresh = runner.iter != self._saved_at  # not saved yet in this state
-        # Written before run() returns: nothing is left to overlap the write with.
-        self._save(runner, self._last_name(runner) if due and fresh else None, background=False)
+        # Written before run() returns: nothing is left to overlap the write with. What a
+        # checkpoint.saved subscriber raised comes after the warning below.
+        last = self._last_name(runner) if due and fresh else None
+        failures = self._save_all(runner, last, background=False)
         # It trained to its end (not stopped before a validation came) and no validation
         # judged any of it: there is no best to keep, and nothing in the run to judge by.
         start = self._run_start
@@ -288,6 +305,7 @@ class Checkpoint(Aspect):
                 RuntimeWarning,
                 stacklevel=2,
             )
+        _raise_first(failures)
 
     def around_run(self, ctx: CallContext, proceed: Callable[[], Any]) -> Any:
         """A run ending in any exception (KeyboardInterrupt too) waits for the write in
@@ -337,20 +355,54 @@ class Checkpoint(Aspect):
     def wait(self) -> None:
         """Wait until the checkpoint being written in the background (if any) is on disk.
 
-        Emits its ``checkpoint.saved`` events; raises ``RunnerError`` if the write failed.
+        Emits its ``checkpoint.saved`` events; raises ``RunnerError`` if the write failed,
+        or what a subscriber of those events raised once each event was sent.
         """
-        if self._write_job is not None:
-            self._write_job.thread.join()
-            self._finish_write()
+        _raise_first(self._join())
+
+    def _join(self) -> list[Exception]:
+        """Wait for the write in flight, if any: its error raised, its events sent; returns
+        what their subscribers raised."""
+        if self._write_job is None:
+            return []
+        self._write_job.thread.join()
+        return self._finish_write()
+
+    def _after_write(self, advice: Callable[[Checkpoint, CallContext], None], ctx: Any) -> None:
+        """The events (or the error) of the write that just finished, then ``advice`` (this
+        join point's save), then what those events' subscribers raised: a subscriber's
+        error does not cost the run its next checkpoint."""
+        failures = self._finish_write()
+        try:
+            advice(self, ctx)
+        except BaseException:
+            _log_failures(failures)  # the save's own error goes first
+            raise
+        _raise_first(failures)
 
     def _save(self, runner: Any, name: str | None, *, background: bool = True) -> None:
         """Write ``name`` (if given) and a new best checkpoint (if the metric improved),
-        on the writer thread or, with ``background=False``, before returning."""
-        self.wait()  # one write at a time; a failed one raises before anything changes
+        on the writer thread or, with ``background=False``, before returning. What a
+        ``checkpoint.saved`` subscriber raises is raised once the save is under way."""
+        _raise_first(self._save_all(runner, name, background=background))
+
+    def _save_all(self, runner: Any, name: str | None, *, background: bool) -> list[Exception]:
+        """``_save``, returning what the subscribers of the events it sent raised."""
+        failures = self._join()  # one write at a time; a failed one raises before anything
+        try:
+            failures += self._start_save(runner, name, background)
+        except BaseException:
+            _log_failures(failures)  # the save's own error goes first
+            raise
+        return failures
+
+    def _start_save(self, runner: Any, name: str | None, background: bool) -> list[Exception]:
+        """Gather and serialize the state, and hand it to the writer (or write it now);
+        returns what the subscribers of its events raised (written now: sent now)."""
         doomed: list[str] = []
-        best = self._new_best(runner, doomed)
+        best = _new_best(self, runner, doomed)
         if name is None and best is None:
-            return
+            return []
         if name is not None:
             doomed += self._keep(name)
             self._saved_at = runner.iter
@@ -371,29 +423,13 @@ class Checkpoint(Aspect):
             if not background:  # the same steps, on this thread (no thread to start)
                 self._write_job = job
                 self._write(job)
-                self._finish_write()
-                return
+                return self._finish_write()
             job.thread = threading.Thread(
                 target=self._write, args=(job,), name="aspecthook-checkpoint-writer"
             )
             job.thread.start()
             self._write_job = job
-
-    def _new_best(self, runner: Any, doomed: list[str]) -> str | None:
-        """After a validation: the new best file's name if the metric improved, else None."""
-        if self.save_best is None or not self._fresh:
-            return None
-        self._fresh = False
-        # Rank 0's value decides on every rank: a save is a collective (RNG states are
-        # gathered), so ranks whose own validation shards disagree must still agree.
-        value = _from_rank0(runner, float(runner.metrics[self.save_best]))
-        if not _better(value, self.best_score, self.rule):
-            return None
-        previous, self.best_score = self.best_file, value
-        self.best_file = _best_name(self.save_best, self._stamp(runner))
-        if previous is not None and previous != self.best_file:
-            doomed.append(previous)
-        return self.best_file
+        return []
 
     def _keep(self, name: str) -> list[str]:
         """Add ``name`` to the kept interval files; return those that fall out of max_keep."""
@@ -434,7 +470,11 @@ class Checkpoint(Aspect):
         before using them."""
         try:
             folder = job.folder
-            self._check_latest(folder)  # before any file: another run's may have this name
+            here = folder.resolve()  # once a write: it stats every part of the path
+            self._check_latest(folder, here)  # before any file: another run's may have this name
+            for name in job.names:  # nor a file of the user's
+                if name not in self._records:
+                    _check_unlisted(folder / name, self._listed)
             digest = _digest(job.data)
             for name in job.names:
                 listed = self._records.get(name)
@@ -447,7 +487,7 @@ class Checkpoint(Aspect):
                     following = {**digest, "epoch": job.epoch, "iter": job.iter}
                     self._records[name] = {**listed, "next": following}
                     job.step = LATEST
-                    self._write_latest(folder, self._manifest(self._listed_best, []))
+                    self._write_latest(folder, here, self._manifest(self._listed_best, []))
                 job.step = name
                 _atomic_write(folder / name, job.data)
                 self._records[name] = {**digest, "epoch": job.epoch, "iter": job.iter}
@@ -455,7 +495,7 @@ class Checkpoint(Aspect):
             for name in job.doomed:
                 self._records.pop(name, None)
             job.step = LATEST
-            self._write_latest(folder, self._manifest(job.best, job.doomed))
+            self._write_latest(folder, here, self._manifest(job.best, job.doomed))
             job.moved = True
             self._listed_best = job.best
             _delete(folder, job.doomed)
@@ -465,22 +505,23 @@ class Checkpoint(Aspect):
             job.data.release()
             job.done.set()
 
-    def _check_latest(self, folder: Path) -> None:
+    def _check_latest(self, folder: Path, here: Path) -> None:
         """Raise if ``latest`` is not as this aspect last wrote or found it: another run
         writes checkpoints to the folder (a user mistake), which must not go unnoticed; or
-        if the aspect's records are another folder's (one aspect given to two runners)."""
+        if the aspect's records are another folder's (one aspect given to two runners).
+        ``here``: ``folder`` resolved, so one folder however it is spelt."""
         if self._latest_folder is None:
             return
-        if folder.resolve() != self._latest_folder:  # one folder, however it is spelt
+        if here != self._latest_folder:
             raise _other_folder_error(folder, self._latest_folder)
         if _read_latest(folder) != self._latest_bytes:
             raise _other_run_error(folder)
 
-    def _write_latest(self, folder: Path, manifest: dict[str, Any]) -> None:
+    def _write_latest(self, folder: Path, here: Path, manifest: dict[str, Any]) -> None:
         """Write the manifest, once ``_check_latest`` finds no other run's in its place."""
-        self._check_latest(folder)
+        self._check_latest(folder, here)
         self._latest_bytes = _write_manifest(folder, manifest)
-        self._latest_folder = folder.resolve()
+        self._latest_folder = here
 
     def _manifest(self, best: str | None, delete: list[str]) -> dict[str, Any]:
         """The ``latest`` manifest of the files written so far; ``delete``: the files it
@@ -493,26 +534,31 @@ class Checkpoint(Aspect):
             "delete": delete,
         }
 
-    def _finish_write(self) -> None:
-        """On the training thread, once the write is done: its events, or its error."""
+    def _finish_write(self) -> list[Exception]:
+        """On the training thread, once the write is done: its error raised, or its events
+        sent, each of them; returns what their subscribers raised (``_raise_first``)."""
         job, self._write_job = self._write_job, None
         if job is None:
-            return
+            return []
         if job.error is not None:
             if not isinstance(job.error, Exception) or isinstance(job.error, RunnerError):
                 raise job.error  # KeyboardInterrupt during a write, or another run's folder
             raise _write_error(job) from job.error
+        failures: list[Exception] = []
         for name in job.names:
-            _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
+            failures += _emit(job.runner, EVENT_SAVED, job.folder / name, job.epoch, job.iter)
+        return failures
 
     def _abandon_write(self) -> None:
         """Wait for the write in flight while the run fails; report, never raise."""
         if self._write_job is None:
             return
         try:
-            self.wait()
+            failures = self._join()
         except Exception as exc:
             get_logger().error("checkpoint.write_failed", error=str(exc), exc_info=True)
+            return
+        _log_failures(failures)
 
     def _last_name(self, runner: Any) -> str:
         if not self.by_epoch:
@@ -525,149 +571,3 @@ class Checkpoint(Aspect):
         if self.by_epoch and runner.inner_iter == 0:
             return f"epoch_{runner.epoch}"
         return f"iter_{runner.iter}"
-
-    # -- resuming -------------------------------------------------------------------------
-
-    def _resume(self, runner: Any, folder: Path) -> None:
-        source = folder if self.resume == "auto" else Path(self.resume or folder)
-        if source.name == LATEST and source.is_file():  # the manifest: its folder is meant
-            source = source.parent
-        rank0 = runner.rank == 0  # logs and warns; every rank resumes alike
-        found = _find(source, _checkpoint_names(self.filename_tmpl), quiet=not rank0)
-        if found is None:
-            if rank0:
-                get_logger().info("checkpoint.none_found", folder=str(source))
-            return
-        path, payload, manifest = found
-        try:  # this aspect's kept/best come back through it too
-            runner.load_state_dict(_runner_state(runner, payload))
-        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise RunnerError(
-                f"Checkpoint(resume={str(self.resume)!r}) found {str(path)!r}, which does not "
-                f"fit this run ({type(exc).__name__}: {exc}); resume from a checkpoint of this "
-                "model and optimizer, or give another work_dir or resume=None"
-            ) from exc
-        scaler = getattr(runner, "grad_scaler", None)
-        if scaler is not None and "grad_scaler" in payload:
-            scaler.load_state_dict(payload["grad_scaler"])
-        same_folder = path.parent.resolve() == folder.resolve()
-        self._adopt(folder, manifest if same_folder else None, path, rank0)
-        self._saved_at = runner.iter
-        if rank0:
-            get_logger().info(EVENT_RESUMED, path=str(path), epoch=runner.epoch, iter=runner.iter)
-        _emit(runner, EVENT_RESUMED, path, runner.epoch, runner.iter)
-        # The RNGs come back last, once nothing of the resume itself can draw from them.
-        # Resumed inside an epoch, the loop replays that epoch's start (before_train_epoch
-        # advice, which may draw random numbers or import modules that do) although the
-        # interrupted run had done it before the checkpoint: they come back after it.
-        self._pending_rng = list(payload.get("rng", []))
-        if runner.inner_iter == 0 or runner.finished:
-            self._restore_rng(runner)
-
-    def _restore_rng(self, runner: Any) -> None:
-        states, self._pending_rng = self._pending_rng or [], None
-        restore_own_rank(states, runner.rank, _generators(runner))
-        # Said once, by rank 0, for every rank the checkpoint holds no RNG state for (they
-        # keep their own generators): the ranks from len(states) on.
-        world_size = runner.world_size
-        if runner.rank == 0 and len(states) < world_size:
-            get_logger().warning(
-                "checkpoint.no_rng_state",
-                ranks=list(range(len(states), world_size)),
-                saved=len(states),
-            )
-
-    def _adopt(self, folder: Path, manifest: Any, path: Path, writer: bool) -> None:
-        """Reconcile the restored kept/best lists with what the folder really holds."""
-        records = (manifest or {}).get("checkpoints") or {}
-        wanted = {*self.kept, self.best_file}
-        if manifest == {}:  # unreadable: the files as found (the next manifest lists them)
-            records = {
-                name: _record(folder / name)
-                for name in wanted
-                if name is not None and (folder / name).is_file()
-            }
-        self._records = {
-            name: dict(record)
-            for name, record in records.items()
-            if name in wanted and (folder / name).is_file()
-        }
-        self.kept = [name for name in self.kept if name in self._records]
-        if self.best_file not in self._records:
-            self.best_file = self.best_score = None  # its file is gone: track afresh
-        self._latest = path.name if path.name in self._records else None
-        self._listed_best = self.best_file
-        if writer:  # finish deletions a killed run decided on but did not get to
-            pending = (manifest or {}).get("delete") or []
-            try:
-                _delete(folder, [name for name in pending if name not in self._records])
-            except OSError as exc:
-                raise _undeletable_error(exc, path) from exc
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _folder(runner: Any) -> Path:
-    work_dir = getattr(runner, "work_dir", None)
-    if work_dir is None:
-        raise RunnerError("Checkpoint needs a folder to write to: give the runner work_dir='...'")
-    return Path(work_dir)
-
-
-def _runner_state(runner: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """The runner state to load from ``payload``, with an optimizer state in any case."""
-    state = dict(payload["runner"])
-    if "optimizer" not in state:  # saved with save_optimizer=False: a fresh optimizer
-        fresh = runner.optimizer.state_dict()
-        groups = state.pop("optimizer_groups", None)  # with the saved groups' settings
-        if groups is not None and len(groups) != len(fresh["param_groups"]):
-            # The LR each group reached (and a scheduler's per-group state) would not fit.
-            raise ValueError(
-                f"it was saved with save_optimizer=False from an optimizer with {len(groups)} "
-                f"param group(s), this one has {len(fresh['param_groups'])}: the learning "
-                "rates reached cannot be carried over group by group; build the optimizer "
-                "with the same groups"
-            )
-        if groups is not None:
-            # The settings this optimizer has (another kind keeps its own: AdamW's
-            # betas), and the schedulers' initial_lr.
-            fresh["param_groups"] = [
-                {**group, **{k: v for k, v in saved.items() if k in group or k in _LR_KEYS}}
-                for saved, group in zip(groups, fresh["param_groups"], strict=True)
-            ]
-        state["optimizer"] = fresh
-    return state
-
-
-def _generators(runner: Any) -> dict[str, torch.Generator]:
-    """Private generators whose state is part of the run: the train loader's, if it has one."""
-    generator = getattr(getattr(runner, "train_loader", None), "generator", None)
-    return {"train_loader": generator} if isinstance(generator, torch.Generator) else {}
-
-
-def _from_rank0(runner: Any, value: float) -> float:
-    """``value`` as rank 0 has it (the value itself outside a distributed run)."""
-    if getattr(runner, "world_size", 1) <= 1:
-        return value
-    box: list[Any] = [value]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return float(box[0])
-
-
-def _emit(runner: Any, event: str, path: Path, epoch: int, iteration: int) -> None:
-    """Through the runner's weaver (its subscribers and global ones), else the default one."""
-    weaver = getattr(runner, "weaver", None) or default_weaver
-    weaver.emit(event, source=runner, path=str(path), epoch=epoch, iter=iteration)
-
-
-def _better(value: float, best: float | None, rule: str | None) -> bool:
-    if math.isnan(value):
-        return False
-    if best is None:
-        return True
-    return value > best if rule == "greater" else value < best
-
-
-def _best_name(metric: str, stamp: str) -> str:
-    return f"best_{re.sub(r'[^A-Za-z0-9@.-]+', '_', metric).strip('_')}_{stamp}.pt"

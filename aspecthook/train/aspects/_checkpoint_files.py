@@ -1,10 +1,11 @@
 """The files of a ``Checkpoint``: crash-safe writes, the ``latest`` manifest, and finding
 and checking the checkpoint to resume from.
 
-Separate from ``_checkpoint`` (the aspect: when to save, what a checkpoint holds, how a
-run resumes) because this is the folder alone: functions of paths, bytes and manifests,
-the ones the writer thread runs beside training among them. The folder's layout and the
-order of a write's steps are described in ``_checkpoint``'s module docstring.
+Separate from ``_checkpoint`` (the aspect: when to save, what a checkpoint holds) and
+``_checkpoint_resume`` (how a run resumes) because this is the folder alone: functions of
+paths, bytes and manifests, the ones the writer thread runs beside training among them.
+The folder's layout and the order of a write's steps are described in ``_checkpoint``'s
+module docstring.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ __all__ = [
     "_TMP_SUFFIX",
     "_WriteJob",
     "_atomic_write",
+    "_check_unlisted",
     "_checkpoint_names",
     "_delete",
     "_digest",
     "_find",
+    "_listed",
     "_other_folder_error",
     "_other_run_error",
     "_plain_name",
@@ -187,6 +190,45 @@ def _read_latest(folder: Path) -> bytes | None:
         return None
 
 
+def _listed(latest: bytes | None) -> frozenset[str]:
+    """The file names a manifest of these bytes lists (kept, or to delete); none if it is
+    missing or not a manifest a ``Checkpoint`` writes."""
+    if latest is None:
+        return frozenset()
+    try:
+        manifest: Any = json.loads(latest)
+        _check_manifest(manifest)
+    except ValueError:  # not JSON, not UTF-8, or not a manifest
+        return frozenset()
+    return frozenset([*manifest["checkpoints"], *manifest.get("delete", [])])
+
+
+def _check_unlisted(path: Path, listed: frozenset[str]) -> None:
+    """Refuse to write over a file that no manifest lists (``listed``) unless it holds a
+    checkpoint of this format, as a write killed before its manifest leaves: a file of the
+    user's that has a checkpoint's name is never replaced."""
+    if path.name in listed or not os.path.lexists(path):
+        return
+    if not _is_checkpoint(path):
+        raise RunnerError(
+            f"Checkpoint will not write over {str(path)!r}: the file is not a checkpoint "
+            "the manifest 'latest' lists, nor one of this format; move it out of the "
+            "folder, or give the runner another work_dir ('latest' still names the last "
+            "complete checkpoint)"
+        )
+    get_logger().info("checkpoint.unlisted_replaced", path=str(path))
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds a checkpoint of this format (memory-mapped: its tensors are
+    not read)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return False
+    return isinstance(payload, dict) and payload.get("format") == _FORMAT and "runner" in payload
+
+
 def _delete(folder: Path, names: list[str]) -> None:
     for name in names:
         (folder / name).unlink(missing_ok=True)
@@ -301,11 +343,16 @@ def _checkpoint_names(filename_tmpl: str) -> re.Pattern[str]:
 
 
 def _find(
-    source: Path, names: re.Pattern[str], *, quiet: bool = False
+    source: Path,
+    names: re.Pattern[str],
+    *,
+    quiet: bool = False,
+    unusable: list[Path] | None = None,
 ) -> tuple[Path, dict[str, Any], Any] | None:
     """(path, payload, manifest) of the checkpoint to resume from; None if there is none,
     an error if there are some and none is usable. The unusable files met are reported,
-    unless ``quiet`` (ranks other than 0: every rank looks, rank 0 says what it found).
+    unless ``quiet`` (ranks other than 0: every rank looks, rank 0 says what it found),
+    and added to ``unusable``.
 
     Without a readable ``latest`` (a first save cut short before it, files copied without
     it) the folder's checkpoint files (``names``) are all tried and the one furthest into
@@ -334,6 +381,8 @@ def _find(
             if not quiet:
                 action = "trying the previous one" if manifest else "trying the others"
                 _report(path, str(exc), action)
+            if unusable is not None:
+                unusable.append(path)
             continue
         if manifest:
             return path, payload, manifest
