@@ -39,9 +39,10 @@ from ._checks import (
     _on_device,
 )
 from ._data import epoch_batches, loader_length
+from ._given_aspects import adapt_unique, shipped
 from ._reports import report_near_misses, report_unfinished_stage
+from ._state import load_runner_state, runner_state
 from ._steps import _PAIRS, _as_outputs, _is_scalar, _move, _snapshot, _split_batch, _Tensor
-from ._wrappers import unwrapped, without_wrapper_prefix
 from .aspects._options import is_integer
 
 __all__ = ["JOINPOINTS", "Runner", "seed_everything"]
@@ -194,10 +195,10 @@ class Runner:
         # Shipped aspects first, so a custom aspect of equal priority runs after them
         # (ties run in registration order); the given order is kept within each group.
         # An adapter (MMHook, KerasCallback) the user made holds a hook of theirs: theirs.
-        aspects.sort(key=lambda a: not _shipped(a))
+        aspects.sort(key=lambda a: not shipped(a))
         self.aspects: list[Aspect] = []
         for aspect in aspects:
-            self.aspects.append(_unique(_adapt(aspect), self.aspects, given=aspect))
+            self.aspects.append(adapt_unique(aspect, self.aspects))
         # One registration for all of them: each join point's dispatcher is built once,
         # not once per aspect that advises it.
         self._handles: list[Handle] = [self.weaver.register(self.aspects)]
@@ -324,7 +325,7 @@ class Runner:
         (``aspecthook.adapters.as_aspect``).
         """
         _check_open("add_aspect", closed=self._closed)
-        aspect = _unique(_adapt(aspect), self.aspects, given=aspect)
+        aspect = adapt_unique(aspect, self.aspects)
         handle = self.weaver.register(aspect)
         self.aspects.append(aspect)
         self._handles.append(handle)
@@ -512,72 +513,11 @@ class Runner:
         wrapper (no ``module.`` before its keys), so a checkpoint of a distributed run
         loads into the bare model, and one of a single process into a wrapped one.
         """
-        state: dict[str, Any] = {
-            "model": unwrapped(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "counters": {"epoch": self.epoch, "iter": self.iter, "inner_iter": self.inner_iter},
-            "metrics": dict(self.metrics),
-            # A run stopped early (EarlyStopping, NaNGuard) must stay stopped when resumed
-            # from a checkpoint taken after stop(), or it would train on past its end.
-            "stop_reason": self.stop_reason,
-            # Whether the optimizer has stepped, as torch's schedulers track it: a run
-            # resumed before its first step since would otherwise be told its first
-            # scheduler step comes before any optimizer step.
-            "optimizer_stepped": bool(getattr(self.optimizer, "_opt_called", False)),
-            "aspects": {},
-        }
-        if self.scheduler is not None:
-            state["scheduler"] = self.scheduler.state_dict()
-        for aspect in self.aspects:
-            own = getattr(aspect, "state_dict", None)
-            if callable(own):
-                state["aspects"][aspect.name] = own()
-        # An aspect may rearrange the whole state (EMA puts the weights it validates
-        # under "model"); "packed" lists those that did, in order, for load_state_dict to
-        # undo them in reverse (rearrangements stack: two EMAs exchange in turn).
-        for aspect in self.aspects:
-            pack = getattr(aspect, "pack_state", None)
-            if callable(pack):
-                packed = pack(state)
-                if packed is not state:
-                    state = {**packed, "packed": [*state.get("packed", ()), aspect.name]}
-        return state
+        return runner_state(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict()`` saved."""
-        from .aspects._ema import unpack_orphan
-
-        aspects = {aspect.name: aspect for aspect in self.aspects}
-        packed = list(state.get("packed", ()))
-        for name in reversed(packed):  # the exact reverse of the packing
-            unpack = getattr(aspects.get(name), "unpack_state", None)
-            # Packed by an EMA aspect this runner does not have: the live weights go back
-            # under "model" all the same, or training would go on from the average.
-            state = unpack(state) if callable(unpack) else unpack_orphan(state, name)
-        for aspect in reversed(self.aspects):
-            unpack = getattr(aspect, "unpack_state", None)
-            if callable(unpack) and aspect.name not in packed:
-                state = unpack(state)
-        for name in [n for n in state.get("aspects", {}) if n not in aspects]:
-            state = unpack_orphan(state, name)  # a state saved without "packed"
-        model = unwrapped(self.model)
-        model.load_state_dict(without_wrapper_prefix(state["model"], model))
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and "scheduler" in state:
-            self.scheduler.load_state_dict(state["scheduler"])
-        counters = state["counters"]
-        self.epoch = int(counters["epoch"])
-        self.iter = int(counters["iter"])
-        self.inner_iter = int(counters["inner_iter"])
-        self.metrics = dict(state.get("metrics", {}))
-        self.stop_reason = state.get("stop_reason")
-        if state.get("optimizer_stepped", self.iter > 0):  # older checkpoints: by the counters
-            self.optimizer._opt_called = True  # type: ignore[attr-defined]  # torch's own flag
-        saved = state.get("aspects", {})
-        for aspect in self.aspects:
-            load = getattr(aspect, "load_state_dict", None)
-            if callable(load) and aspect.name in saved:
-                load(saved[aspect.name])
+        load_runner_state(self, state)
 
     def describe(self) -> Description:
         """This run's join points with the advice at each, in order (data and a table)."""
@@ -626,55 +566,3 @@ class _AttributeSink:
                 getattr(getattr(runner, name, None), "__func__", None) is getattr(_loop, name)
                 for name in INNER
             )
-
-
-def _adapt(aspect: Aspect | Any) -> Aspect:
-    from ..adapters import as_aspect
-
-    adapted = as_aspect(aspect)
-    if adapted is None:
-        if isinstance(aspect, type):
-            name = aspect.__name__
-            hint = f"the class {name}, not an instance: give {name}(...)"
-        elif isinstance(aspect, str):
-            hint = (
-                f"the name {aspect!r}: names are for Runner.from_config; in code give the "
-                f"instance, e.g. {aspect}(...)"
-            )
-        else:
-            hint = f"{aspect!r}; write an Aspect subclass or wrap it yourself"
-        raise RunnerError(
-            "aspects= takes Aspect instances, OpenMMLab-style hooks or Keras-style "
-            f"callbacks, got {hint}"
-        )
-    return adapted
-
-
-def _unique(aspect: Aspect, others: list[Aspect], given: object = None) -> Aspect:
-    """``aspect``, unless it has state and so has another of the run's aspects with its
-    name: checkpoints keep each aspect's state under its name. ``given`` is what the user
-    gave, when ``aspect`` is the adapter made for it: the error says how to name that."""
-    if _has_state(aspect) and any(
-        other.name == aspect.name and _has_state(other) for other in others
-    ):
-        other_name = f"name='{aspect.name}_2'"
-        if given is not None and given is not aspect:  # a hook or callback, adapted here
-            how = f"wrap one as {type(aspect).__name__}({type(given).__name__}(...), {other_name})"
-        else:
-            how = f"give one another ({other_name})"
-        raise RunnerError(
-            f"two aspects of this run are named {aspect.name!r}; checkpoints keep each "
-            f"aspect's state under its name: {how}"
-        )
-    return aspect
-
-
-def _shipped(aspect: object) -> bool:
-    """Whether ``aspect`` is one of aspecthook's own aspects (an adapter is not: it holds
-    the user's hook or callback)."""
-    module = type(aspect).__module__
-    return module.startswith("aspecthook.") and not module.startswith("aspecthook.adapters.")
-
-
-def _has_state(aspect: Aspect) -> bool:
-    return callable(getattr(aspect, "state_dict", None))
