@@ -81,6 +81,10 @@ class WeaveRecord:
     cancelled: bool = False
     waiting: int = 0  # glob expansions into submodules not imported yet (see _pending)
 
+    def describe_status(self) -> str:
+        """The status and why, as a weave's handle shows it: ``'skipped: <reason>'``."""
+        return f"{self.status}: {self.reason}" if self.reason else self.status
+
 
 WEAVES: list[WeaveRecord] = []
 
@@ -304,7 +308,9 @@ def _weave_handle(
         weaver.forget(result)
         _undo(record, handle, weaver)
 
-    result = Handle(undo, description or f"weave {record.target}", advices)
+    result = Handle(
+        undo, description or f"weave {record.target}", advices, state=record.describe_status
+    )
     if handle is not None:
         weaver.forget(handle)
         for advice in advices:
@@ -457,7 +463,7 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
         if record.weaver is not None:
             record.weaver.forget(handle)
 
-    handle = Handle(undo, f"weave {record.target}, skipped: {reason}")
+    handle = Handle(undo, f"weave {record.target}", state=record.describe_status)
     return record.weaver.track(handle) if record.weaver is not None else handle
 
 

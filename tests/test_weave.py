@@ -1615,10 +1615,26 @@ def test_missing_target_is_skipped(target: str, reason: str) -> None:
     assert [r.status for r in rows] == ["skipped"]
     assert reason in rows[0].note
     assert ah.default_weaver.registered == []
-    # The handle says what was skipped and why, its state once: "(active)".
-    assert repr(handle) == f"<Handle weave {target}, skipped: {rows[0].note} (active)>"
+    # The handle says the weave was skipped and why; it read "..., skipped: ... (active)"
+    # although nothing is woven.
+    assert repr(handle) == f"<Handle weave {target} (skipped: {rows[0].note})>"
     handle.remove()
+    assert repr(handle) == f"<Handle weave {target} (removed)>"
     assert statuses(target) == []
+
+
+def test_a_weave_handle_repr_says_the_weave_status(new_module: Callable[..., str]) -> None:
+    """A weave's handle shows its weave's status, as describe() does: a glob that matched
+    nothing, a path waiting for its module's import; it read "(active)" for both."""
+    with capture_logs():
+        nothing = ah.weave("json.no_such_*", before=lambda ctx: None)
+    name = new_module(LAZY_SOURCE)
+    with nothing, ah.weave(f"{name}.func", before=lambda ctx: None) as waiting:
+        assert repr(nothing) == "<Handle weave json.no_such_* (skipped: matched nothing)>"
+        assert repr(waiting) == f"<Handle weave {name}.func (pending import)>"
+        _import(name)
+        assert repr(waiting) == f"<Handle weave {name}.func (active)>"
+    assert repr(waiting) == f"<Handle weave {name}.func (removed)>"
 
 
 @pytest.mark.parametrize(
