@@ -39,6 +39,7 @@ from ._targets import (
     _missing_module,
     _module_holding,
     _module_of,
+    _namespace_glob,
     _resolve_object,
     _resolve_path,
     _submodule_pending,
@@ -231,6 +232,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
         _subtype_base(target)
     if isinstance(target, str) and (problem := path_problem(target)) is not None:
         raise WeaveTargetError(problem, target=target)  # so is a path no module could match
+    if isinstance(target, str) and (problem := _namespace_glob(target)) is not None:
+        raise WeaveTargetError(problem, target=target)  # and one that matches nothing, ever
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
