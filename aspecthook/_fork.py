@@ -91,12 +91,14 @@ class OwnsLock:
         return self._copied_data(None)
 
     def __getstate__(self) -> dict[str, Any]:
+        """What a pickle carries: the attributes, less the lock (it cannot be pickled)."""
         with self._lock:
             state = {**self.__dict__, **self._pickled_data()}
         del state["_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled: the attributes, and a lock of its own, made anew after a fork."""
         self.__dict__.update(state)
         self._own_lock()
 
