@@ -1,7 +1,8 @@
 """The logging of ``aspecthook run``: the package's own log lines and ``Logged``'s logger.
 
 While the config is woven the package logger is silenced (the session reports skipped
-targets itself, once, with their config key), then sent to stderr. The config's
+targets itself, once, with their config key), then sent to stderr, less the failures of
+the config's weaves, which the session reports at exit with their key. The config's
 ``Logged`` aspects get a logger of their own, built as ``logging:`` says, without
 touching structlog's global configuration, which is the program's. Separate from the
 session, which only calls it: this is the part that knows structlog (imported only here,
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from .errors import AspectHookError
@@ -30,15 +31,17 @@ def _quiet_core_logs() -> None:
     _log.set_logger(_NullLogger())
 
 
-def _core_logs_to_stderr() -> None:
-    """aspecthook's own log lines (late weave failures, advice failures) go to stderr.
+def _core_logs_to_stderr(reported: Collection[str] = ()) -> None:
+    """aspecthook's own log lines (late weave failures, advice failures) go to stderr,
+    except a ``weave.failed`` of a target in ``reported``: the session reports those at
+    exit, with the config key, and the line would say it a second time.
 
     Only the package's logger is redirected (not structlog's global configuration), so
     the program's own structlog output is what it would be without us.
     """
     from . import _log
 
-    _log.set_logger(_StderrLogger())
+    _log.set_logger(_StderrLogger(frozenset(reported)))
 
 
 class _NullLogger:
@@ -48,16 +51,37 @@ class _NullLogger:
 
 class _StderrLogger:
     """Becomes a structlog logger printing to stderr on first use (structlog is slow to
-    import, and most runs never log)."""
+    import, and most runs never log), leaving out the failures of ``reported`` weaves."""
+
+    def __init__(self, reported: frozenset[str] = frozenset()) -> None:
+        self._reported = reported
 
     def __getattr__(self, name: str) -> Any:
         import structlog
 
         from . import _log
 
-        logger = structlog.wrap_logger(structlog.PrintLogger(sys.stderr))
+        logger: Any = structlog.wrap_logger(structlog.PrintLogger(sys.stderr))
+        if self._reported:
+            logger = _LeavesOutReported(logger, self._reported)
         _log.set_logger(logger)
         return getattr(logger, name)
+
+
+class _LeavesOutReported:
+    """The package logger less ``weave.failed`` lines of the targets the session reports."""
+
+    def __init__(self, logger: Any, reported: frozenset[str]) -> None:
+        self._logger = logger
+        self._reported = reported
+
+    def warning(self, event: str, **fields: Any) -> None:
+        if event == "weave.failed" and fields.get("target") in self._reported:
+            return
+        self._logger.warning(event, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
 
 
 def _configure_logging(config: RunConfig, aspects: list[Any]) -> None:

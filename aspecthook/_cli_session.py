@@ -100,8 +100,8 @@ class Session:
             for weave_spec, aspects in zip(config.weaves, built, strict=True):
                 for target in weave_spec.targets:
                     session.weave(weave_spec, target, aspects)
-        finally:
-            _core_logs_to_stderr()
+        finally:  # a config weave that fails later is reported by finish(), with its key
+            _core_logs_to_stderr({record.target for _, record in session.records})
         if session.describe:  # once every weave is made: a config that fails leaves it off
             session.tracking = track_calls()
         return session

@@ -13,7 +13,8 @@ One process-wide ``os.register_at_fork`` hook (a registration cannot be undone, 
 object would pile up) over a weak mapping: being registered keeps no object alive.
 
 ``OwnsLock`` gives such an object's copies (``copy.copy``, ``copy.deepcopy``) a lock of
-their own, registered here too, and data of their own to guard with it.
+their own, registered here too, and data of their own to guard with it; so does
+unpickling one (``multiprocessing`` pickles what it hands a spawned worker).
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ class OwnsLock:
     child. A copy, shallow or deep, gets a lock of its own the same way (sharing the
     original's, it would also lose it to a fork: the child re-makes the original's
     only), and copies of what the lock guards (``_copied_data``, read under the
-    original's lock), so that the two record apart from each other.
+    original's lock), so that the two record apart from each other. A pickle carries
+    what a copy gets (``_pickled_data``; a lock cannot be pickled) and its unpickling
+    makes the lock, as a copy does: an aspect handed to a worker process (``multiprocessing``
+    with ``spawn`` pickles it) goes on there from what it had recorded.
     """
 
     _lock: Any
@@ -80,6 +84,23 @@ class OwnsLock:
         """Copies of the attributes the lock guards, by name (called with it held); a
         deep copy's ``memo`` may be given what it should keep as it is."""
         return {}
+
+    def _pickled_data(self) -> dict[str, Any]:
+        """What a pickle carries of the attributes the lock guards, by name (called with
+        it held): by default what a copy gets."""
+        return self._copied_data(None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle carries: the attributes, less the lock (it cannot be pickled)."""
+        with self._lock:
+            state = {**self.__dict__, **self._pickled_data()}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled: the attributes, and a lock of its own, made anew after a fork."""
+        self.__dict__.update(state)
+        self._own_lock()
 
     def __copy__(self) -> Self:
         return self._copy(None)

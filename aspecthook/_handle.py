@@ -21,17 +21,32 @@ class Handle:
 
     A handle keeps only the undo callable and a description; it never holds the woven
     target strongly, so targets can be garbage collected while a handle is alive.
+    ``state`` says what the registration is until it is removed, for the ``repr``
+    (``'active'`` when not given): a weave's handle reads its weave's status there
+    (``'skipped: no module named ...'``, ``'pending import'``).
     """
 
-    __slots__ = ("_done", "_lock", "_remover", "_remover_pid", "_undo", "description", "items")
+    __slots__ = (
+        "_done",
+        "_lock",
+        "_remover",
+        "_remover_pid",
+        "_state",
+        "_undo",
+        "description",
+        "items",
+    )
 
     def __init__(
         self,
         undo: Callable[[], None] | None,
         description: str = "",
         items: Iterable[Any] = (),
+        *,
+        state: Callable[[], str] | None = None,
     ) -> None:
         self._undo = undo
+        self._state = state
         self._lock = threading.Lock()
         #: While ``remove()`` runs the undo: the thread running it, and the event set
         #: when it has finished (what a ``remove()`` from another thread waits for).
@@ -81,7 +96,9 @@ class Handle:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "active" if self.active else "removed"
+        state = "removed" if not self.active else "active"
+        if self.active and self._state is not None:
+            state = self._state()
         return f"<Handle {self.description} ({state})>"
 
 

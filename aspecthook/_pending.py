@@ -20,6 +20,7 @@ from ._registry import LOCK
 from ._subtypes import following, weave_subtypes
 from ._targets import (
     _GLOB,
+    _namespace_glob,
     _namespace_matches,
     _resolve_path,
     _split,
@@ -65,8 +66,16 @@ def _defer(
 
     def on_namespace(record: WeaveRecord) -> bool:
         """Defer the submodules of a namespace package the glob falls below, whose own
-        hook never runs (``_namespace_matches``); whether there were any."""
+        hook never runs (``_namespace_matches``); whether there were any. A glob right at
+        one (``'pkg.ns.*'``, found once ``pkg`` is imported) fails: it can match nothing."""
         nonlocal done
+        problem = None if done or quiet else _namespace_glob(path)
+        if problem is not None:
+            done = True
+            _fail(record, path, problem)
+            if strict:
+                raise WeaveTargetError(problem, target=path)
+            return True
         matches = [] if done else _namespace_matches(path)
         for match in matches:
             _defer(record, match, names, weaver, strict, quiet=True)

@@ -468,6 +468,40 @@ def _namespace_matches(path: str) -> list[str]:
     return [".".join([package, sub, *rest]) for sub in subs if fnmatchcase(sub, parts[at])]
 
 
+def _namespace_glob(path: str) -> str | None:
+    """Why ``path``, a glob right at a namespace package (``'ns.*'``), can match nothing,
+    or None: a glob at a package names the package's own functions (``'pkg.*'`` weaves
+    what ``pkg/__init__.py`` defines, not its modules'), and a namespace package (a
+    folder without ``__init__.py``) has none; the weave would wait for ever. Only where
+    finding the package imports nothing (it is imported, top-level, or its parent is):
+    below a parent not imported yet, this is asked again when the parent's hook runs.
+    """
+    if "+" in path:
+        return None
+    *head, last = path.replace(":", ".").split(".")
+    if not head or not _GLOB.intersection(last) or _GLOB.intersection(".".join(head)):
+        return None
+    package = ".".join(head)
+    module = sys.modules.get(package)
+    if module is not None:
+        spec = getattr(module, "__spec__", None)
+    elif "." in package and package.rpartition(".")[0] not in sys.modules:
+        return None
+    else:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            return None
+    if spec is None or spec.origin is not None or not spec.submodule_search_locations:
+        return None
+    modules = "its modules" if last == "*" else f"its modules matching {last!r}"
+    return (
+        f"{path!r} names the functions of {package!r} itself, a namespace package (a folder "
+        f"without __init__.py), which has none: write '{package}.{last}.*' for the "
+        f"functions of {modules}, or '{package}.<module>.*' for one module's"
+    )
+
+
 def _module_of(path: str) -> str:
     """The submodule an expansion of ``_unimported_matches`` waits for."""
     module, attrs = _split(path)

@@ -39,6 +39,7 @@ from ._targets import (
     _missing_module,
     _module_holding,
     _module_of,
+    _namespace_glob,
     _resolve_object,
     _resolve_path,
     _submodule_pending,
@@ -80,6 +81,10 @@ class WeaveRecord:
     names: tuple[str, ...] = ()
     cancelled: bool = False
     waiting: int = 0  # glob expansions into submodules not imported yet (see _pending)
+
+    def describe_status(self) -> str:
+        """The status and why, as a weave's handle shows it: ``'skipped: <reason>'``."""
+        return f"{self.status}: {self.reason}" if self.reason else self.status
 
 
 WEAVES: list[WeaveRecord] = []
@@ -227,6 +232,8 @@ def _find_sites(target: Any, requires: str | None) -> tuple[list[Any], bool, str
         _subtype_base(target)
     if isinstance(target, str) and (problem := path_problem(target)) is not None:
         raise WeaveTargetError(problem, target=target)  # so is a path no module could match
+    if isinstance(target, str) and (problem := _namespace_glob(target)) is not None:
+        raise WeaveTargetError(problem, target=target)  # and one that matches nothing, ever
     reason = _version_problem(requires) if requires is not None else None
     if reason is None and isinstance(target, str):
         if not _imported(target):
@@ -304,7 +311,9 @@ def _weave_handle(
         weaver.forget(result)
         _undo(record, handle, weaver)
 
-    result = Handle(undo, description or f"weave {record.target}", advices)
+    result = Handle(
+        undo, description or f"weave {record.target}", advices, state=record.describe_status
+    )
     if handle is not None:
         weaver.forget(handle)
         for advice in advices:
@@ -457,7 +466,7 @@ def _skip(record: WeaveRecord, reason: str, strict: bool) -> Handle:
         if record.weaver is not None:
             record.weaver.forget(handle)
 
-    handle = Handle(undo, f"weave {record.target}, skipped: {reason}")
+    handle = Handle(undo, f"weave {record.target}", state=record.describe_status)
     return record.weaver.track(handle) if record.weaver is not None else handle
 
 

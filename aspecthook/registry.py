@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from ._fork import reset_locks_after_fork
+from ._fork import OwnsLock
 from .errors import AspectParameterError, InvalidOptionError, UnknownAspectError
 
 __all__ = ["ASPECTS", "ENTRY_POINT_GROUP", "Parameters", "Registry"]
@@ -58,13 +58,18 @@ class _Ambiguous:
         self.points = points
 
 
-class Registry:
+class Registry(OwnsLock):
     """Names of aspect types (or of any other kind of factory) for configuration files.
 
     ``kind`` only words the error messages (``"unknown aspect type 'Timd'"``); ``group`` is
     the entry-point group whose plugins extend the registry (None: no plugins);
     ``fallback`` returns names to resolve when neither a registered name nor a plugin fits
     (called once, on first use, so it may import what it needs).
+
+    A copy (``copy.copy`` or ``copy.deepcopy``), or an unpickled registry, has names of
+    its own, starting from this one's: registering in either leaves the other as it
+    was. Even a deep copy names the same classes and factories (a copied class would be
+    another type). Its lock is its own too, made anew in a forked child (``OwnsLock``).
     """
 
     def __init__(
@@ -90,14 +95,23 @@ class Registry:
         self._entries: dict[str, Any] = {}
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._plugins_read = group is None
-        self._reset_locks()
         # A fork while another thread builds from a config (this lock is held while a
         # plugin or torch is imported): the child gets the lock back unlocked.
-        reset_locks_after_fork(self)
+        self._own_lock()
 
     def _reset_locks(self) -> None:
         """A new lock (also in a forked child, where another thread may have held it)."""
         self._lock = threading.RLock()
+
+    def _copied_data(self, memo: dict[int, Any] | None) -> dict[str, Any]:
+        """The names, for a copy that registers apart (``OwnsLock``): mappings of its own
+        to the same factories, which even a deep copy keeps as they are."""
+        entries, loaded = dict(self._entries), dict(self._loaded)
+        fallback = None if self._fallback is None else dict(self._fallback)
+        if memo is not None:
+            kept = [*entries.values(), *loaded.values(), *(fallback or {}).values()]
+            memo.update((id(value), value) for value in kept)
+        return {"_entries": entries, "_loaded": loaded, "_fallback": fallback}
 
     # -- registering -------------------------------------------------------------------
 

@@ -128,7 +128,10 @@ class Recorder(Aspect, OwnsLock):
     value the caller got (see ``Call``). ``errors=`` is ``Aspect``'s. A copy
     (``copy.copy`` or ``copy.deepcopy``) starts from the calls recorded so far, in a list
     of its own (the ``Call`` records themselves are kept as they are, even by a deep
-    copy), and records apart from this one.
+    copy), and records apart from this one. Pickled (``multiprocessing`` hands it to a
+    spawned worker so), it carries its options and none of the calls: each holds the
+    thread it ran in, which belongs to this process and cannot be pickled; the worker's
+    copy records its own calls, numbered from 0.
     """
 
     priority: PriorityLike = Priority.LOWEST
@@ -168,6 +171,18 @@ class Recorder(Aspect, OwnsLock):
         if memo is not None:
             memo.update((id(kept), kept) for kept in (*calls, order))
         return {"_calls": calls, "_order": order}
+
+    def _pickled_data(self) -> dict[str, Any]:
+        """None of the calls (``OwnsLock``): a ``Call`` holds a thread of this process."""
+        return {"_calls": []}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        del state["_order"]  # made anew: an itertools.count stops pickling in Python 3.14
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__({**state, "_order": itertools.count()})
 
     # -- the advice -----------------------------------------------------------------------
 

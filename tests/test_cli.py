@@ -509,8 +509,9 @@ def test_missing_target_with_strict_exits_2(program: Path) -> None:
 
 
 def test_missing_attribute_of_lazy_module(program: Path) -> None:
-    """A missing function in a module imported later is reported when it fails (a warning),
-    and with strict: true in the file it exits 2."""
+    """A missing function in a module imported later is reported at exit (a warning),
+    and with strict: true in the file it exits 2. It is reported once, with its config
+    key: the package's own ``weave.failed`` log line said it too, when it failed."""
     body = """\
         weave:
           - target: helper.no_such_function
@@ -520,6 +521,7 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     done = run(program, "--aspects", "late.yaml", "prog.py", "6")
     assert done.returncode == 6
     assert "weave[0]: helper.no_such_function failed: helper has no attribute path" in done.stderr
+    assert done.stderr.count("no attribute path 'no_such_function'") == 1
 
     write(program, "late_strict.yaml", "strict: true\n" + textwrap.dedent(body))
     done = run(program, "--aspects", "late_strict.yaml", "prog.py")
@@ -528,6 +530,7 @@ def test_missing_attribute_of_lazy_module(program: Path) -> None:
     assert "helper.no_such_function" in done.stderr
     assert "(strict mode)" in done.stderr
     assert done.stderr.count("failed:") == 1  # the error is not repeated as a warning
+    assert done.stderr.count("no attribute path 'no_such_function'") == 1
     assert "Timed recorded no calls" in done.stderr  # not an empty table
 
 

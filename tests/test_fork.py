@@ -1,8 +1,8 @@
 """Fork safety: a child made by ``os.fork()`` while another thread holds a lock of the
 engine (the registry's, the handles', the process hooks', the logging configuration's,
 a ``Registry``'s) or of an aspect (``Timed``, ``Counted``, ``Recorder``) gets it back
-unlocked, a copy of such an aspect has a lock of its own, and the fork hook keeps no
-aspect alive."""
+unlocked, a copy of such an aspect or registry (or one unpickled) has a lock of its own,
+and the fork hook keeps no aspect alive."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import contextlib
 import copy
 import gc
 import json
+import multiprocessing
 import os
+import pickle
 import threading
 import time
 import weakref
@@ -302,3 +304,124 @@ def test_a_forked_childs_trace_events_carry_its_own_thread_id(tmp_path: Path) ->
             finally:
                 os._exit(code)
     assert _exit_status(pid) == 0
+
+
+# -- pickled aspects (what multiprocessing hands a spawned worker) --------------------------
+
+
+def _round_trip(obj: Any) -> Any:
+    return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.mark.parametrize("make", [lambda: Timed(trace=True), Counted], ids=["Timed", "Counted"])
+def test_an_unpickled_aspect_goes_on_from_what_it_recorded(make: Callable[[], Any]) -> None:
+    """Pickling Timed or Counted failed on its lock, so neither could be handed to a
+    worker process. One unpickled starts from what the original had recorded, as a copy
+    does, and records apart from it."""
+    aspect = make()
+    with ah.weave(add, aspect):
+        add(1)
+    before = _recorded(aspect)
+    twin = _round_trip(aspect)
+    assert _recorded(twin) == before
+    with ah.weave(add, twin):
+        add(2)
+    assert _recorded(aspect) == before
+    assert _recorded(twin) == {Timed: ([(2, 0)], 2), Counted: (2, 0)}[type(twin)]
+
+
+def test_an_unpickled_recorder_carries_no_calls() -> None:
+    """A ``Call`` holds the thread it ran in, which cannot be pickled: pickling a Recorder
+    that had recorded a call failed. One unpickled keeps its options and records its
+    own calls, numbered from 0; the original keeps its calls."""
+    recorder = Recorder(pointcut="props.*", name="rec", priority="HIGHEST")
+    with ah.weave(add, recorder):
+        add(1)
+    twin = _round_trip(recorder)
+    assert (twin.pointcut, twin.name, twin.priority) == ("props.*", "rec", "HIGHEST")
+    assert twin.calls == []
+    with ah.weave(add, twin):
+        add(2)
+    assert [(call.args, call.index) for call in twin.calls] == [((2,), 0)]
+    assert [(call.args, call.index) for call in recorder.calls] == [((1,), 0)]
+
+
+@needs_fork
+@multi_threaded_fork
+@pytest.mark.parametrize(("make", "use"), FLAVOURS, ids=["Timed", "Counted", "Recorder"])
+def test_an_unpickled_aspect_has_a_lock_made_anew_in_a_forked_child(
+    make: Callable[[], Any], use: Callable[[Any], bool]
+) -> None:
+    """An unpickled aspect's lock is made anew in a forked child, as a copy's is: a fork
+    while another thread holds it leaves the child able to record."""
+    aspect = make()
+    if not isinstance(aspect, Recorder):  # a Recorder's calls stay with the original
+        with ah.weave(add, aspect):
+            add(1)
+    twin = _round_trip(aspect)
+
+    def check() -> bool:
+        if isinstance(twin, Recorder):
+            with ah.weave(add, twin):
+                add(1)
+        return use(twin)
+
+    assert _fork_while(lambda: twin._lock, check) == 0
+
+
+def _count_in_worker(counted: Counted) -> dict[str, int]:
+    """Run in a spawned worker: count two more calls of ``add`` there."""
+    with ah.weave(add, counted):
+        add(1)
+        add(2)
+    return dict(counted.counts)
+
+
+def test_an_aspect_can_be_handed_to_a_spawned_worker() -> None:
+    """multiprocessing's spawn start method pickles what it hands a worker: a Counted
+    failed there on its lock. The worker's goes on from the original's counts."""
+    counted = Counted()
+    with ah.weave(add, counted):
+        add(0)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        counts = pool.apply(_count_in_worker, (counted,))
+    assert counts == {f"{__name__}.add": 3}
+    assert counted.counts[f"{__name__}.add"] == 1
+
+
+# -- copies of a registry --------------------------------------------------------------------
+
+
+COPIERS = [copy.copy, copy.deepcopy, _round_trip]
+
+
+@pytest.mark.parametrize("copier", COPIERS, ids=["copy", "deepcopy", "pickle"])
+def test_a_copy_of_a_registry_has_names_of_its_own(copier: Callable[[Any], Any]) -> None:
+    """A shallow copy of a Registry shared its lock and its names (registering in the copy
+    registered in the original too); a deep copy or a pickle failed on the lock. A copy
+    starts from the original's names, for the same classes, and registers apart."""
+    mine = Registry("thing")
+    mine.register(dict, name="Dict")
+    assert mine.get("Dict") is dict  # loaded once: the copy keeps what was loaded too
+    twin = copier(mine)
+    assert twin._lock is not mine._lock
+    twin.register(list, name="List")
+    mine.register(set, name="Set")
+    assert (twin.names(), mine.names()) == (["Dict", "List"], ["Dict", "Set"])
+    assert twin.get("Dict") is dict
+    assert twin.build({"type": "List"}) == []
+
+
+@needs_fork
+@multi_threaded_fork
+@pytest.mark.parametrize("copier", COPIERS, ids=["copy", "deepcopy", "pickle"])
+def test_a_copy_of_a_registry_has_a_lock_made_anew_in_a_forked_child(
+    copier: Callable[[Any], Any],
+) -> None:
+    """A shallow copy shared the original's lock, which the fork hook re-made for the
+    original only: a fork while another thread held it left the copy's first lookup in
+    the child waiting for ever. The copy's own lock is made anew there."""
+    mine = Registry("thing")
+    mine.register(dict, name="Dict")
+    twin = copier(mine)
+    assert _fork_while(lambda: twin._lock, lambda: twin.get("Dict") is dict) == 0

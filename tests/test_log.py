@@ -62,6 +62,20 @@ def test_cli_quiets_then_redirects_core_logs_to_stderr(capsys: pytest.CaptureFix
     assert captured.out == ""
 
 
+def test_cli_leaves_out_the_failures_it_reports_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """A config weave that fails later is reported at exit with its config key: the
+    package's ``weave.failed`` line for it said it a second time. Only those are left out:
+    a failure of the program's own weave, and other events, still show."""
+    _cli_logging._core_logs_to_stderr({"cfg.target"})
+    _log.get_logger().warning("weave.failed", target="cfg.target", reason="config's")
+    _log.get_logger().warning("weave.failed", target="own.target", reason="program's")
+    _log.get_logger().error("advice.failed", target="cfg.target", reason="advice")
+    err = capsys.readouterr().err
+    assert "config's" not in err
+    assert "program's" in err
+    assert "advice.failed" in err
+
+
 def test_a_report_made_while_structlog_is_imported_does_not_break_that_import() -> None:
     """A pending weave that fails on a module structlog's own import brings in (json)
     reports it on stderr; ``import structlog`` (the user's, or the logger's) goes on."""

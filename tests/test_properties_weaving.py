@@ -269,6 +269,8 @@ class WeavingMachine(RuleBasedStateMachine):
             behaviour = {"before": "skip", "on_error": "recover"}.get(kind, "plain")
         if kind == "around" and behaviour == "faulty":
             behaviour = "plain"
+        # Only advice already in force: ordering advice against itself is refused when
+        # it is registered, so the model never names the new advice here.
         names = [label for a in self._live() for label in sorted(a.labels)]
         order = None
         if spec["order"] is not None and names:  # one constraint each: no cycle can form
@@ -623,7 +625,7 @@ def _ordered(stage: list[Live]) -> list[Live]:
     waits: dict[int, list[Live]] = {a.number: [] for a in stage}
     for a in stage:
         other = by_name.get(a.order[1]) if a.order is not None else None
-        if other is None or other is a:
+        if other is None:  # it names advice no longer in force here
             continue
         if a.order[0] == "order_after":
             waits[a.number].append(other)
@@ -651,7 +653,7 @@ def _check_order(ran: list[int], here: list[Live], kind: str) -> None:
     for n in ran:
         a = stage[n]
         target = labels.get(a.order[1]) if a.order is not None else None
-        if target is None or target == n:
+        if target is None:
             free.append(n)
         elif target in position:
             after = a.order is not None and a.order[0] == "order_after"

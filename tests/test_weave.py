@@ -1309,6 +1309,70 @@ def test_glob_below_a_namespace_package_weaves_its_modules_as_they_are_imported(
             del sys.modules[module]
 
 
+def _namespace_package(tmp_path: Path, nested: bool) -> tuple[str, str]:
+    """A namespace package (a folder without ``__init__.py``) holding ``a.py`` with
+    ``func``, below a regular package when ``nested``: (its top-level name, its name)."""
+    top = f"ah_ns_{next(_module_numbers)}"
+    package = f"{top}.ns" if nested else top
+    folder = tmp_path / package.replace(".", "/")
+    folder.mkdir(parents=True)
+    if nested:
+        (tmp_path / top / "__init__.py").write_text("")
+    (folder / "a.py").write_text("def func(x):\n    return x + 1\n")
+    importlib.invalidate_caches()
+    return top, package
+
+
+@pytest.mark.parametrize("imported", [False, True], ids=["not-imported", "imported"])
+@pytest.mark.parametrize("spelling", ["{}.*", "{}:*"])
+def test_glob_right_at_a_namespace_package_is_refused_saying_what_to_write(
+    new_module: Callable[..., str], tmp_path: Path, imported: bool, spelling: str
+) -> None:
+    """'ns.*' names the functions of ``ns`` itself, as 'pkg.*' names what
+    ``pkg/__init__.py`` defines; a namespace package has none, and the weave stayed
+    'pending import' for ever while the program imported and called ``ns.a.func``. It
+    is refused, saying to write 'ns.*.*', which weaves its modules' functions."""
+    new_module("")  # puts tmp_path on sys.path
+    top, package = _namespace_package(tmp_path, nested=False)
+    target = spelling.format(package)
+    seen: list[str] = []
+    try:
+        if imported:
+            _import(package)
+        with pytest.raises(WeaveTargetError, match=rf"write '{package}\.\*\.\*' for") as info:
+            ah.weave(target, before=lambda ctx: seen.append(ctx.joinpoint.name))
+        assert info.value.target == target
+        assert statuses(target) == []
+        with ah.woven(f"{package}.*.*", before=lambda ctx: seen.append(ctx.joinpoint.name)):
+            assert _import(f"{package}.a").func(0) == 1
+        assert seen == [f"{package}.a.func"]
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] == top]:
+            del sys.modules[module]
+
+
+def test_glob_right_at_a_namespace_package_below_one_imported_later_fails(
+    new_module: Callable[..., str], tmp_path: Path
+) -> None:
+    """'pkg.ns.*' with ``pkg`` not imported yet waits for ``pkg``; once it is imported
+    ``ns`` is found to be a namespace package and the weave fails saying what to write
+    (it stayed 'pending import' for ever)."""
+    new_module("")  # puts tmp_path on sys.path
+    top, package = _namespace_package(tmp_path, nested=True)
+    target = f"{package}.*"
+    try:
+        with capture_logs() as logs, ah.woven(target, before=lambda ctx: None):
+            assert statuses(target) == ["pending import"]
+            _import(package)
+            rows = [r for r in ah.describe() if r.joinpoint == target]
+            assert [r.status for r in rows] == ["failed"]
+            assert f"write '{package}.*.*' for" in rows[0].note
+        assert [entry["event"] for entry in logs] == ["weave.failed"]
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] == top]:
+            del sys.modules[module]
+
+
 def test_glob_over_submodules_of_a_package_imported_later(
     new_module: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -1615,10 +1679,26 @@ def test_missing_target_is_skipped(target: str, reason: str) -> None:
     assert [r.status for r in rows] == ["skipped"]
     assert reason in rows[0].note
     assert ah.default_weaver.registered == []
-    # The handle says what was skipped and why, its state once: "(active)".
-    assert repr(handle) == f"<Handle weave {target}, skipped: {rows[0].note} (active)>"
+    # The handle says the weave was skipped and why; it read "..., skipped: ... (active)"
+    # although nothing is woven.
+    assert repr(handle) == f"<Handle weave {target} (skipped: {rows[0].note})>"
     handle.remove()
+    assert repr(handle) == f"<Handle weave {target} (removed)>"
     assert statuses(target) == []
+
+
+def test_a_weave_handle_repr_says_the_weave_status(new_module: Callable[..., str]) -> None:
+    """A weave's handle shows its weave's status, as describe() does: a glob that matched
+    nothing, a path waiting for its module's import; it read "(active)" for both."""
+    with capture_logs():
+        nothing = ah.weave("json.no_such_*", before=lambda ctx: None)
+    name = new_module(LAZY_SOURCE)
+    with nothing, ah.weave(f"{name}.func", before=lambda ctx: None) as waiting:
+        assert repr(nothing) == "<Handle weave json.no_such_* (skipped: matched nothing)>"
+        assert repr(waiting) == f"<Handle weave {name}.func (pending import)>"
+        _import(name)
+        assert repr(waiting) == f"<Handle weave {name}.func (active)>"
+    assert repr(waiting) == f"<Handle weave {name}.func (removed)>"
 
 
 @pytest.mark.parametrize(

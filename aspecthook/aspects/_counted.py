@@ -39,7 +39,8 @@ class Counted(Aspect, OwnsLock):
       pay for; ``Timed`` counts them.
 
     A copy (``copy.copy`` or ``copy.deepcopy``) starts from the counts as they are and
-    counts apart from this one.
+    counts apart from this one; so does one unpickled (``multiprocessing`` hands an
+    aspect to a spawned worker so).
     """
 
     priority: PriorityLike = Priority.HIGHEST

@@ -137,7 +137,8 @@ class Timed(Aspect, OwnsLock):
     Outermost around advice (``HIGHEST``) with ``errors='log'``: a failure in the timing
     is logged, never raised into the timed call. A copy (``copy.copy`` or
     ``copy.deepcopy``) starts from the timings and trace events as they are and records
-    apart from this one.
+    apart from this one; so does one unpickled (``multiprocessing`` hands an aspect to a
+    spawned worker so), whose summary then counts the calls timed before it was pickled.
     """
 
     priority: PriorityLike = Priority.HIGHEST

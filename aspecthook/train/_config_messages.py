@@ -222,8 +222,9 @@ _OPENMMLAB_KEYS = {
     "it as Runner.from_config(..., model=model). torch.load's weights_only=True refuses the "
     "other objects an OpenMMLab file holds (its message_hub's): re-save the weights alone "
     "once, where you trust the file, torch.save(torch.load(path, weights_only=False)"
-    "['state_dict'], 'weights.pt'), and load that. To go on with the run saved there "
-    "(OpenMMLab's resume=True), give the Checkpoint aspect resume: with the file's path",
+    "['state_dict'], 'weights.pt'), and load that. A run OpenMMLab saved (its "
+    "resume=True) cannot be continued here: start from its weights as above; the "
+    "Checkpoint aspect's resume: takes only the checkpoints that aspect saves",
     "resume": "OpenMMLab's resume=True is the Checkpoint aspect's resume: auto; "
     "resume=False, starting afresh, is the default here: remove the key",
     "default_scope": "there are no registry scopes here; remove it",

@@ -411,6 +411,18 @@ def test_openmmlab_load_from_is_told_apart_from_a_resume() -> None:
     assert "resume=True" in message
 
 
+def test_openmmlab_load_from_does_not_say_to_resume_from_an_openmmlab_file() -> None:
+    """The Checkpoint aspect's resume: reads only the checkpoints that aspect saves: the
+    error said to give it the OpenMMLab file's path to go on with that run, which fails
+    on such a file. It says to start from the file's weights instead."""
+    with pytest.raises(ConfigError) as info:
+        Runner.from_config(_config(load_from="pretrained.pt"))
+    message = str(info.value)
+    assert "with the file's path" not in message
+    assert "cannot be continued here: start from its weights as above" in message
+    assert "resume: takes only the checkpoints that aspect saves" in message
+
+
 def test_openmmlab_load_from_says_how_to_load_a_file_weights_only_refuses() -> None:
     """An OpenMMLab checkpoint holds objects of its own (its message hub's buffers) beside
     the weights, which torch.load refuses by default (weights_only=True) with a page-long
