@@ -413,6 +413,27 @@ def test_an_unlisted_checkpoint_a_killed_write_left_is_written_over_on_resume(
     assert replaced == [str(tmp_path / "iter_6.pt")]
 
 
+def test_another_tools_file_a_resume_tried_without_a_manifest_is_not_written_over(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints copied without ``latest`` beside another tool's ``iter_6.pt`` (a torch
+    file, no checkpoint of this format): the resume warns that it is unusable and goes on
+    from ``iter_4.pt``, but the file is not taken for a damaged checkpoint of ours: the
+    save onto its name stops the run and the file is as it was."""
+    _runner(tmp_path, 4).run()
+    (tmp_path / "latest").unlink()
+    theirs = tmp_path / "iter_6.pt"
+    torch.save({"state_dict": make_model().state_dict()}, theirs)
+    before = theirs.read_bytes()
+    runner = _runner(tmp_path, 8, resume="auto")
+    with (
+        pytest.warns(RuntimeWarning, match=r"iter_6\.pt is unusable"),
+        pytest.raises(RunnerError, match=r"will not write over '.*iter_6\.pt'.*move it out"),
+    ):
+        runner.run()
+    assert theirs.read_bytes() == before
+
+
 # -- a checkpoint of another model ---------------------------------------------------------
 
 

@@ -208,6 +208,34 @@ def test_logger_smooths_every_loss_time_and_grad_norm_over_its_window(tmp_path: 
         assert logged["acc"] == seen[logged["iter"]]["acc"]
 
 
+def _step_with_a_part_every_other_iteration(runner: Runner, batch: Any) -> dict[str, Any]:
+    """A train_step returning ``loss_aux`` (the iteration's number) on even iterations only."""
+    x, y = batch
+    out: dict[str, Any] = {"loss": torch.nn.functional.cross_entropy(runner.model(x), y)}
+    number = runner.iter + 1  # the iteration this step belongs to
+    if number % 2 == 0:
+        out["loss_aux"] = float(number)
+    return out
+
+
+def test_a_value_returned_on_some_iterations_is_smoothed_over_the_window_alone(
+    tmp_path: Path,
+) -> None:
+    """A smoothed value a step returns on some iterations only (grad_norm under
+    GradAccumulation) is the mean of the logged window's iterations that have it; the
+    values of an earlier window no longer make up the rest of it."""
+    logger = Logger(interval=8, window=4, errors="raise")
+    runner = _runner(
+        tmp_path, [logger], max_epochs=3, train_step=_step_with_a_part_every_other_iteration
+    )
+    runner.run()
+    train = [r for r in logger.records if r["mode"] == "train"]
+    assert [r["iter"] for r in train] == [8, 16]
+    for logged in train:
+        it = logged["iter"]
+        assert logged["loss_aux"] == pytest.approx((it - 2 + it) / 2), it
+
+
 def test_a_run_resumed_inside_a_log_window_logs_the_same_smoothed_parts(
     tmp_path: Path,
 ) -> None:

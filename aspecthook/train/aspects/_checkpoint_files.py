@@ -63,7 +63,13 @@ _RECORD = {"size": int, "sha256": str, "iter": int}
 
 
 class _Unusable(Exception):
-    """A checkpoint that cannot be resumed from; the message says why."""
+    """A checkpoint that cannot be resumed from; the message says why. ``foreign``: the
+    file loads but holds no checkpoint of ours (another tool's), so it is no damaged
+    checkpoint a save may write over (``_check_unlisted``)."""
+
+    def __init__(self, reason: str, *, foreign: bool = False) -> None:
+        super().__init__(reason)
+        self.foreign = foreign
 
 
 @dataclass(eq=False)
@@ -352,7 +358,7 @@ def _find(
     """(path, payload, manifest) of the checkpoint to resume from; None if there is none,
     an error if there are some and none is usable. The unusable files met are reported,
     unless ``quiet`` (ranks other than 0: every rank looks, rank 0 says what it found),
-    and added to ``unusable``.
+    and the damaged ones (not another tool's files) added to ``unusable``.
 
     Without a readable ``latest`` (a first save cut short before it, files copied without
     it) the folder's checkpoint files (``names``) are all tried and the one furthest into
@@ -381,7 +387,7 @@ def _find(
             if not quiet:
                 action = "trying the previous one" if manifest else "trying the others"
                 _report(path, str(exc), action)
-            if unusable is not None:
+            if unusable is not None and not exc.foreign:
                 unusable.append(path)
             continue
         if manifest:
@@ -418,11 +424,11 @@ def _load(path: Path, record: Any) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise _Unusable(_load_failure(exc)) from None
+        raise _Unusable(_load_failure(exc), foreign=_refused(exc)) from None
     if isinstance(payload, dict):
         _check_format(path, payload.get("format"), "file")
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
-        raise _Unusable("not an aspecthook checkpoint of this version")
+        raise _Unusable("not an aspecthook checkpoint of this version", foreign=True)
     return payload
 
 
@@ -434,10 +440,9 @@ def _load_failure(exc: Exception) -> str:
     """Why ``torch.load`` failed: for an object ``weights_only=True`` refuses (a class of
     the file's own, which no checkpoint of ours holds), what it is and what to do, in place
     of torch's page-long message; any other error as it is."""
-    text = str(exc)
-    if not (isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in text):
+    if not _refused(exc):
         return f"torch.load failed: {type(exc).__name__}: {exc}"
-    found = _REFUSED.search(text)
+    found = _REFUSED.search(str(exc))
     return (
         "it holds objects that torch.load(weights_only=True) does not load"
         f"{f' ({found.group(1)})' if found else ''}, so Checkpoint did not write it. To start "
@@ -445,6 +450,12 @@ def _load_failure(exc: Exception) -> str:
         "(torch.save(model.state_dict(), path)) and load that into the model before run(), "
         "without resume="
     )
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether ``torch.load(weights_only=True)`` refused an object of the file's (which no
+    checkpoint of ours holds), rather than failing to read it."""
+    return isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in str(exc)
 
 
 def _sha256(path: Path) -> str:

@@ -157,6 +157,7 @@ class Logger(Aspect):
                 self._keep(outputs)  # the other smoothed scalars (time, loss_cls ...)
             if left == 0:
                 self._train_record(runner, it)
+                self._end_windows(it)
         except Exception:
             if self.errors != "log":
                 raise
@@ -188,6 +189,19 @@ class Logger(Aspect):
         kept = _kept(value)
         if kept is not None:
             self._windows[key] = deque([kept], maxlen=self.window)
+
+    def _end_windows(self, it: int) -> None:
+        """At a log point: empty the windows of ``_windows`` if the next log point is a whole
+        ``window`` away, so that a value a step returns on some iterations only
+        (``grad_norm`` under ``GradAccumulation``) is averaged over the iterations of that
+        point's window that have it, not over older windows' values. Where two log points
+        are closer, the next point's window holds iterations of this one's: kept."""
+        to_next = min(
+            -it % self.interval or self.interval, -it % self.file_interval or self.file_interval
+        )
+        if to_next >= self.window:
+            for window in self._windows.values():
+                window.clear()
 
     def state_dict(self) -> dict[str, Any]:
         """The values in the smoothing windows so far (part of checkpoints): a run resumed
