@@ -253,6 +253,45 @@ def test_assert_called_with_checks_the_last_call(weaver: ah.Weaver) -> None:
         Recorder().last()
 
 
+def test_assertion_messages_name_a_woven_function_and_show_the_calls(
+    weaver: ah.Weaver,
+) -> None:
+    """A failed assertion on a woven function names its join point (not the proxy's
+    address) and lists the recorded calls with their arguments and what they raised."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(fail, rec)
+    add(1)
+    add(2, b=5)
+    with pytest.raises(ValueError):
+        fail("x" * 100)
+    with pytest.raises(AssertionError) as info:
+        rec.assert_called(add, times=1)
+    message = str(info.value)
+    assert "JoinPointProxy" not in message
+    assert f"expected Name('{__name__}.add') to be called once, it was called 2 times" in message
+    assert f"{__name__}.add(1), {__name__}.add(2, b=5), {__name__}.fail('xxx" in message
+    assert message.endswith("xxx') raised ValueError")
+    assert "x" * 100 not in message  # long arguments are shortened
+    with pytest.raises(AssertionError, match=r"^expected the last call to Name\('.*\.add'\)"):
+        rec.assert_called_with(add, 3)
+
+
+def test_assert_called_with_says_an_earlier_call_had_the_arguments(weaver: ah.Weaver) -> None:
+    """When only an earlier call had the expected arguments, the message says which, and
+    lists the calls to the join point."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    add(2, b=5)
+    with pytest.raises(AssertionError) as info:
+        rec.assert_called_with("*.add", 1)
+    message = str(info.value)
+    assert message.startswith("expected the last call to '*.add' with (1), got (2, b=5)")
+    assert f"all 2 calls to it: {__name__}.add(1), {__name__}.add(2, b=5)" in message
+    assert "the call with index 0 had those arguments" in message
+
+
 def test_clear_forgets_calls(weaver: ah.Weaver) -> None:
     """clear() empties the record and restarts the order index."""
     rec = Recorder()
