@@ -21,7 +21,9 @@ is enough) provides fixtures that keep tests from leaking advice into each other
     Yields ``aspecthook.default_weaver`` and, after the test, removes every registration
     and weave the test made on it (``@on(...)``, ``register(...)``, ``weave(...)``),
     leaving what was there before the test (advice registered at import, or by fixtures
-    of a wider scope) in place. It is set up before the test's other function-scoped
+    of a wider scope) in place; such advice that the test removed (``fn.remove()``) is
+    registered again. A weave made before the test that the test undid (``unweave``,
+    ``default_weaver.clear()``) is not made again (``docs/known-issues.md``). It is set up before the test's other function-scoped
     fixtures, so what they register is the test's and is removed too.
 ``recorder``
     A fresh ``Recorder`` with no pointcut, to ``weave(target, recorder)``; isolated too.
@@ -440,6 +442,7 @@ def _isolate(target: Weaver) -> Callable[[], None]:
     # Keep the handles themselves, not their ids: a removed handle could be collected
     # and its id reused by a handle the test makes.
     known = {id(h): h for h in target._handles}
+    registrations = target._registrations()
     records = {id(r): r for r in WEAVES}
 
     def undo() -> None:
@@ -449,6 +452,14 @@ def _isolate(target: Weaver) -> Callable[[], None]:
                 _remove_added(target, handle, known)
             except Exception as exc:
                 failures.append(exc)
+        # What the test removed of the advice registered before it (``fn.remove()`` on
+        # advice registered at import) is registered again, so later tests still have it.
+        for handle in registrations:
+            if not handle.active:
+                try:
+                    target._register_again(handle)
+                except Exception as exc:
+                    failures.append(exc)
         # Skipped weaves leave a record but no tracked handle.
         for record in [r for r in WEAVES if id(r) not in records and r.weaver is target]:
             WEAVES.remove(record)

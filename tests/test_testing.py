@@ -472,6 +472,80 @@ def test_fixture_keeps_registrations_made_before_the_test(pytester: pytest.Pytes
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_fixture_registers_again_what_a_test_removed(pytester: pytest.Pytester) -> None:
+    """Advice registered at import that a test removes is back for the next tests, in its
+    order among advice of the same priority, and without a second ``process.start``."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        seen = []
+        starts = []
+
+        @ah.joinpoint
+        def parse(text):
+            return int(text)
+
+        @ah.before("*.parse", priority=0)
+        def first(ctx):
+            seen.append("first")
+
+        @ah.before("*.parse", priority=0)
+        def second(ctx):
+            seen.append("second")
+
+        @ah.on("app.ping")
+        @ah.on("app.pong")
+        def stacked(event):
+            seen.append(event.name)
+
+        @ah.on("process.start")
+        def started(event):
+            starts.append(event.payload["pid"])
+
+        def test_removes_them(weaver):
+            first.remove()
+            stacked.remove()
+            started.remove()
+            assert not first.active
+
+        def test_they_are_back():
+            seen.clear()
+            parse("1")
+            ah.emit("app.ping")
+            ah.emit("app.pong")
+            assert seen == ["first", "second", "app.ping", "app.pong"]
+            assert first.active and stacked.active and started.active
+            assert len(starts) == 1
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_fixture_does_not_weave_again_what_a_test_unwove(pytester: pytest.Pytester) -> None:
+    """Pins a known limit (docs/known-issues.md): a weave made at import that a test
+    removes is not made again, so the advice registered for it runs no more."""
+    pytester.makepyfile(
+        """
+        import json
+
+        import aspecthook as ah
+
+        seen = []
+        woven = ah.weave("json.dumps")
+        ah.before("json.dumps")(lambda ctx: seen.append("dumps"))
+
+        def test_unweaves(weaver):
+            woven.remove()
+
+        def test_the_weave_stays_undone():
+            json.dumps(1)
+            assert seen == []
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
 def test_fixture_keeps_an_import_time_subscription_a_test_stacked_on(
     pytester: pytest.Pytester,
 ) -> None:
