@@ -23,8 +23,9 @@ is enough) provides fixtures that keep tests from leaking advice into each other
     leaving what was there before the test (advice registered at import, or by fixtures
     of a wider scope) in place; such advice that the test removed (``fn.remove()``) is
     registered again. A weave made before the test that the test undid (``unweave``,
-    ``default_weaver.clear()``) is not made again (``docs/known-issues.md``). It is set up before the test's other function-scoped
-    fixtures, so what they register is the test's and is removed too.
+    ``default_weaver.clear()``) is not made again (``docs/known-issues.md``). It is set
+    up before the test's other function-scoped fixtures, so what they register is the
+    test's and is removed too.
 ``recorder``
     A fresh ``Recorder`` with no pointcut, to ``weave(target, recorder)``; isolated too.
 """
