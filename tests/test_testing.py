@@ -546,6 +546,33 @@ def test_fixture_does_not_weave_again_what_a_test_unwove(pytester: pytest.Pytest
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_advice_a_test_module_registers_at_import_reaches_other_modules(
+    pytester: pytest.Pytester,
+) -> None:
+    """Pins a known limit (docs/known-issues.md): a test module's module-level advice is
+    registered at collection, so it runs in the tests of the modules collected with it."""
+    pytester.makepyfile(
+        test_first="""
+        import aspecthook as ah
+
+        seen = []
+        ah.on("app.ready")(lambda event: seen.append("first module"))
+
+        def test_own(weaver):
+            pass
+        """,
+        test_second="""
+        import aspecthook as ah
+        import test_first
+
+        def test_other_module(weaver):
+            ah.emit("app.ready")
+            assert test_first.seen == ["first module"]
+        """,
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
 def test_fixture_keeps_an_import_time_subscription_a_test_stacked_on(
     pytester: pytest.Pytester,
 ) -> None:
