@@ -331,7 +331,7 @@ class Recorder(Aspect, OwnsLock):
     def assert_called_with(self, pointcut: PointcutLike, /, *args: Any, **kwargs: Any) -> Call:
         """Assert the last call to ``pointcut`` got exactly these arguments; return it."""
         found = self.calls_to(pointcut)
-        call = self.last(pointcut)
+        call = found[-1] if found else self.last(pointcut)  # last() raises, saying why
         if call.args != args or call.kwargs != kwargs:
             raise AssertionError(
                 f"expected the last call to {_label(pointcut)} with "
