@@ -123,11 +123,15 @@ class Registry:
             ]
         self._commit(changes)
 
-    def add_advice(self, weaver: Weaver, advices: list[Advice]) -> None:
-        """Register ``advices`` on ``weaver`` and apply them to every matching join point."""
+    def add_advice(self, weaver: Weaver, advices: list[Advice], *, again: bool = False) -> None:
+        """Register ``advices`` on ``weaver`` and apply them to every matching join point.
+
+        ``again``: they were registered before and are put back where they were among
+        advice of the same priority (their first registration's order), not last."""
         with LOCK:
             for advice in advices:
-                advice.seq = next(self.seq)
+                if not again or advice.seq < 0:
+                    advice.seq = next(self.seq)
             self._check_events(weaver, advices)  # raises OrderingCycleError: nothing changed
             changes: dict[JoinPoint, list[Advice]] = {}
             for jp in self.points_of(weaver):

@@ -281,6 +281,32 @@ class Weaver:
                 advice._handle = handle
         return parts
 
+    def _registrations(self) -> list[Handle]:
+        """The handles of what was registered here (``add``, ``register``, decorators),
+        not those of weaves: the ones ``_register_again`` can put back."""
+        with LOCK:
+            return [
+                h
+                for h in self._handles
+                if h._state is None and h.items and all(isinstance(a, Advice) for a in h.items)
+            ]
+
+    def _register_again(self, handle: Handle) -> None:
+        """Register the advice of ``handle``, removed meanwhile, again under that same
+        handle and in its first registration's order, without replaying
+        ``process.start`` (the test fixtures put back what a test removed)."""
+        items: list[Advice] = list(handle.items)
+        with LOCK:
+            if handle.active or any(a.active for a in items):
+                return
+            self._check_open("add")
+            REGISTRY.add_advice(self, items, again=True)
+            with handle._lock:
+                handle._undo = lambda: self._remove(items, handle)
+            for advice in items:
+                advice._handle = handle
+            self._handles.append(handle)
+
     def _remove(self, items: list[Advice], handle: Handle) -> None:
         REGISTRY.remove_advice(self, items)
         with LOCK:

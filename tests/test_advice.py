@@ -1656,3 +1656,62 @@ def test_lambdas_and_predicate_objects_stay_predicate_pointcuts(weaver: ah.Weave
     assert seen == ["mine.thing", "predicate mine.thing"]
     with pytest.raises(AspectDefinitionError, match=r"aspecthook.Predicate\(is_mine\)"):
         weaver.on(is_mine)
+
+
+def test_advice_at_a_generator_function_sees_the_call_that_makes_the_generator(
+    weaver: ah.Weaver,
+) -> None:
+    """Pins a known limit (docs/known-issues.md): at a generator function, after advice
+    gets the generator and an exception raised while it is iterated reaches no on_error
+    advice."""
+    seen: list[object] = []
+
+    @weaver.joinpoint("pkg.numbers")
+    def numbers() -> Any:
+        yield 1
+        raise ValueError("while iterating")
+
+    weaver.after("pkg.numbers")(lambda ctx: seen.append(ctx.result))
+    weaver.on_error("pkg.numbers")(lambda ctx: seen.append(ctx.exception))
+    with pytest.raises(ValueError, match="while iterating"):
+        list(numbers())
+    [result] = seen
+    assert isinstance(result, types.GeneratorType)
+
+
+def test_plain_around_advice_at_an_async_join_point_gets_the_coroutine(
+    weaver: ah.Weaver,
+) -> None:
+    """Pins a known limit (docs/known-issues.md): ``def`` around advice at an async join
+    point gets a coroutine from ``proceed()``, so its ``except`` does not see the target's
+    exception; ``async def`` around advice does."""
+    caught: list[str] = []
+
+    @weaver.joinpoint("pkg.fetch")
+    async def fetch() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("down")
+
+    @weaver.around("pkg.fetch")
+    def plain(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        try:
+            return proceed()
+        except ValueError:
+            caught.append("plain")
+            return None
+
+    with pytest.raises(ValueError, match="down"):
+        asyncio.run(fetch())
+    assert caught == []
+    plain.remove()
+
+    @weaver.around("pkg.fetch")
+    async def awaited(ctx: ah.CallContext, proceed: ah.Proceed) -> Any:
+        try:
+            return await proceed()
+        except ValueError:
+            caught.append("async")
+            return None
+
+    assert asyncio.run(fetch()) is None
+    assert caught == ["async"]

@@ -253,6 +253,45 @@ def test_assert_called_with_checks_the_last_call(weaver: ah.Weaver) -> None:
         Recorder().last()
 
 
+def test_assertion_messages_name_a_woven_function_and_show_the_calls(
+    weaver: ah.Weaver,
+) -> None:
+    """A failed assertion on a woven function names its join point (not the proxy's
+    address) and lists the recorded calls with their arguments and what they raised."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    weaver.weave(fail, rec)
+    add(1)
+    add(2, b=5)
+    with pytest.raises(ValueError):
+        fail("x" * 100)
+    with pytest.raises(AssertionError) as info:
+        rec.assert_called(add, times=1)
+    message = str(info.value)
+    assert "JoinPointProxy" not in message
+    assert f"expected Name('{__name__}.add') to be called once, it was called 2 times" in message
+    assert f"{__name__}.add(1), {__name__}.add(2, b=5), {__name__}.fail('xxx" in message
+    assert message.endswith("xxx') raised ValueError")
+    assert "x" * 100 not in message  # long arguments are shortened
+    with pytest.raises(AssertionError, match=r"^expected the last call to Name\('.*\.add'\)"):
+        rec.assert_called_with(add, 3)
+
+
+def test_assert_called_with_says_an_earlier_call_had_the_arguments(weaver: ah.Weaver) -> None:
+    """When only an earlier call had the expected arguments, the message says which, and
+    lists the calls to the join point."""
+    rec = Recorder()
+    weaver.weave(add, rec)
+    add(1)
+    add(2, b=5)
+    with pytest.raises(AssertionError) as info:
+        rec.assert_called_with("*.add", 1)
+    message = str(info.value)
+    assert message.startswith("expected the last call to '*.add' with (1), got (2, b=5)")
+    assert f"all 2 calls to it: {__name__}.add(1), {__name__}.add(2, b=5)" in message
+    assert "the call with index 0 had those arguments" in message
+
+
 def test_clear_forgets_calls(weaver: ah.Weaver) -> None:
     """clear() empties the record and restarts the order index."""
     rec = Recorder()
@@ -429,6 +468,107 @@ def test_fixture_keeps_registrations_made_before_the_test(pytester: pytest.Pytes
             assert len(ah.default_weaver._subscribers("kept.event")) == 1
             module_level.remove()
         """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_fixture_registers_again_what_a_test_removed(pytester: pytest.Pytester) -> None:
+    """Advice registered at import that a test removes is back for the next tests, in its
+    order among advice of the same priority, and without a second ``process.start``."""
+    pytester.makepyfile(
+        """
+        import aspecthook as ah
+
+        seen = []
+        starts = []
+
+        @ah.joinpoint
+        def parse(text):
+            return int(text)
+
+        @ah.before("*.parse", priority=0)
+        def first(ctx):
+            seen.append("first")
+
+        @ah.before("*.parse", priority=0)
+        def second(ctx):
+            seen.append("second")
+
+        @ah.on("app.ping")
+        @ah.on("app.pong")
+        def stacked(event):
+            seen.append(event.name)
+
+        @ah.on("process.start")
+        def started(event):
+            starts.append(event.payload["pid"])
+
+        def test_removes_them(weaver):
+            first.remove()
+            stacked.remove()
+            started.remove()
+            assert not first.active
+
+        def test_they_are_back():
+            seen.clear()
+            parse("1")
+            ah.emit("app.ping")
+            ah.emit("app.pong")
+            assert seen == ["first", "second", "app.ping", "app.pong"]
+            assert first.active and stacked.active and started.active
+            assert len(starts) == 1
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_fixture_does_not_weave_again_what_a_test_unwove(pytester: pytest.Pytester) -> None:
+    """Pins a known limit (docs/known-issues.md): a weave made at import that a test
+    removes is not made again, so the advice registered for it runs no more."""
+    pytester.makepyfile(
+        """
+        import json
+
+        import aspecthook as ah
+
+        seen = []
+        woven = ah.weave("json.dumps")
+        ah.before("json.dumps")(lambda ctx: seen.append("dumps"))
+
+        def test_unweaves(weaver):
+            woven.remove()
+
+        def test_the_weave_stays_undone():
+            json.dumps(1)
+            assert seen == []
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_advice_a_test_module_registers_at_import_reaches_other_modules(
+    pytester: pytest.Pytester,
+) -> None:
+    """Pins a known limit (docs/known-issues.md): a test module's module-level advice is
+    registered at collection, so it runs in the tests of the modules collected with it."""
+    pytester.makepyfile(
+        test_first="""
+        import aspecthook as ah
+
+        seen = []
+        ah.on("app.ready")(lambda event: seen.append("first module"))
+
+        def test_own(weaver):
+            pass
+        """,
+        test_second="""
+        import aspecthook as ah
+        import test_first
+
+        def test_other_module(weaver):
+            ah.emit("app.ready")
+            assert test_first.seen == ["first module"]
+        """,
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
