@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -1285,6 +1286,25 @@ def test_glob_below_a_namespace_package_weaves_its_modules_as_they_are_imported(
     submodules are found on disk and woven as each is imported, also below a regular
     package imported later (``'pkg.ns.*.func'``)."""
     new_module("")  # puts tmp_path on sys.path
+    seen: list[str] = []
+    with (
+        _namespace_package(tmp_path, nested) as (_, package),
+        ah.woven(f"{package}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)),
+    ):
+        assert statuses(f"{package}.*.func") == ["pending import"]
+        a = _import(f"{package}.a")
+        assert statuses(f"{package}.*.func") == []  # active
+        b = _import(f"{package}.b")
+        assert (a.func(0), b.func(0)) == (1, 2)
+    assert seen == [f"{package}.a.func", f"{package}.b.func"]
+    assert not isinstance(a.func, wrapt.FunctionWrapper)
+
+
+@contextlib.contextmanager
+def _namespace_package(tmp_path: Path, nested: bool) -> Iterator[tuple[str, str]]:
+    """A namespace package (a folder without ``__init__.py``) holding ``a.py`` and
+    ``b.py`` with ``func``, below a regular package when ``nested``: (its top-level name,
+    its name); its modules are forgotten afterwards."""
     top = f"ah_ns_{next(_module_numbers)}"
     package = f"{top}.ns" if nested else top
     folder = tmp_path / package.replace(".", "/")
@@ -1294,33 +1314,11 @@ def test_glob_below_a_namespace_package_weaves_its_modules_as_they_are_imported(
     (folder / "a.py").write_text("def func(x):\n    return x + 1\n")
     (folder / "b.py").write_text("def func(x):\n    return x + 2\n")
     importlib.invalidate_caches()
-    seen: list[str] = []
     try:
-        with ah.woven(f"{package}.*.func", before=lambda ctx: seen.append(ctx.joinpoint.name)):
-            assert statuses(f"{package}.*.func") == ["pending import"]
-            a = _import(f"{package}.a")
-            assert statuses(f"{package}.*.func") == []  # active
-            b = _import(f"{package}.b")
-            assert (a.func(0), b.func(0)) == (1, 2)
-        assert seen == [f"{package}.a.func", f"{package}.b.func"]
-        assert not isinstance(a.func, wrapt.FunctionWrapper)
+        yield top, package
     finally:
         for module in [m for m in sys.modules if m.split(".")[0] == top]:
             del sys.modules[module]
-
-
-def _namespace_package(tmp_path: Path, nested: bool) -> tuple[str, str]:
-    """A namespace package (a folder without ``__init__.py``) holding ``a.py`` with
-    ``func``, below a regular package when ``nested``: (its top-level name, its name)."""
-    top = f"ah_ns_{next(_module_numbers)}"
-    package = f"{top}.ns" if nested else top
-    folder = tmp_path / package.replace(".", "/")
-    folder.mkdir(parents=True)
-    if nested:
-        (tmp_path / top / "__init__.py").write_text("")
-    (folder / "a.py").write_text("def func(x):\n    return x + 1\n")
-    importlib.invalidate_caches()
-    return top, package
 
 
 @pytest.mark.parametrize("imported", [False, True], ids=["not-imported", "imported"])
@@ -1333,10 +1331,9 @@ def test_glob_right_at_a_namespace_package_is_refused_saying_what_to_write(
     'pending import' for ever while the program imported and called ``ns.a.func``. It
     is refused, saying to write 'ns.*.*', which weaves its modules' functions."""
     new_module("")  # puts tmp_path on sys.path
-    top, package = _namespace_package(tmp_path, nested=False)
-    target = spelling.format(package)
     seen: list[str] = []
-    try:
+    with _namespace_package(tmp_path, nested=False) as (_, package):
+        target = spelling.format(package)
         if imported:
             _import(package)
         with pytest.raises(WeaveTargetError, match=rf"write '{package}\.\*\.\*' for") as info:
@@ -1346,9 +1343,6 @@ def test_glob_right_at_a_namespace_package_is_refused_saying_what_to_write(
         with ah.woven(f"{package}.*.*", before=lambda ctx: seen.append(ctx.joinpoint.name)):
             assert _import(f"{package}.a").func(0) == 1
         assert seen == [f"{package}.a.func"]
-    finally:
-        for module in [m for m in sys.modules if m.split(".")[0] == top]:
-            del sys.modules[module]
 
 
 def test_glob_right_at_a_namespace_package_below_one_imported_later_fails(
@@ -1358,9 +1352,8 @@ def test_glob_right_at_a_namespace_package_below_one_imported_later_fails(
     ``ns`` is found to be a namespace package and the weave fails saying what to write
     (it stayed 'pending import' for ever)."""
     new_module("")  # puts tmp_path on sys.path
-    top, package = _namespace_package(tmp_path, nested=True)
-    target = f"{package}.*"
-    try:
+    with _namespace_package(tmp_path, nested=True) as (_, package):
+        target = f"{package}.*"
         with capture_logs() as logs, ah.woven(target, before=lambda ctx: None):
             assert statuses(target) == ["pending import"]
             _import(package)
@@ -1368,9 +1361,6 @@ def test_glob_right_at_a_namespace_package_below_one_imported_later_fails(
             assert [r.status for r in rows] == ["failed"]
             assert f"write '{package}.*.*' for" in rows[0].note
         assert [entry["event"] for entry in logs] == ["weave.failed"]
-    finally:
-        for module in [m for m in sys.modules if m.split(".")[0] == top]:
-            del sys.modules[module]
 
 
 def test_glob_over_submodules_of_a_package_imported_later(
