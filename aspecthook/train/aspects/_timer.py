@@ -27,10 +27,9 @@ class IterTimer(Aspect):
     batch included, a validation in between left out). A run by ``max_epochs`` over a
     loader without a length (an ``IterableDataset``) has an ETA from the end of its first
     whole epoch on, each epoch left taken to be as long as the latest whole one. Its
-    priority is the highest: its
-    ``before`` starts the clock after nothing else and its ``after`` stops it before any
-    other after advice runs, so the figures are there for ``Logger`` and the other aspects
-    to read.
+    priority is the highest: its ``before`` starts the clock after nothing else and its
+    ``after`` stops it before any other after advice runs, so the figures are there for
+    ``Logger`` and the other aspects to read.
     """
 
     name = "iter_timer"
