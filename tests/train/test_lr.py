@@ -723,6 +723,42 @@ def test_a_schedule_sized_in_optimizer_steps_runs_to_the_end_when_accumulating()
     assert seen == pytest.approx(_torch_lrs(build, iters=4))
 
 
+@pytest.mark.parametrize(
+    ("accumulate", "by_epoch", "needed"),
+    [(4, False, 8), (1, False, 30), (1, True, 3)],
+)
+def test_a_one_cycle_shorter_than_the_run_is_refused_before_training(
+    accumulate: int, by_epoch: bool, needed: int
+) -> None:
+    """3 epochs of 10 batches step a OneCycleLR 8 times under GradAccumulation(4) (groups
+    run across epoch ends, the last one of 2), 30 times per iteration, 3 times per epoch.
+    One step short, the run is refused before it trains, with the length to give (torch
+    raised 'Tried to step' in its last iteration, after all the training); with that
+    length it runs to its end."""
+    from aspecthook.train.aspects import GradAccumulation
+
+    def make(total_steps: int) -> Runner:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+        build = lambda o: lr_scheduler.OneCycleLR(o, max_lr=1.0, total_steps=total_steps)  # noqa: E731
+        aspects: list[Any] = [LRSchedule(build, by_epoch=by_epoch)]
+        if accumulate > 1:
+            aspects.append(GradAccumulation(accumulate))
+        return Runner(
+            model, opt, _loader(10), loss_fn=torch.nn.functional.cross_entropy,
+            max_epochs=3, aspects=aspects, default_aspects=False,
+        )  # fmt: skip
+
+    short = make(needed - 1)
+    with pytest.raises(RunnerError, match=rf"too short .* build it with total_steps={needed}$"):
+        short.run()
+    assert short.iter == 0
+    whole = make(needed)
+    whole.run()
+    assert whole.iter == 30
+    assert whole.scheduler.last_epoch == needed
+
+
 def test_a_warm_up_counts_optimizer_steps_when_accumulating() -> None:
     """warmup_iters=3 in front of a per-epoch schedule ramps over 3 optimizer steps (12
     batches with GradAccumulation(4)), then the LR is the base one."""

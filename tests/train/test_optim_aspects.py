@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from structlog.testing import capture_logs
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, TensorDataset
 
 from aspecthook import Aspect, CallContext
@@ -24,6 +25,7 @@ from aspecthook.train.aspects import (
     Evaluate,
     GradAccumulation,
     GradClip,
+    LRSchedule,
     NaNGuard,
 )
 
@@ -1297,6 +1299,102 @@ def test_ema_starts_from_the_weights_of_its_first_step() -> None:
     for seen, stepped, start in zip(validated, first[0], initial, strict=True):
         assert torch.equal(seen, stepped)
         assert not torch.equal(seen, start)
+
+
+def _stack_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    )
+
+
+def _stack_data() -> TensorDataset:
+    """Float16 gradients of these overflow at the scaler's first scales, and now and then
+    later: it skips steps while it calibrates, and steps the others."""
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(20, 4, generator=g), torch.randn(20, 3, generator=g))
+
+
+def test_the_whole_optimisation_stack_is_torch_own_loop_bit_for_bit() -> None:
+    """NaNGuard, GradAccumulation(4), AMP(float16), GradClip, EMA and a per-iteration
+    warm-up + cosine schedule over 3 epochs of 10 batches (groups of 4 across epoch ends,
+    the second with a NaN loss in iteration 6, the last of 2) train exactly as torch's
+    AMP recipe written out by hand: loss / group size, scaler.scale(loss).backward(),
+    unscale_ then clip then scaler.step / update, EMA and scheduler after each step, a
+    group with a bad loss dropped. Weights, optimizer, scaler, EMA and every LR equal."""
+    mse = torch.nn.functional.mse_loss
+    bad = 5  # runner.iter as the 6th iteration starts
+
+    def schedule(opt: torch.optim.Optimizer) -> Any:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+
+    def step(runner: Runner, batch: Any) -> torch.Tensor:
+        loss = mse(runner.model(batch[0]), batch[1])
+        return loss * float("nan") if runner.iter == bad else loss
+
+    model = _stack_model()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    ema = EMA(0.9)
+    runner = Runner(
+        model, opt, DataLoader(_stack_data(), batch_size=2), train_step=step, max_epochs=3,
+        aspects=[
+            NaNGuard(), GradAccumulation(4), AMP("float16"), GradClip(1.0), ema,
+            LRSchedule(schedule, by_epoch=False, warmup="linear", warmup_iters=2),
+        ],
+    )  # fmt: skip
+    lrs: list[float] = []
+    runner.weaver.before("train_iter")(lambda ctx: lrs.append(opt.param_groups[0]["lr"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: the scheduler stepped past a skipped step
+        runner.run()
+
+    ref = _stack_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-2, momentum=0.9)
+    warm = torch.optim.lr_scheduler.LinearLR(ref_opt, start_factor=0.1, total_iters=2)
+    scheduler = torch.optim.lr_scheduler.SequentialLR(
+        ref_opt, [warm, schedule(ref_opt)], milestones=[2]
+    )
+    scaler = torch.amp.GradScaler("cpu")
+    averaged = AveragedModel(ref, multi_avg_fn=get_ema_multi_avg_fn(0.9), use_buffers=True)
+    ref_lrs: list[float] = []
+    batches = [b for _ in range(3) for b in DataLoader(_stack_data(), batch_size=2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for start in range(0, 30, 4):
+            group = batches[start : start + 4]
+            dropped = False
+            for i, (x, y) in enumerate(group, start):
+                ref_lrs.append(ref_opt.param_groups[0]["lr"])
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = mse(ref(x), y)
+                if i == bad:
+                    dropped = True
+                    continue
+                scaler.scale(loss / len(group)).backward()
+            if not dropped:
+                scaler.unscale_(ref_opt)
+                torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+                scaler.step(ref_opt)
+                scaler.update()
+                averaged.update_parameters(ref)
+            ref_opt.zero_grad(set_to_none=True)
+            scheduler.step()
+
+    assert scaler.get_scale() < 65536.0  # steps were skipped while it calibrated
+    assert not torch.equal(next(model.parameters()), next(_stack_model().parameters()))
+    assert lrs == ref_lrs
+    assert runner.grad_scaler.state_dict() == scaler.state_dict()
+    assert ema.averaged is not None
+    for ours, theirs in [(model, ref), (ema.averaged, averaged)]:
+        for (name, a), b in zip(
+            ours.state_dict().items(), theirs.state_dict().values(), strict=True
+        ):
+            assert torch.equal(a, b), name
+    state, ref_state = opt.state_dict(), ref_opt.state_dict()
+    assert state["param_groups"] == ref_state["param_groups"]
+    for index, values in ref_state["state"].items():
+        for key, value in values.items():
+            assert torch.equal(state["state"][index][key], value), (index, key)
 
 
 def test_grad_clip_clips_the_parameters_the_optimizer_steps() -> None:

@@ -24,6 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
+from .._data import planned_iters
 from ._optim import GradAccumulation
 from ._options import check_flags, is_integer, is_real
 from ._rules import infer_rule
@@ -127,6 +128,43 @@ class LRSchedule(Aspect):
         accumulating = self._accumulation is not None and per_iteration
         self._iter_step = self._group_step if accumulating else self._plain_step
         self._runner = runner if accumulating else None  # what _group_step reads
+        self._check_cycle_length(runner)
+
+    def _check_cycle_length(self, runner: Any) -> None:
+        """A ``OneCycleLR`` shorter than the run is refused when the run starts: torch
+        refuses to step it past ``total_steps``, so the run would fail in its last steps,
+        after all its training. Its steps are counted as this schedule makes them: one per
+        optimizer step (per iteration), or one per epoch in a run by ``max_epochs``."""
+        cycle = self._main
+        if not isinstance(cycle, lr_scheduler.OneCycleLR):
+            return
+        accumulation = self._accumulation
+        if self._plain_step is not None:  # per iteration (a warm-up makes it a SequentialLR)
+            if accumulation is not None:
+                left = accumulation.steps_left(runner.iter)
+                how = (
+                    f"once per optimizer step: GradAccumulation({accumulation.steps}) steps "
+                    "after each group of its iterations, counted across epoch ends, and at "
+                    "the run's last one"
+                )
+            else:
+                total = planned_iters(runner)
+                left = None if total is None else max(0, total - runner.iter)
+                how = "once per iteration"
+        elif self.by_epoch and runner.max_epochs is not None:
+            left, how = max(0, runner.max_epochs - runner.epoch), "once per epoch"
+        else:
+            return
+        if left is None:  # the run's length is not known
+            return
+        needed = cycle.last_epoch + left
+        if needed > cycle.total_steps:
+            raise RunnerError(
+                f"LRSchedule: OneCycleLR(total_steps={cycle.total_steps}) is too short for "
+                f"this run, which steps it {needed} times ({cycle.last_epoch} so far, {left} "
+                f"to come, {how}); torch refuses a step past total_steps, so the run would "
+                f"fail in its last steps: build it with total_steps={needed}"
+            )
 
     def _install(self, runner: Any) -> None:
         """Build the schedule (once) and apply a state loaded before it was built."""

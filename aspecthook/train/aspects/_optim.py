@@ -217,6 +217,15 @@ class GradAccumulation(Aspect):
         group (its optimizer step): read once the iteration is over, by ``LRSchedule``."""
         return self._group_start == iterations
 
+    def steps_left(self, iteration: int) -> int | None:
+        """The optimizer steps from the start of the group of ``iteration`` to the run's
+        end (its last group may be shorter), read when a run starts by ``LRSchedule``;
+        None when the run's length is not known."""
+        total = self._total
+        if total is None:
+            return None
+        return max(0, -(-(total - self._start(iteration)) // self.steps))
+
     def steps_after(self, iteration: int) -> bool:
         """Whether the optimizer steps at the end of ``iteration`` (0-based): the end of a
         group, or the run's last iteration."""
