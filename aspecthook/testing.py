@@ -317,11 +317,12 @@ class Recorder(Aspect, OwnsLock):
         """Assert calls to ``pointcut`` happened (exactly ``times`` if given); return them."""
         found = self.calls_to(pointcut)
         if (times is None and not found) or (times is not None and len(found) != times):
-            expected = "at least once" if times is None else _times(times)
-            raise AssertionError(
-                f"expected {_label(pointcut)} to be called {expected}, it was called "
-                f"{_times(len(found))}; {self._seen()}"
-            )
+            if times == 0:
+                expected = f"expected no call to {_label(pointcut)}"
+            else:
+                how_often = "at least once" if times is None else _times(times)
+                expected = f"expected {_label(pointcut)} to be called {how_often}"
+            raise AssertionError(f"{expected}, it was called {_times(len(found))}; {self._seen()}")
         return found
 
     def assert_not_called(self, pointcut: PointcutLike) -> None:

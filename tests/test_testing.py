@@ -236,7 +236,7 @@ def test_assert_called_counts_and_explains(weaver: ah.Weaver) -> None:
     with pytest.raises(AssertionError, match=r"at least once, it was called 0 times"):
         rec.assert_called("missing")
     rec.assert_not_called("missing")
-    with pytest.raises(AssertionError, match="called 0 times, it was called 2 times"):
+    with pytest.raises(AssertionError, match=r"^expected no call to .*add', it was called 2 times"):
         rec.assert_not_called("*.add")
 
 
