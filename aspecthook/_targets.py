@@ -455,17 +455,33 @@ def _namespace_matches(path: str) -> list[str]:
     parts = path.split(".")
     at = next((i for i, part in enumerate(parts) if _GLOB.intersection(part)), 0)
     package, rest = ".".join(parts[:at]), parts[at + 1 :]
-    parent = package.rpartition(".")[0]
-    if not at or not rest or package in sys.modules or (parent and parent not in sys.modules):
+    if not at or not rest or package in sys.modules:
         return []
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return []
-    if spec is None or spec.loader is not None or not spec.submodule_search_locations:
+    spec = _namespace_spec(package)
+    if spec is None:
         return []
     subs = [info.name for info in pkgutil.iter_modules(spec.submodule_search_locations)]
     return [".".join([package, sub, *rest]) for sub in subs if fnmatchcase(sub, parts[at])]
+
+
+def _namespace_spec(package: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of ``package`` if it is a namespace package (no ``__init__.py``: no origin,
+    a search path), found without importing anything (it is imported, top-level, or its
+    parent is); else None."""
+    module = sys.modules.get(package)
+    spec: importlib.machinery.ModuleSpec | None
+    if module is not None:
+        spec = getattr(module, "__spec__", None)
+    elif "." in package and package.rpartition(".")[0] not in sys.modules:
+        return None
+    else:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            return None
+    if spec is None or spec.origin is not None or not spec.submodule_search_locations:
+        return None
+    return spec
 
 
 def _namespace_glob(path: str) -> str | None:
@@ -482,17 +498,7 @@ def _namespace_glob(path: str) -> str | None:
     if not head or not _GLOB.intersection(last) or _GLOB.intersection(".".join(head)):
         return None
     package = ".".join(head)
-    module = sys.modules.get(package)
-    if module is not None:
-        spec = getattr(module, "__spec__", None)
-    elif "." in package and package.rpartition(".")[0] not in sys.modules:
-        return None
-    else:
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            return None
-    if spec is None or spec.origin is not None or not spec.submodule_search_locations:
+    if _namespace_spec(package) is None:
         return None
     modules = "its modules" if last == "*" else f"its modules matching {last!r}"
     return (

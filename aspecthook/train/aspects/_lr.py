@@ -24,7 +24,7 @@ from ..._context import CallContext
 from ..._priority import Priority
 from ..._typing import Unpack
 from ...errors import InvalidOptionError, RunnerError
-from .._data import planned_iters
+from .._data import iters_left
 from ._optim import GradAccumulation
 from ._options import check_flags, is_integer, is_real
 from ._rules import infer_rule
@@ -148,9 +148,7 @@ class LRSchedule(Aspect):
                     "the run's last one"
                 )
             else:
-                total = planned_iters(runner)
-                left = None if total is None else max(0, total - runner.iter)
-                how = "once per iteration"
+                left, how = iters_left(runner), "once per iteration"
         elif self.by_epoch and runner.max_epochs is not None:
             left, how = max(0, runner.max_epochs - runner.epoch), "once per epoch"
         else:
