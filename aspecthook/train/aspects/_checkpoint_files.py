@@ -21,7 +21,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -232,6 +232,11 @@ def _is_checkpoint(path: Path) -> bool:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:
         return False
+    return _is_ours(payload)
+
+
+def _is_ours(payload: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether a loaded file's ``payload`` is a checkpoint of this format."""
     return isinstance(payload, dict) and payload.get("format") == _FORMAT and "runner" in payload
 
 
@@ -427,7 +432,7 @@ def _load(path: Path, record: Any) -> dict[str, Any]:
         raise _Unusable(_load_failure(exc), foreign=_refused(exc)) from None
     if isinstance(payload, dict):
         _check_format(path, payload.get("format"), "file")
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or "runner" not in payload:
+    if not _is_ours(payload):
         raise _Unusable("not an aspecthook checkpoint of this version", foreign=True)
     return payload
 
